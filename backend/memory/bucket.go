@@ -1,0 +1,170 @@
+package memory
+
+import (
+	"math"
+	"math/bits"
+	"time"
+
+	"github.com/sluice-rls/sluice/descriptors"
+)
+
+// bucket is one token bucket in GCRA form: the only state is the theoretical
+// arrival time (TAT), the instant at which the bucket is full again. At time
+// now the bucket lacks (tat-now)×Requests/Period tokens; a bucket whose TAT is
+// not after now is full, which is exactly the state of an absent bucket, so a
+// full bucket can be forgotten without losing anything and "is it full" is a
+// single comparison.
+//
+// Time is counted in nanoseconds since the Limiter's epoch. One token is worth
+// Period/Requests nanoseconds, which is rarely a whole number, so the TAT keeps
+// its fraction of a nanosecond exactly, in units of 1/Requests ns: the TAT is
+// tat + frac/Requests. All arithmetic is on integers (128-bit where products
+// need it), so a bucket never drifts however long it lives.
+//
+// A bucket holds no pointers, so maps of millions of them cost the garbage
+// collector nothing to scan.
+type bucket struct {
+	tat  int64  // whole nanoseconds since the epoch at which the bucket is full
+	frac uint64 // TAT's fraction of a nanosecond, in 1/Requests ns; < Requests
+}
+
+// minTime is the TAT of an absent bucket: full at any time.
+const minTime = math.MinInt64
+
+// fullAt reports whether b is full at now, that is, whether it may be dropped.
+func (b bucket) fullAt(now int64) bool {
+	return b.tat < now || b.tat == now && b.frac == 0
+}
+
+// deficit returns how much b lacks to be full at now, in units of 1/r ns
+// (one token is Period such units). It is (TAT-now)×r, or 0 for a full bucket.
+func (b bucket) deficit(now int64, r uint64) u128 {
+	if b.tat < now {
+		return u128{}
+	}
+	// tat ≥ now, so the wrapping int64 difference is the exact distance.
+	// frac < r unless the key's Limit changed; clamp it so a changed Limit
+	// costs at most a nanosecond of precision, never a wrong carry.
+	return mul64(uint64(b.tat-now), r).add(u128{lo: min(b.frac, r-1)})
+}
+
+// bucketAt returns the bucket that lacks d (in 1/r ns) at now. A TAT beyond
+// the int64 range (a deficit of more than ~292 years of refill) saturates: the
+// bucket then refills a little early, which is the only inexact case.
+func bucketAt(now int64, d u128, r uint64) bucket {
+	q, rem, ok := d.divMod(r)
+	// uint64(MaxInt64)-uint64(now) wraps to the exact headroom for any now.
+	if !ok || q > uint64(math.MaxInt64)-uint64(now) {
+		return bucket{tat: math.MaxInt64}
+	}
+	return bucket{tat: now + int64(q), frac: rem}
+}
+
+// apply decides one hit of cost tokens (a give-back when give is set) against
+// b at now, in nanoseconds since the epoch. It is a pure function: it returns
+// the bucket after the hit, the state to report, and whether the bucket
+// changed (only then must the caller store next).
+//
+// An absent bucket is passed as bucket{tat: minTime}.
+func apply(b bucket, lim descriptors.Limit, now int64, cost uint64, give bool) (next bucket, st descriptors.BucketState, changed bool) {
+	if lim.Requests == 0 || lim.Period <= 0 || lim.Burst == 0 {
+		// Never allows. There is no "full" to wait for, so a refusal asks to
+		// come back after one Period, as a fixed window would.
+		period := max(lim.Period, 0)
+		st = descriptors.BucketState{Allowed: give, ResetAfter: period}
+		if !give {
+			st.RetryAfter = period
+		}
+		return b, st, false
+	}
+	r, p, burst := lim.Requests, uint64(lim.Period), lim.Burst
+	d := b.deficit(now, r)
+	switch {
+	case give:
+		// Subtraction saturates at 0: a give-back never fills above Burst.
+		d = d.sub(mul64(cost, p))
+		st.Allowed = true
+		changed = cost > 0
+	case cost > burst:
+		// Never satisfiable; the soonest anything changes is when full.
+		st.RetryAfter = duration(d.ceilDiv(r))
+	default:
+		// Cost 0 checks for one token and takes nothing.
+		room := mul64(burst-max(cost, 1), p) // largest deficit that still allows
+		if d.lessEq(room) {
+			st.Allowed = true
+			d = d.add(mul64(cost, p))
+			changed = cost > 0
+		} else {
+			st.RetryAfter = duration(d.sub(room).ceilDiv(r))
+		}
+	}
+	if missing := d.ceilDiv(p); missing < burst {
+		st.Remaining = burst - missing
+	}
+	st.ResetAfter = duration(d.ceilDiv(r))
+	return bucketAt(now, d, r), st, changed
+}
+
+// duration converts nanoseconds to a Duration, saturating at its maximum.
+func duration(ns uint64) time.Duration {
+	return time.Duration(min(ns, math.MaxInt64))
+}
+
+// u128 is an unsigned 128-bit integer. Deficits are counted in 1/Requests ns,
+// so a product such as Burst×Period needs up to 128 bits; two uint64 hold
+// every such product exactly, where a float64 would round.
+type u128 struct{ hi, lo uint64 }
+
+// mul64 returns a×b exactly.
+func mul64(a, b uint64) u128 {
+	hi, lo := bits.Mul64(a, b)
+	return u128{hi, lo}
+}
+
+// add returns x+y, saturating at 2¹²⁸-1.
+func (x u128) add(y u128) u128 {
+	lo, c := bits.Add64(x.lo, y.lo, 0)
+	hi, c := bits.Add64(x.hi, y.hi, c)
+	if c != 0 {
+		return u128{math.MaxUint64, math.MaxUint64}
+	}
+	return u128{hi, lo}
+}
+
+// sub returns x-y, or 0 when y > x.
+func (x u128) sub(y u128) u128 {
+	lo, b := bits.Sub64(x.lo, y.lo, 0)
+	hi, b := bits.Sub64(x.hi, y.hi, b)
+	if b != 0 {
+		return u128{}
+	}
+	return u128{hi, lo}
+}
+
+// lessEq reports whether x ≤ y.
+func (x u128) lessEq(y u128) bool {
+	return x.hi < y.hi || x.hi == y.hi && x.lo <= y.lo
+}
+
+// divMod returns x/d and x%d; ok is false when the quotient needs more than
+// 64 bits (d must not be 0).
+func (x u128) divMod(d uint64) (q, r uint64, ok bool) {
+	if x.hi >= d {
+		return 0, 0, false
+	}
+	q, r = bits.Div64(x.hi, x.lo, d)
+	return q, r, true
+}
+
+// ceilDiv returns ⌈x/d⌉, saturating at 2⁶⁴-1 (d must not be 0).
+func (x u128) ceilDiv(d uint64) uint64 {
+	q, r, ok := x.divMod(d)
+	if !ok {
+		return math.MaxUint64
+	}
+	if r != 0 && q < math.MaxUint64 {
+		q++
+	}
+	return q
+}

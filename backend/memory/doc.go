@@ -1,0 +1,40 @@
+// Package memory keeps token buckets in process memory. sluice uses it for
+// the per-node local layer, for global rules when no Redis is configured, and
+// as the fallback that keeps enforcing global rules while Redis is down.
+//
+// A Limiter holds one bucket per descriptors.Key and decides a call's hits
+// all-or-nothing (see Limiter.HitAt). Buckets refill continuously: Requests
+// tokens per Period, up to Burst, starting full.
+//
+// # Representation
+//
+// Each bucket is stored in GCRA form, as the instant it will be full again
+// (its theoretical arrival time), kept to a fraction of a nanosecond in
+// integers. Tokens are derived from it on demand with 128-bit arithmetic, so
+// decisions are exact for integer limits and never drift, from one token a
+// year to billions a second. A full bucket behaves exactly like an absent
+// one, so the Limiter keeps only partly drained buckets, and telling that one
+// has refilled (and may be evicted) is one comparison.
+//
+// # Time
+//
+// Nothing here reads the wall clock except through Options.Now: HitAt and
+// EvictAt take the time as an argument, Hit and Run use the injected clock.
+//
+// # Memory
+//
+// A bucket costs about 40 bytes. Options.MaxBuckets bounds their number;
+// Limiter.Run drops refilled buckets periodically, and an insert into a full
+// shard drops one (preferring a refilled bucket). Go maps do not shrink, so
+// memory stays at its high-water mark, which MaxBuckets bounds.
+//
+// # Concurrency
+//
+// All methods of a Limiter are safe for concurrent use. Buckets are spread
+// over up to 64 mutex-guarded shards by key hash; a call locks the shards its
+// hits need in ascending order, decides, and unlocks, with no allocation and
+// no I/O.
+//
+// This package imports only descriptors among sluice packages; it must never
+// import service, config or another backend.
+package memory

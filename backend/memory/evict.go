@@ -1,0 +1,53 @@
+package memory
+
+import (
+	"context"
+	"time"
+)
+
+// DefaultEvictEvery is the eviction interval Run uses when given a
+// non-positive one.
+const DefaultEvictEvery = 10 * time.Second
+
+// Run drops full buckets every interval, one shard at a time, until ctx is
+// done. Full buckets are indistinguishable from absent ones, so this frees
+// memory without changing any decision. The owner starts Run in its own
+// goroutine and stops it by cancelling ctx; Run returns promptly, between
+// shards. every ≤ 0 means DefaultEvictEvery.
+func (l *Limiter) Run(ctx context.Context, every time.Duration) {
+	if every <= 0 {
+		every = DefaultEvictEvery
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			l.evict(ctx, l.nanos(l.now()))
+		}
+	}
+}
+
+// EvictAt drops every bucket that is full at now and returns how many it
+// dropped. It holds one shard's lock at a time, so hits on other shards
+// proceed meanwhile.
+func (l *Limiter) EvictAt(now time.Time) int {
+	return l.evict(context.Background(), l.nanos(now))
+}
+
+// evict is one eviction pass at t, stopping early when ctx is done.
+func (l *Limiter) evict(ctx context.Context, t int64) int {
+	n := 0
+	for i := range l.shards {
+		if ctx.Err() != nil {
+			break
+		}
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		n += sh.evictFull(t)
+		sh.mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,129 @@
+package redis
+
+import (
+	"encoding/binary"
+	"sync"
+	"time"
+
+	"github.com/sluice-rls/sluice/descriptors"
+)
+
+const (
+	// cacheShards splits the empty-bucket cache so that concurrent requests
+	// on different keys rarely share a mutex. A power of two.
+	cacheShards = 64
+	// defaultCacheSize bounds the empty-bucket cache when Options leaves it 0.
+	defaultCacheSize = 1 << 16
+)
+
+// emptyCache remembers buckets Redis reported holding less than one token,
+// until the time their next token is due. A bucket cannot refill sooner (only
+// a give-back can add tokens early, and this node's own give-backs drop the
+// entry), so a hit costing at least one token on a remembered bucket is
+// refused exactly as Redis would refuse it, without a round trip.
+//
+// Times come from the node's clock, sampled before the Redis call that
+// reported the bucket, so entries expire no later than Redis' own answer.
+type emptyCache struct {
+	perShard int
+	shards   [cacheShards]cacheShard
+}
+
+type cacheShard struct {
+	mu sync.Mutex
+	m  map[descriptors.Key]emptyEntry
+}
+
+// emptyEntry is one empty bucket: next is when its next whole token is due,
+// full when it is full again.
+type emptyEntry struct {
+	next, full time.Time
+}
+
+// newEmptyCache returns a cache of at most size entries, or nil (no cache)
+// when size < 0.
+func newEmptyCache(size int) *emptyCache {
+	if size < 0 {
+		return nil
+	}
+	if size == 0 {
+		size = defaultCacheSize
+	}
+	c := &emptyCache{perShard: max(size/cacheShards, 1)}
+	for i := range c.shards {
+		c.shards[i].m = make(map[descriptors.Key]emptyEntry)
+	}
+	return c
+}
+
+func (c *emptyCache) shard(k descriptors.Key) *cacheShard {
+	// The key is already a hash: any 8 bytes of it spread evenly.
+	return &c.shards[binary.LittleEndian.Uint64(k[8:])%cacheShards]
+}
+
+// get returns the entry of k if its next token is still due after now.
+func (c *emptyCache) get(k descriptors.Key, now time.Time) (emptyEntry, bool) {
+	if c == nil {
+		return emptyEntry{}, false
+	}
+	s := c.shard(k)
+	s.mu.Lock()
+	e, ok := s.m[k]
+	if ok && !now.Before(e.next) {
+		delete(s.m, k)
+		ok = false
+	}
+	s.mu.Unlock()
+	return e, ok
+}
+
+// put remembers k as empty until e.next. A full shard first drops its
+// expired entries, then an arbitrary one.
+func (c *emptyCache) put(k descriptors.Key, e emptyEntry, now time.Time) {
+	if c == nil {
+		return
+	}
+	s := c.shard(k)
+	s.mu.Lock()
+	if _, ok := s.m[k]; !ok && len(s.m) >= c.perShard {
+		for key, v := range s.m {
+			if !now.Before(v.next) {
+				delete(s.m, key)
+			}
+		}
+		if len(s.m) >= c.perShard {
+			for key := range s.m {
+				delete(s.m, key)
+				break
+			}
+		}
+	}
+	s.m[k] = e
+	s.mu.Unlock()
+}
+
+// drop forgets k, after this node gave tokens back to it.
+func (c *emptyCache) drop(k descriptors.Key) {
+	if c == nil {
+		return
+	}
+	s := c.shard(k)
+	s.mu.Lock()
+	delete(s.m, k)
+	s.mu.Unlock()
+}
+
+// len returns the number of entries, expired ones included.
+func (c *emptyCache) len() int {
+	if c == nil {
+		return 0
+	}
+	n := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,19 @@
+// Package redis is sluice's global layer: cluster-wide token buckets held in
+// Redis and decided atomically by one Lua script, token_bucket.lua, run with
+// EVALSHA through go-redis (EVAL once after a Redis restart or failover
+// flushed the script cache).
+//
+// The rest of sluice imports it as redisbackend; inside this package go-redis
+// is goredis.
+//
+// A Limiter decides the hits of one request all-or-nothing, with Redis' own
+// clock, under a deadline for every Redis call. Against Redis Cluster it runs
+// one script per slot, concurrently, and gives back the tokens of the slots
+// that took them when another slot refused. A bucket Redis reported empty is
+// remembered on the node until its next token is due, so a key under attack
+// costs no Redis traffic. Errors are classified (ErrorKind) so the caller can
+// count them and fail open.
+//
+// The package imports descriptors (for its types) and go-redis only; never
+// service or config. A Limiter is safe for concurrent use.
+package redis

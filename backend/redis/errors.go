@@ -1,0 +1,110 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// ErrScript reports that token_bucket.lua failed in Redis or sent a reply
+// this package cannot read.
+var ErrScript = errors.New("token_bucket.lua failed")
+
+// ErrConnection reports that Redis could not be reached or is not serving:
+// refused or broken connections, a closed client, a cluster that is down,
+// loading or failing over.
+var ErrConnection = errors.New("redis unavailable")
+
+// Error kinds returned by ErrorKind, the values of the kind label of
+// ratelimit_redis_errors_total.
+const (
+	KindTimeout    = "timeout"
+	KindConnection = "connection"
+	KindScript     = "script"
+	KindOther      = "other"
+)
+
+// ErrorKind classifies an error returned by Limiter.Hit for metrics:
+// KindTimeout when it wraps context.DeadlineExceeded, KindScript for
+// ErrScript, KindConnection for ErrConnection, KindOther for anything else
+// (including a caller's cancellation), and "" for nil.
+func ErrorKind(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, context.DeadlineExceeded):
+		return KindTimeout
+	case errors.Is(err, ErrScript):
+		return KindScript
+	case errors.Is(err, ErrConnection):
+		return KindConnection
+	default:
+		return KindOther
+	}
+}
+
+// classify wraps err, returned by a Redis call made under callCtx, with the
+// sentinel that says what went wrong. Socket deadlines set from the context
+// surface as net timeouts, so a passed deadline wins over the error's form.
+func classify(callCtx context.Context, op string, err error) error {
+	ctxErr := callCtx.Err()
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return fmt.Errorf("backend/redis: %s: %w", op, err)
+	case errors.Is(ctxErr, context.DeadlineExceeded) || isTimeout(err):
+		return fmt.Errorf("backend/redis: %s: %w: %w", op, context.DeadlineExceeded, err)
+	case ctxErr != nil:
+		return fmt.Errorf("backend/redis: %s: %w: %w", op, ctxErr, err)
+	case isScriptError(err):
+		return fmt.Errorf("backend/redis: %s: %w: %w", op, ErrScript, err)
+	case isUnavailable(err):
+		return fmt.Errorf("backend/redis: %s: %w: %w", op, ErrConnection, err)
+	default:
+		return fmt.Errorf("backend/redis: %s: %w", op, err)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) ||
+		errors.Is(err, goredis.ErrPoolTimeout) ||
+		(errors.As(err, &ne) && ne.Timeout())
+}
+
+// isScriptError reports an error reply raised while running a script (a Lua
+// runtime error, a missing script after reload, a wrong-type key).
+func isScriptError(err error) bool {
+	var re goredis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return goredis.HasErrorPrefix(err, "NOSCRIPT") ||
+		goredis.HasErrorPrefix(err, "WRONGTYPE") ||
+		strings.Contains(msg, "script")
+}
+
+func isUnavailable(err error) bool {
+	if goredis.IsClusterDownError(err) || goredis.IsLoadingError(err) ||
+		goredis.IsReadOnlyError(err) || goredis.IsTryAgainError(err) ||
+		goredis.IsMasterDownError(err) || goredis.HasErrorPrefix(err, "MOVED") ||
+		goredis.HasErrorPrefix(err, "ASK") {
+		return true
+	}
+	var re goredis.Error
+	if errors.As(err, &re) {
+		return false // any other error reply came from a serving Redis
+	}
+	var ne net.Error
+	return errors.Is(err, goredis.ErrClosed) || errors.Is(err, goredis.ErrPoolExhausted) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.As(err, &ne)
+}

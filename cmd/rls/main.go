@@ -1,0 +1,75 @@
+// Command rls is sluice's rate-limit service for Envoy.
+//
+//	rls serve [flags]                 run the service (embedded example rules by default)
+//	rls validate PATH...              check rule files or directories
+//	rls check --domain D k=v[,k=v]... ask a running server for a decision
+//	rls version                       print the version
+//
+// main only wires signals and exit codes; run holds the logic so that tests
+// can call it in-process.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv); err != nil {
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintln(os.Stderr, "rls:", err)
+		}
+		stop()
+		os.Exit(exitCode(err))
+	}
+}
+
+// errUsage marks errors whose message the flag package already printed.
+var errUsage = errors.New("usage")
+
+// exitCode is 2 for usage errors, 1 otherwise.
+func exitCode(err error) int {
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	return 1
+}
+
+const usage = `usage:
+  rls serve [flags]                    run the rate-limit service (rls serve -h lists flags)
+  rls validate PATH...                 check rule files or directories of *.yaml
+  rls check [flags] KEY=VALUE[,KEY=VALUE]...
+                                       ask a running server; one argument per descriptor
+  rls version                          print the version
+`
+
+// run executes one rls command.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stderr, getenv)
+	case "validate":
+		return validate(args[1:], stdout, stderr)
+	case "check":
+		return check(ctx, args[1:], stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "rls", version())
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "rls: unknown command %q\n%s", args[0], usage)
+	return errUsage
+}

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluice-rls/sluice/backend/memory"
+	"github.com/sluice-rls/sluice/config"
+	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/service"
+)
+
+// evictEvery is how often the memory backends drop full (idle) buckets.
+const evictEvery = 10 * time.Second
+
+// serve runs the service until ctx is done, then drains and returns nil.
+func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
+	st, err := config.ParseServe(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	log, err := newLogger(st, stderr)
+	if err != nil {
+		return err
+	}
+	rules, err := config.Load(st.Config, descriptors.Options{MergeDomains: st.MergeDomains})
+	if err != nil {
+		return fmt.Errorf("loading rules: %w", err)
+	}
+	store := config.NewStore(rules)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	local := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
+	go local.Run(ctx, evictEvery)
+	global, backendName, closeGlobal, err := newGlobal(ctx, st, log)
+	if err != nil {
+		return err
+	}
+	defer closeGlobal()
+
+	srv := service.New(service.Options{
+		Rules:            store,
+		Local:            local,
+		Global:           global,
+		Logger:           log,
+		Metrics:          service.NewMetrics(reg),
+		GrayKey:          st.GrayKey,
+		Shadow:           st.Shadow,
+		RateLimitHeaders: st.RateLimitHeaders,
+		MaxDescriptors:   st.MaxDescriptors,
+		MaxEntries:       st.MaxEntries,
+		MaxValueBytes:    st.MaxValueBytes,
+	})
+
+	creds, err := serverCredentials(st)
+	if err != nil {
+		return err
+	}
+	grpcServer := grpc.NewServer(creds...)
+	rlsv3.RegisterRateLimitServiceServer(grpcServer, srv)
+	healthServer := health.NewServer()
+	healthpb.RegisterHealthServer(grpcServer, healthServer)
+
+	grpcLis, err := net.Listen("tcp", st.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("gRPC listener: %w", err)
+	}
+	httpLis, err := net.Listen("tcp", st.HTTPAddr)
+	if err != nil {
+		grpcLis.Close()
+		return fmt.Errorf("HTTP listener: %w", err)
+	}
+	var draining atomic.Bool
+	httpServer := &http.Server{
+		Handler:           newHTTPMux(srv, store, reg, &draining, st.Pprof),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+
+	errc := make(chan error, 2)
+	go func() { errc <- grpcServer.Serve(grpcLis) }()
+	go func() { errc <- httpServer.Serve(httpLis) }()
+	log.Info("serving",
+		"grpc_addr", grpcLis.Addr().String(),
+		"http_addr", httpLis.Addr().String(),
+		"backend", backendName,
+		"rules", ruleSource(st.Config),
+		"rule_count", rules.Len(),
+		"version", version())
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	log.Info("shutting down: health NOT_SERVING, draining in-flight calls", "timeout", st.DrainTimeout)
+	draining.Store(true)
+	healthServer.Shutdown()
+	stopGRPC(grpcServer, st.DrainTimeout)
+	shutdownCtx, cancelShutdown := context.WithTimeout(context.Background(), st.DrainTimeout)
+	defer cancelShutdown()
+	_ = httpServer.Shutdown(shutdownCtx)
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, grpc.ErrServerStopped) {
+		return fmt.Errorf("serving: %w", serveErr)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// stopGRPC lets in-flight calls finish for up to timeout, then cuts the rest.
+func stopGRPC(s *grpc.Server, timeout time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		s.GracefulStop()
+		close(done)
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.Stop()
+		<-done
+	}
+}
+
+// newGlobal builds the global layer: Redis when --redis is set, else a
+// memory backend holding global rules on this node.
+func newGlobal(ctx context.Context, st config.Settings, log *slog.Logger) (service.Limiter, string, func(), error) {
+	if st.Redis == "" {
+		m := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
+		go m.Run(ctx, evictEvery)
+		return m, "memory", func() {}, nil
+	}
+	return newRedisGlobal(ctx, st, log)
+}
+
+func ruleSource(path string) string {
+	if path == "" {
+		return config.DefaultRulesName
+	}
+	return path
+}
+
+func newLogger(st config.Settings, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(st.LogLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(st.LogFormat) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format must be text or json, not %q", st.LogFormat)
+}

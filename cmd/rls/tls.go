@@ -1,0 +1,40 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/sluice-rls/sluice/config"
+)
+
+// serverCredentials returns the gRPC server options for --tls-cert,
+// --tls-key and --tls-client-ca (mTLS: clients must present a certificate
+// signed by that CA). None of them set: plaintext.
+func serverCredentials(st config.Settings) ([]grpc.ServerOption, error) {
+	if st.TLSCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(st.TLSCert, st.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("gRPC TLS: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if st.TLSClientCA != "" {
+		pem, err := os.ReadFile(st.TLSClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("gRPC client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("gRPC client CA %s: no PEM certificates", st.TLSClientCA)
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(cfg))}, nil
+}

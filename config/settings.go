@@ -1,0 +1,129 @@
+package config
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Settings are the flags of `rls serve`. Every flag has an environment
+// variable RLS_<FLAG> (dashes become underscores, upper case); a flag given
+// on the command line wins over its variable.
+type Settings struct {
+	GRPCAddr string
+	HTTPAddr string
+	Config   string // rule file or directory; empty = embedded example
+
+	Redis         string
+	RedisTimeout  time.Duration
+	RedisFailure  string // share | local | allow | deny
+	FallbackNodes int
+
+	Shadow           bool
+	GrayKey          string
+	MergeDomains     bool
+	RateLimitHeaders bool
+
+	MaxDescriptors int
+	MaxEntries     int
+	MaxValueBytes  int
+	MaxBuckets     int
+
+	LogLevel  string
+	LogFormat string
+	Pprof     bool
+
+	TLSCert     string
+	TLSKey      string
+	TLSClientCA string
+
+	DrainTimeout time.Duration
+}
+
+// Redis failure modes (--redis-failure).
+const (
+	FailureShare = "share"
+	FailureLocal = "local"
+	FailureAllow = "allow"
+	FailureDeny  = "deny"
+)
+
+// ParseServe parses the flags of `rls serve` from args, taking defaults from
+// the environment through getenv. Usage and errors go to out.
+func ParseServe(args []string, getenv func(string) string, out io.Writer) (Settings, error) {
+	var s Settings
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&s.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService v3 and grpc.health.v1)")
+	fs.StringVar(&s.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /json, /metrics, /rlconfig)")
+	fs.StringVar(&s.Config, "config", "", "rule file or directory of *.yaml (default: the embedded example)")
+	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
+	fs.DurationVar(&s.RedisTimeout, "redis-timeout", 10*time.Millisecond, "deadline of every Redis call")
+	fs.StringVar(&s.RedisFailure, "redis-failure", FailureShare, "when Redis fails: share | local | allow | deny")
+	fs.IntVar(&s.FallbackNodes, "fallback-nodes", 0, "node count N for the fallback share rate/N (0: live count from Redis heartbeats)")
+	fs.BoolVar(&s.Shadow, "shadow", false, "shadow mode for every rule: decide and count, always answer OK")
+	fs.StringVar(&s.GrayKey, "gray-key", "gray", "descriptor key whose value true marks a gray (canary) request")
+	fs.BoolVar(&s.MergeDomains, "merge-domains", false, "merge rule files that share a domain instead of rejecting them")
+	fs.BoolVar(&s.RateLimitHeaders, "ratelimit-headers", false, "add draft-03 RateLimit-Limit/Remaining/Reset headers to every response")
+	fs.IntVar(&s.MaxDescriptors, "max-descriptors", 256, "most descriptors in one request")
+	fs.IntVar(&s.MaxEntries, "max-entries", 32, "most entries in one descriptor")
+	fs.IntVar(&s.MaxValueBytes, "max-value-bytes", 1024, "longest key or value, in bytes")
+	fs.IntVar(&s.MaxBuckets, "max-buckets", 1<<20, "most in-memory buckets per memory backend")
+	fs.StringVar(&s.LogLevel, "log-level", "info", "debug | info | warn | error")
+	fs.StringVar(&s.LogFormat, "log-format", "text", "text | json")
+	fs.BoolVar(&s.Pprof, "pprof", false, "serve /debug/pprof/ on the HTTP address")
+	fs.StringVar(&s.TLSCert, "tls-cert", "", "gRPC server certificate (PEM); enables TLS")
+	fs.StringVar(&s.TLSKey, "tls-key", "", "gRPC server private key (PEM)")
+	fs.StringVar(&s.TLSClientCA, "tls-client-ca", "", "CA bundle (PEM) for client certificates; enables mTLS")
+	fs.DurationVar(&s.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
+
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		v := getenv(EnvName(f.Name))
+		if v == "" || envErr != nil {
+			return
+		}
+		if err := f.Value.Set(v); err != nil {
+			envErr = fmt.Errorf("%s=%q: %w", EnvName(f.Name), v, err)
+		}
+	})
+	if envErr != nil {
+		return s, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return s, err
+	}
+	if fs.NArg() > 0 {
+		return s, fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	}
+	return s, s.validate()
+}
+
+// EnvName is the environment variable of a flag: redis-timeout →
+// RLS_REDIS_TIMEOUT.
+func EnvName(flagName string) string {
+	return "RLS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func (s Settings) validate() error {
+	switch s.RedisFailure {
+	case FailureShare, FailureLocal, FailureAllow, FailureDeny:
+	default:
+		return fmt.Errorf("--redis-failure must be share, local, allow or deny, not %q", s.RedisFailure)
+	}
+	if s.RedisTimeout <= 0 {
+		return fmt.Errorf("--redis-timeout must be positive, not %v", s.RedisTimeout)
+	}
+	if (s.TLSCert == "") != (s.TLSKey == "") {
+		return fmt.Errorf("--tls-cert and --tls-key go together")
+	}
+	if s.TLSClientCA != "" && s.TLSCert == "" {
+		return fmt.Errorf("--tls-client-ca needs --tls-cert and --tls-key")
+	}
+	if s.FallbackNodes < 0 || s.MaxDescriptors < 1 || s.MaxEntries < 1 || s.MaxValueBytes < 1 || s.MaxBuckets < 1 {
+		return fmt.Errorf("--fallback-nodes must be ≥ 0 and --max-* flags ≥ 1")
+	}
+	return nil
+}

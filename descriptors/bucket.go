@@ -1,0 +1,47 @@
+package descriptors
+
+import "time"
+
+// Key identifies one token bucket. It is the first 128 bits of a SHA-256 over
+// a canonical, length-prefixed encoding of everything that defines the bucket
+// (see BucketKey), so keys are collision-free in practice and their length
+// never depends on what a client sends.
+type Key [16]byte
+
+// Limit is the shape of one token bucket: Requests tokens refill evenly over
+// each Period, and the bucket holds at most Burst tokens. A bucket starts full.
+// Requests == 0 means nothing is ever allowed.
+type Limit struct {
+	Requests uint64        // tokens added per Period
+	Period   time.Duration // the unit, times unit_multiplier
+	Burst    uint64        // capacity, ≥ 1 when Requests > 0
+}
+
+// Hit is one bucket operation of a decision: take Cost tokens from the bucket
+// Key shaped by Limit, or with Give set return Cost tokens to it (never above
+// Burst). Cost 0 only checks: the hit is allowed when at least one token is
+// left, and takes nothing.
+//
+// A decision over several hits is all-or-nothing: tokens are taken only when
+// every hit is allowed. A hit with Independent set (shadow mode) is decided on
+// its own: it takes its tokens when they exist and never blocks the others.
+type Hit struct {
+	Key         Key
+	Limit       Limit
+	Cost        uint64
+	Give        bool
+	Independent bool
+}
+
+// BucketState is the answer for one Hit.
+type BucketState struct {
+	// Allowed reports whether the bucket had the tokens the hit asked for.
+	Allowed bool
+	// Remaining is the number of whole tokens left after the decision.
+	Remaining uint64
+	// RetryAfter is, for a refused hit, the time until Cost tokens exist
+	// (or until the bucket is full when Cost exceeds Burst); zero otherwise.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the bucket is full again.
+	ResetAfter time.Duration
+}

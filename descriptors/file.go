@@ -1,0 +1,134 @@
+package descriptors
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+
+	"gopkg.in/yaml.v3"
+)
+
+// File is one parsed rule file: a domain and its descriptor tree, as written.
+// Parse fills it from YAML; yaml.Marshal writes it back in the same format.
+// Positions used in error messages are kept in unexported fields, so a File
+// built by hand is valid input to New but its errors carry no positions.
+type File struct {
+	Name        string       `yaml:"-"` // file name used in error messages
+	Domain      string       `yaml:"domain"`
+	Descriptors []Descriptor `yaml:"descriptors,omitempty"`
+
+	domainPos pos
+	domainOK  bool // false when the domain failed to decode (already reported)
+}
+
+// Descriptor is one node of the rule tree: a key, an optional value (exact,
+// or a pattern when it contains '*'), an optional rate limit, and nested
+// descriptors for the next entry of a request descriptor.
+type Descriptor struct {
+	Key       string     `yaml:"key"`
+	Value     string     `yaml:"value,omitempty"`
+	RateLimit *RateLimit `yaml:"rate_limit,omitempty"`
+	// ShadowMode makes the rule report OK whatever it decides.
+	ShadowMode bool `yaml:"shadow_mode,omitempty"`
+	// DetailedMetric puts every request value of the rule's levels in its
+	// metric label.
+	DetailedMetric bool `yaml:"detailed_metric,omitempty"`
+	// ValueToMetric puts this level's request value in the metric label of
+	// every rule at or below this node.
+	ValueToMetric bool `yaml:"value_to_metric,omitempty"`
+	// ShareThreshold makes every value matching this node's wildcard value
+	// share one bucket.
+	ShareThreshold bool         `yaml:"share_threshold,omitempty"`
+	Descriptors    []Descriptor `yaml:"descriptors,omitempty"`
+
+	keyPos, valuePos, sharePos pos
+	keyOK                      bool // false when the key failed to decode
+}
+
+// RateLimit is a descriptor's rate_limit block. RequestsPerUnit and Burst
+// are nil when absent (0 is a valid, always-refusing limit); UnitMultiplier
+// is 0 when absent (meaning 1).
+type RateLimit struct {
+	Name            string      `yaml:"name,omitempty"`
+	Replaces        []Replace   `yaml:"replaces,omitempty"`
+	Unlimited       bool        `yaml:"unlimited,omitempty"`
+	Unit            Unit        `yaml:"unit,omitempty"`
+	RequestsPerUnit *uint32     `yaml:"requests_per_unit,omitempty"`
+	UnitMultiplier  uint32      `yaml:"unit_multiplier,omitempty"`
+	Burst           *uint32     `yaml:"burst,omitempty"`
+	Local           *LocalLimit `yaml:"local,omitempty"`
+
+	pos, namePos, unlimitedPos, unitPos, rpuPos, multPos, burstPos pos
+	bad                                                            bool // a field failed to decode: skip combination checks
+}
+
+// Replace names a rule (by its rate_limit name) that this rule replaces
+// when both match one request.
+type Replace struct {
+	Name string `yaml:"name"`
+
+	pos pos
+}
+
+// LocalLimit is the per-node layer of a rate_limit (sluice extension).
+type LocalLimit struct {
+	Unit            Unit    `yaml:"unit,omitempty"`
+	RequestsPerUnit *uint32 `yaml:"requests_per_unit,omitempty"`
+	UnitMultiplier  uint32  `yaml:"unit_multiplier,omitempty"`
+	Burst           *uint32 `yaml:"burst,omitempty"`
+
+	pos, unitPos, rpuPos, multPos, burstPos pos
+	bad                                     bool
+}
+
+// Parse strictly decodes and validates one rule file. Unknown fields,
+// values of the wrong type and every rule problem are errors. All problems
+// are reported at once, joined with errors.Join, each an *Error reading
+// "file:line:column: reason" (sorted by position). filename is only used in
+// messages.
+func Parse(filename string, data []byte) (*File, error) {
+	root, err := decodeDocument(filename, data)
+	if err != nil {
+		return nil, err
+	}
+	d := decoder{file: filename, budget: maxNodes}
+	f := d.root(root)
+	f.Name = filename
+	if !d.exhausted {
+		d.errs = append(d.errs, validateFile(f)...)
+	}
+	if len(d.errs) > 0 {
+		return nil, joinErrors(d.errs)
+	}
+	return f, nil
+}
+
+// decodeDocument reads exactly one YAML document into a node tree.
+func decodeDocument(filename string, data []byte) (root *yaml.Node, err error) {
+	// yaml.v3 is not ours: turn a panic on hostile input into an error.
+	defer func() {
+		if r := recover(); r != nil {
+			root, err = nil, &Error{File: filename, Reason: fmt.Sprintf("invalid YAML: %v", r)}
+		}
+	}()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &Error{File: filename, Line: 1, Column: 1, Reason: "empty file: domain is required"}
+		}
+		return nil, yamlError(filename, err)
+	}
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case err == nil:
+		return nil, &Error{File: filename, Line: next.Line, Column: next.Column, Reason: "more than one YAML document in the file"}
+	case !errors.Is(err, io.EOF):
+		return nil, yamlError(filename, err)
+	}
+	if len(doc.Content) == 0 {
+		return nil, &Error{File: filename, Line: 1, Column: 1, Reason: "empty file: domain is required"}
+	}
+	return doc.Content[0], nil
+}

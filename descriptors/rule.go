@@ -1,0 +1,186 @@
+package descriptors
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Rule is one descriptor of a rule file that carries a rate_limit, with
+// everything matching, keying and reporting need. Rules are immutable and
+// shared by every request; never modify one.
+type Rule struct {
+	// Domain is the rule's domain.
+	Domain string
+	// Path names the rule: the domain, then one element per level joined
+	// by ".", each the level's key, or key + "_" + value when the level has
+	// a value (an exact value, or a wildcard pattern as written, '*'
+	// included). For example "edge.route_/api/orders.user_id". It is the
+	// rule's metric label (see MetricLabel) and, together with Domain, its
+	// identity across reloads: New rejects two rules of one domain with the
+	// same Path. Like envoyproxy/ratelimit's stats keys it is for humans and
+	// metrics, not an unambiguous encoding; bucket keys never use it.
+	Path string
+	// Name is rate_limit.name, empty when unset.
+	Name string
+	// Replaces lists the names of the rules this rule replaces when both
+	// match one request (envoyproxy/ratelimit semantics: the replaced rules
+	// are neither checked nor counted).
+	Replaces []string
+	// Unlimited rules match but are never limited; Global and Local are nil.
+	Unlimited bool
+	// Global is the cluster-wide bucket shape; nil for an unlimited or a
+	// local-only rule.
+	Global *Limit
+	// Local is the per-node bucket shape; nil without a local block.
+	Local *Limit
+	// GlobalRate and LocalRate are Global and Local as written (unit and
+	// multiplier), for the response's current_limit; nil when absent.
+	GlobalRate, LocalRate *Rate
+	// ShadowMode: decide and count, but answer OK.
+	ShadowMode bool
+	// DetailedMetric: the metric label carries every request value.
+	DetailedMetric bool
+
+	levels  []level
+	dynamic bool // MetricLabel depends on the request
+	file    string
+	pos     pos
+}
+
+// Rate is one layer of a rate_limit as written: RequestsPerUnit tokens per
+// UnitMultiplier × Unit, bucket capacity Burst.
+type Rate struct {
+	RequestsPerUnit uint32
+	Unit            Unit
+	UnitMultiplier  uint32 // ≥ 1
+	Burst           uint32
+}
+
+// Period returns UnitMultiplier × Unit.
+func (r Rate) Period() time.Duration {
+	return time.Duration(max(r.UnitMultiplier, 1)) * r.Unit.Duration()
+}
+
+// Limit returns the bucket shape of the rate.
+func (r Rate) Limit() Limit {
+	return Limit{Requests: uint64(r.RequestsPerUnit), Period: r.Period(), Burst: uint64(r.Burst)}
+}
+
+// String returns e.g. "100/second burst 200" or "10/5 minutes burst 10".
+func (r Rate) String() string {
+	var b strings.Builder
+	b.WriteString(strconv.FormatUint(uint64(r.RequestsPerUnit), 10))
+	b.WriteByte('/')
+	b.WriteString(r.periodString())
+	b.WriteString(" burst ")
+	b.WriteString(strconv.FormatUint(uint64(r.Burst), 10))
+	return b.String()
+}
+
+// periodString returns "second" or, with a multiplier, "5 seconds".
+func (r Rate) periodString() string {
+	if r.UnitMultiplier <= 1 {
+		return r.Unit.String()
+	}
+	return strconv.FormatUint(uint64(r.UnitMultiplier), 10) + " " + r.Unit.String() + "s"
+}
+
+// valueKind is how a rule level matches the request value. The numbers are
+// part of the bucket-key encoding: never renumber.
+type valueKind uint8
+
+const (
+	keyOnly  valueKind = 0 // any value
+	exact    valueKind = 1 // this value only
+	wildcard valueKind = 2 // values matching a '*' pattern
+)
+
+// level is one entry of a rule's path.
+type level struct {
+	key           string
+	value         string // exact value or pattern text; "" when keyOnly
+	kind          valueKind
+	valueToMetric bool
+	share         bool // share_threshold: all matching values share a bucket
+}
+
+func (l level) pathElem() string {
+	if l.kind == keyOnly {
+		return l.key
+	}
+	return l.key + "_" + l.value
+}
+
+// Levels returns the number of entries a request descriptor has when it
+// matches this rule.
+func (r *Rule) Levels() int { return len(r.levels) }
+
+// Source returns "file:line:column" of the descriptor that defines the rule.
+func (r *Rule) Source() string {
+	return r.file + ":" + r.pos.String()
+}
+
+// String returns the rule's /rlconfig line, "<path>: <limits>", e.g.
+// "edge.remote_address: global 1000/second burst 2000, local 3200/second burst 64",
+// followed by ", shadow_mode", ", name N" and ", replaces A B" when set.
+func (r *Rule) String() string {
+	var b strings.Builder
+	b.WriteString(r.Path)
+	b.WriteString(": ")
+	switch {
+	case r.Unlimited:
+		b.WriteString("unlimited")
+	default:
+		sep := ""
+		if r.GlobalRate != nil {
+			b.WriteString("global ")
+			b.WriteString(r.GlobalRate.String())
+			sep = ", "
+		}
+		if r.LocalRate != nil {
+			b.WriteString(sep)
+			b.WriteString("local ")
+			b.WriteString(r.LocalRate.String())
+		}
+	}
+	if r.ShadowMode {
+		b.WriteString(", shadow_mode")
+	}
+	if r.Name != "" {
+		b.WriteString(", name ")
+		b.WriteString(r.Name)
+	}
+	if len(r.Replaces) > 0 {
+		b.WriteString(", replaces ")
+		b.WriteString(strings.Join(r.Replaces, " "))
+	}
+	return b.String()
+}
+
+// MetricLabel returns the rule label for metrics of a request descriptor
+// that matched r: r.Path, except that levels with value_to_metric, and all
+// levels when detailed_metric is set, show the request's value instead of
+// the configured one ("key_value"; just "key" when the value is empty).
+// It allocates only in those cases. entries must be the descriptor that
+// matched; with any other length it returns r.Path.
+func (r *Rule) MetricLabel(entries []Entry) string {
+	if !r.dynamic || len(entries) != len(r.levels) {
+		return r.Path
+	}
+	var b strings.Builder
+	b.WriteString(r.Domain)
+	for i, l := range r.levels {
+		b.WriteByte('.')
+		if r.DetailedMetric || l.valueToMetric {
+			b.WriteString(l.key)
+			if v := entries[i].Value; v != "" {
+				b.WriteByte('_')
+				b.WriteString(v)
+			}
+			continue
+		}
+		b.WriteString(l.pathElem())
+	}
+	return b.String()
+}

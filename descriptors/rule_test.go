@@ -1,0 +1,133 @@
+package descriptors
+
+import "testing"
+
+func TestRuleString(t *testing.T) {
+	t.Parallel()
+	c := mustConfig(t, `
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: second
+      requests_per_unit: 1000
+      burst: 2000
+      local: {unit: second, requests_per_unit: 3200, burst: 64}
+  - key: health
+    rate_limit: {unlimited: true}
+  - key: tenant
+    rate_limit:
+      local: {unit: second, requests_per_unit: 50}
+  - key: route
+    value: /api/orders
+    descriptors:
+      - key: user_id
+        shadow_mode: true
+        rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 10, name: orders_per_user, replaces: [{name: x}]}
+  - key: blocked
+    rate_limit: {unit: second, requests_per_unit: 0, name: x}
+`)
+	want := []string{
+		"edge.blocked: global 0/second burst 0, name x",
+		"edge.health: unlimited",
+		"edge.remote_address: global 1000/second burst 2000, local 3200/second burst 64",
+		"edge.route_/api/orders.user_id: global 10/5 minutes burst 10, shadow_mode, name orders_per_user, replaces x",
+		"edge.tenant: local 50/second burst 50",
+	}
+	rules := c.Rules()
+	if len(rules) != len(want) {
+		t.Fatalf("Rules() has %d rules, want %d", len(rules), len(want))
+	}
+	for i, r := range rules {
+		if got := r.String(); got != want[i] {
+			t.Errorf("Rules()[%d].String() = %q, want %q", i, got, want[i])
+		}
+	}
+	tenant := c.Domain("edge").Match(entries("tenant=t"))
+	if tenant.Global != nil || tenant.Local == nil || tenant.Local.Burst != 50 {
+		t.Errorf("local-only rule: Global = %v, Local = %v; want nil and burst 50", tenant.Global, tenant.Local)
+	}
+	orders := c.Domain("edge").Match(entries("route=/api/orders", "user_id=u"))
+	if g := orders.Global; g == nil || g.Period.Minutes() != 5 || g.Requests != 10 || g.Burst != 10 {
+		t.Errorf("orders Global = %+v, want 10 per 5m burst 10", g)
+	}
+	if got := orders.Source(); got != "test.yaml:18:14" {
+		t.Errorf("Source() = %q, want test.yaml:18:14", got)
+	}
+}
+
+func TestMetricLabel(t *testing.T) {
+	t.Parallel()
+	d := mustConfig(t, `
+domain: d
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: method
+        descriptors:
+          - key: user
+            rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: k
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: k
+    value: v
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: path
+    value: /api/*
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: file
+    value: /f/*
+    value_to_metric: true
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: a
+    value: x
+    descriptors:
+      - key: b
+        value: "*"
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 20}
+`).Domain("d")
+	tests := []struct {
+		name string
+		req  []string
+		path string
+		want string
+	}{
+		{"value_to_metric level", []string{"route=/users", "method=GET", "user=42"}, "d.route.method.user", "d.route_/users.method.user"},
+		{"detailed_metric key-only", []string{"k=other"}, "d.k", "d.k_other"},
+		{"detailed_metric empty value", []string{"k="}, "d.k", "d.k"},
+		{"exact value", []string{"k=v"}, "d.k_v", "d.k_v"},
+		{"wildcard keeps pattern", []string{"path=/api/x"}, "d.path_/api/*", "d.path_/api/*"},
+		{"value_to_metric on shared wildcard", []string{"file=/f/a"}, "d.file_/f/*", "d.file_/f/a"},
+		{"detailed_metric shows every level", []string{"a=x", "b=y"}, "d.a_x.b_*", "d.a_x.b_y"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := entries(tt.req...)
+			r := d.Match(e)
+			if r == nil {
+				t.Fatalf("Match(%v) = nil", tt.req)
+			}
+			if r.Path != tt.path {
+				t.Errorf("Path = %q, want %q", r.Path, tt.path)
+			}
+			if got := r.MetricLabel(e); got != tt.want {
+				t.Errorf("MetricLabel(%v) = %q, want %q", tt.req, got, tt.want)
+			}
+			if got := r.MetricLabel(e[:0]); got != r.Path {
+				t.Errorf("MetricLabel(wrong length) = %q, want Path %q", got, r.Path)
+			}
+		})
+	}
+}
+
+func TestMetricLabelPlainDoesNotAllocate(t *testing.T) {
+	r := mustConfig(t, "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 1}}\n").Domain("d").Match(entries("k=v"))
+	e := entries("k=v")
+	if n := testing.AllocsPerRun(100, func() { r.MetricLabel(e) }); n != 0 {
+		t.Errorf("MetricLabel on a plain rule allocates %v times, want 0", n)
+	}
+}

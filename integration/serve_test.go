@@ -1,0 +1,157 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+func TestServeEmbeddedDefault(t *testing.T) {
+	p := startRLS(t)
+
+	if got := p.Check(t, "edge", "remote_address=50.0.0.5").GetOverallCode(); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("blocked address: %v, want OVER_LIMIT", got)
+	}
+	// Per-node burst of 20 for one address, then refusals from the local layer.
+	ok := 0
+	var last *rlsv3.RateLimitResponse
+	for range 30 {
+		last = p.Check(t, "edge", "remote_address=10.0.0.1")
+		if last.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+			ok++
+		}
+	}
+	// Refill during the loop (50/s) may add a token or two.
+	if ok < 20 || ok > 23 {
+		t.Errorf("remote_address admitted %d of 30, want about the local burst of 20", ok)
+	}
+	if !hasHeader(last, "x-ratelimit-layer", "local") {
+		t.Errorf("refusal headers %v, want x-ratelimit-layer: local", last.GetResponseHeadersToAdd())
+	}
+	// The orders rule replaces the per-user one.
+	resp := p.Check(t, "edge", "route=/api/orders/1,user_id=u1", "user_id=u1")
+	if n := resp.GetStatuses()[0].GetCurrentLimit().GetName(); n != "orders_per_user" {
+		t.Errorf("orders status limit name %q, want orders_per_user", n)
+	}
+	if l := resp.GetStatuses()[1].GetCurrentLimit(); l != nil {
+		t.Errorf("replaced per_user rule still applied: %v", l)
+	}
+
+	health := healthpb.NewHealthClient(p.Conn)
+	hr, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("gRPC health = %v, %v; want SERVING", hr, err)
+	}
+	if code, body := p.HTTPGet(t, "/healthcheck"); code != http.StatusOK || !strings.Contains(body, "OK") {
+		t.Errorf("/healthcheck = %d %q", code, body)
+	}
+	if code, body := p.HTTPGet(t, "/rlconfig"); code != http.StatusOK || !strings.Contains(body, "edge.remote_address_50.0.0.5") {
+		t.Errorf("/rlconfig = %d %q", code, body)
+	}
+	if code, body := p.HTTPGet(t, "/metrics"); code != http.StatusOK || !strings.Contains(body, `ratelimit_requests_total{code="over_limit",domain="edge"}`) {
+		t.Errorf("/metrics = %d, lacks ratelimit_requests_total:\n%.2000s", code, body)
+	}
+}
+
+func TestJSONEndpoint(t *testing.T) {
+	p := startRLS(t)
+	post := func(body string) (int, string) {
+		resp, err := http.Post("http://"+p.HTTPAddr+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := post(`{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"50.0.0.5"}]}]}`)
+	if code != http.StatusTooManyRequests || !strings.Contains(body, `"overallCode":"OVER_LIMIT"`) {
+		t.Errorf("blocked: %d %s", code, body)
+	}
+	code, body = post(`{"domain":"edge","descriptors":[{"entries":[{"key":"user_id","value":"json-user"}]}]}`)
+	if code != http.StatusOK || !strings.Contains(body, `"overallCode":"OK"`) {
+		t.Errorf("allowed: %d %s", code, body)
+	}
+	if code, _ = post(`{"domain":`); code != http.StatusBadRequest {
+		t.Errorf("malformed JSON: %d, want 400", code)
+	}
+	if code, _ = post(`{"domain":""}`); code != http.StatusBadRequest {
+		t.Errorf("empty domain: %d, want 400", code)
+	}
+}
+
+func TestMalformedRequestsKeepServing(t *testing.T) {
+	p := startRLS(t, "--max-value-bytes", "64")
+	bad := []*rlsv3.RateLimitRequest{
+		request(""),
+		request("edge", "user_id="+strings.Repeat("x", 65)),
+		request("edge", strings.Repeat("k=v,", 40)+"k=v"),
+	}
+	for i, req := range bad {
+		_, err := p.Client.ShouldRateLimit(context.Background(), req)
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("bad request %d: %v, want InvalidArgument", i, err)
+		}
+	}
+	if got := p.Check(t, "edge", "user_id=fine").GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+		t.Errorf("after bad requests: %v", got)
+	}
+}
+
+func TestSIGTERMDrainsAndExitsZero(t *testing.T) {
+	p := startRLS(t)
+	p.Check(t, "edge", "user_id=x")
+	p.Signal(t, syscall.SIGTERM)
+	if err := p.Wait(t, 15*time.Second); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+	if log := p.Log(); !strings.Contains(log, "NOT_SERVING") || !strings.Contains(log, "msg=stopped") {
+		t.Errorf("log lacks the drain lines:\n%s", log)
+	}
+}
+
+func TestValidateCommand(t *testing.T) {
+	dir := t.TempDir()
+	good := writeFile(t, dir, "good.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	bad := writeFile(t, dir, "bad.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	out, _, code := runRLS(t, "validate", good)
+	if code != 0 || !strings.Contains(out, "ok, 1 rules") {
+		t.Errorf("validate good: code %d out %q", code, out)
+	}
+	_, errOut, code := runRLS(t, "validate", bad)
+	if code == 0 || !strings.Contains(errOut, "bad.yaml:4:") || !strings.Contains(errOut, "fortnight") {
+		t.Errorf("validate bad: code %d stderr %q", code, errOut)
+	}
+}
+
+func TestCheckCommand(t *testing.T) {
+	p := startRLS(t)
+	out, errOut, code := runRLS(t, "check", "--addr", p.GRPCAddr, "--domain", "edge", "remote_address=50.0.0.5")
+	if code != 0 || !strings.HasPrefix(out, "OVER_LIMIT") || !strings.Contains(out, "retry-after") {
+		t.Errorf("check: code %d out %q err %q", code, out, errOut)
+	}
+	out, _, _ = runRLS(t, "version")
+	if !strings.HasPrefix(out, "rls ") {
+		t.Errorf("version: %q", out)
+	}
+}
+
+func hasHeader(resp *rlsv3.RateLimitResponse, key, value string) bool {
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		if strings.EqualFold(h.GetKey(), key) && h.GetValue() == value {
+			return true
+		}
+	}
+	return false
+}

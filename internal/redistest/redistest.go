@@ -1,0 +1,313 @@
+// Package redistest starts real redis-server processes for tests: single
+// servers (Start) and Redis Clusters (StartCluster), on free 127.0.0.1 ports,
+// in the test's temporary directory, without persistence. Each process
+// belongs to the test that started it: t.Cleanup kills it by PID, and on
+// Linux the kernel kills it if the test binary dies first.
+//
+// When redis-server (or redis-cli, for clusters) is not installed, tests
+// are skipped with a message, unless the environment sets
+// RLS_REQUIRE_REDIS=1 (as CI does): then they fail.
+//
+// Readiness is polled with a deadline, never waited for with a fixed sleep.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// RequireEnv is the environment variable that turns a missing redis-server
+// from a skip into a failure.
+const RequireEnv = "RLS_REQUIRE_REDIS"
+
+// startTimeout bounds the wait for a server to answer PING.
+const startTimeout = 10 * time.Second
+
+// Option changes how Start runs redis-server.
+type Option func(*config)
+
+type config struct {
+	args []string
+	port int
+}
+
+// WithArgs adds redis-server command-line arguments, such as
+// "--requirepass", "secret".
+func WithArgs(args ...string) Option {
+	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// withPort runs the server on a given port (clusters choose ports whose bus
+// port is free too).
+func withPort(port int) Option {
+	return func(c *config) { c.port = port }
+}
+
+// Server is one redis-server process owned by a test.
+type Server struct {
+	t    testing.TB
+	bin  string
+	dir  string
+	port int
+	args []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+// Start runs a redis-server on a free 127.0.0.1 port, waits until it answers
+// PING and returns it. The server is killed when the test ends.
+func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	bin := lookBinary(t, "redis-server")
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: c.args}
+	t.Cleanup(s.Kill)
+	// Between choosing a free port and the server binding it, another
+	// process may take it: try a few ports.
+	var err error
+	for range 5 {
+		s.port = c.port
+		if s.port == 0 {
+			if s.port, err = freePort(); err != nil {
+				t.Fatalf("redistest: %v", err)
+			}
+		}
+		if err = s.start(); err == nil {
+			return s
+		}
+		if c.port != 0 {
+			break
+		}
+	}
+	t.Fatalf("redistest: %v", err)
+	return nil
+}
+
+// lookBinary finds name on PATH, or skips (fails under RLS_REQUIRE_REDIS=1).
+func lookBinary(t testing.TB, name string) string {
+	t.Helper()
+	bin, err := exec.LookPath(name)
+	if err == nil {
+		return bin
+	}
+	msg := fmt.Sprintf("redistest: %s not found on PATH (install redis-server, e.g. apt-get install redis-server)", name)
+	if os.Getenv(RequireEnv) == "1" {
+		t.Fatalf("%s; %s=1 requires it", msg, RequireEnv)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// start launches the process and waits until it answers PING.
+func (s *Server) start() error {
+	args := append([]string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+		"--daemonize", "no",
+		"--logfile", "redis.log",
+	}, s.args...)
+	cmd := exec.Command(s.bin, args...)
+	cmd.Dir = s.dir
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+
+	if err := waitPing(s.Addr(), done); err != nil {
+		s.Kill()
+		return fmt.Errorf("redis-server on port %d: %w; log:\n%s", s.port, err, s.logTail())
+	}
+	return nil
+}
+
+// waitPing polls addr with PING until it answers, the process exits, or
+// startTimeout passes.
+func waitPing(addr string, exited <-chan struct{}) error {
+	deadline := time.Now().Add(startTimeout)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return errors.New("exited during start")
+		default:
+		}
+		if last = ping(addr); last == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("exited during start")
+		case <-time.After(5 * time.Millisecond): // poll interval
+		}
+	}
+	return fmt.Errorf("no PONG within %v: %v", startTimeout, last)
+}
+
+// ping sends an inline PING without a client library.
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	}
+	return nil
+}
+
+func (s *Server) logTail() string {
+	b, err := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	if err != nil {
+		return "(no log)"
+	}
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// Addr returns the server's "127.0.0.1:port".
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Port returns the server's port, which Restart keeps.
+func (s *Server) Port() int { return s.port }
+
+// Dir returns the server's working directory.
+func (s *Server) Dir() string { return s.dir }
+
+// PID returns the process id of the running server, or 0 after Kill.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Client returns a new go-redis client for the server, closed when the test
+// ends.
+func (s *Server) Client() *goredis.Client {
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
+	s.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Kill kills the server with SIGKILL (a stalled one too) and waits for it to
+// exit. Killing a dead server does nothing.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-done
+}
+
+// Stall stops the server with SIGSTOP: connections stay open and nothing is
+// answered, like a Redis stuck in a long command or a network black hole.
+func (s *Server) Stall() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a stalled server with SIGCONT.
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.t.Helper()
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		s.t.Fatalf("redistest: signal %v: server on port %d is not running", sig, s.port)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("redistest: signal %v: %v", sig, err)
+	}
+}
+
+// Restart kills the server if it runs and starts it again on the same port
+// and directory (empty, since nothing is persisted, except a cluster node's
+// configuration), waiting until it answers PING.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Kill()
+	// The port was ours a moment ago; retry briefly should it linger.
+	err := waitFor(context.Background(), startTimeout, func(context.Context) error { return s.start() })
+	if err != nil {
+		s.t.Fatalf("redistest: restart: %v", err)
+	}
+}
+
+// waitFor polls cond every 10ms until it returns nil or timeout passes, and
+// returns its last error.
+func waitFor(ctx context.Context, timeout time.Duration, cond func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := cond(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-tick.C:
+		}
+	}
+}
+
+func listen(port int) (net.Listener, error) {
+	return net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+}

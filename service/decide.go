@@ -1,0 +1,277 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluice-rls/sluice/descriptors"
+)
+
+// none marks a descriptor without a hit in a layer.
+const none = -1
+
+// descState is what the decision knows about one request descriptor.
+type descState struct {
+	rule       *descriptors.Rule
+	start, end int // its entries, gray entries removed, in scratch.entries
+	local      int // index into scratch.local, or none
+	global     int // index into scratch.global, or none
+	limit      descriptors.Limit
+	name       string // current_limit.name
+	unlimited  bool   // matched an unlimited rule
+}
+
+// scratch holds one request's working buffers. Servers pool them so that a
+// decision allocates nothing but its response.
+type scratch struct {
+	entries      []descriptors.Entry
+	descs        []descState
+	local        []descriptors.Hit
+	localStates  []descriptors.BucketState
+	global       []descriptors.Hit
+	globalStates []descriptors.BucketState
+	refund       []descriptors.Hit
+	keyBuf       []byte
+}
+
+func (sc *scratch) reset() {
+	sc.entries = sc.entries[:0]
+	sc.descs = sc.descs[:0]
+	sc.local = sc.local[:0]
+	sc.global = sc.global[:0]
+	sc.refund = sc.refund[:0]
+}
+
+// outcome is the decision of both layers for a request.
+type outcome struct {
+	allowed     bool
+	layer       int  // the refusing layer when !allowed (layerLocal…)
+	globalLayer int  // the layer that answered for global hits: global or fallback
+	globalDone  bool // global states are valid
+	gray        bool
+	cfg         *descriptors.Config
+	domain      string
+}
+
+// decide runs the two layers for a checked request and builds the response.
+func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	cfg := s.opts.Rules.Rules()
+	dom := cfg.Domain(req.GetDomain())
+	if dom == nil {
+		s.opts.Metrics.unknownDomain()
+		return allOK(len(req.GetDescriptors())), nil
+	}
+	sc := s.scratch.Get().(*scratch)
+	defer s.scratch.Put(sc)
+	sc.reset()
+
+	out := outcome{allowed: true, gray: s.isGray(req), cfg: cfg, domain: dom.Name}
+	s.match(sc, dom, req)
+	s.buildHits(sc, req, out.gray)
+
+	if len(sc.local) > 0 {
+		sc.localStates = grow(sc.localStates, len(sc.local))
+		ok, err := s.opts.Local.Hit(ctx, sc.local, sc.localStates)
+		if err != nil {
+			// The memory backend never fails; a limiter that does is skipped
+			// rather than failing the request.
+			s.log.Warn("local layer failed; not enforcing it", "err", err)
+			for i := range sc.local {
+				sc.localStates[i] = descriptors.BucketState{Allowed: true, Remaining: sc.local[i].Limit.Burst}
+			}
+		} else if !ok {
+			out.allowed, out.layer = false, layerLocal
+		}
+	}
+	if out.allowed && len(sc.global) > 0 && s.opts.Global != nil {
+		s.decideGlobal(ctx, sc, &out)
+	}
+	resp := s.respond(sc, req, &out)
+	s.opts.Metrics.request(dom.Name, resp.OverallCode == rlsv3.RateLimitResponse_OK)
+	return resp, nil
+}
+
+// decideGlobal asks the global layer for every global hit at once and gives
+// the local tokens back when it refuses.
+func (s *Server) decideGlobal(ctx context.Context, sc *scratch, out *outcome) {
+	sc.globalStates = grow(sc.globalStates, len(sc.global))
+	ok, err := s.opts.Global.Hit(ctx, sc.global, sc.globalStates)
+	if err != nil {
+		// Failing open: without a global answer the local layer decides.
+		// (A fallback limiter wrapping the global one answers instead of
+		// failing; this path is for a global limiter without one.)
+		s.opts.Metrics.globalError()
+		s.log.Warn("global layer failed; answering from the local layer", "err", err)
+		return
+	}
+	out.globalDone, out.globalLayer = true, layerGlobal
+	if ok {
+		return
+	}
+	out.allowed, out.layer = false, out.globalLayer
+	for _, h := range sc.local {
+		if h.Cost > 0 && !h.Give && !h.Independent {
+			h.Give = true
+			sc.refund = append(sc.refund, h)
+		}
+	}
+	if len(sc.refund) > 0 {
+		sc.localStates = grow(sc.localStates, len(sc.local)+len(sc.refund))
+		// The refund's states are not reported; they land after the real ones.
+		_, _ = s.opts.Local.Hit(ctx, sc.refund, sc.localStates[len(sc.local):])
+	}
+}
+
+// isGray reports whether any descriptor carries the gray marker.
+func (s *Server) isGray(req *rlsv3.RateLimitRequest) bool {
+	for _, d := range req.GetDescriptors() {
+		for _, e := range d.GetEntries() {
+			if e.GetKey() == s.opts.GrayKey && e.GetValue() == "true" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// match copies every descriptor's entries, without gray entries, into the
+// scratch buffer and finds its rule. Rules replaced by another matched rule
+// (rate_limit.replaces) are dropped afterwards.
+func (s *Server) match(sc *scratch, dom *descriptors.Domain, req *rlsv3.RateLimitRequest) {
+	replacing := false
+	for _, d := range req.GetDescriptors() {
+		ds := descState{start: len(sc.entries), local: none, global: none}
+		for _, e := range d.GetEntries() {
+			if e.GetKey() != s.opts.GrayKey {
+				sc.entries = append(sc.entries, descriptors.Entry{Key: e.GetKey(), Value: e.GetValue()})
+			}
+		}
+		ds.end = len(sc.entries)
+		if ds.end > ds.start {
+			ds.rule = dom.Match(sc.entries[ds.start:ds.end])
+		}
+		if ds.rule != nil && len(ds.rule.Replaces) > 0 {
+			replacing = true
+		}
+		sc.descs = append(sc.descs, ds)
+	}
+	if replacing {
+		dropReplaced(sc.descs)
+	}
+}
+
+// dropReplaced forgets the rules whose name another matched rule replaces.
+func dropReplaced(descs []descState) {
+	for i := range descs {
+		r := descs[i].rule
+		if r == nil || r.Name == "" {
+			continue
+		}
+		for j := range descs {
+			if o := descs[j].rule; o != nil && j != i && replaces(o, r.Name) {
+				descs[i].rule = nil
+				break
+			}
+		}
+	}
+}
+
+func replaces(r *descriptors.Rule, name string) bool {
+	for _, n := range r.Replaces {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// buildHits turns each matched descriptor into its local and global hits.
+func (s *Server) buildHits(sc *scratch, req *rlsv3.RateLimitRequest, gray bool) {
+	domain := req.GetDomain()
+	for i, d := range req.GetDescriptors() {
+		ds := &sc.descs[i]
+		if ds.end == ds.start {
+			continue
+		}
+		entries := sc.entries[ds.start:ds.end]
+		rule := ds.rule
+		override, hasOverride := overrideLimit(d.GetLimit())
+		if rule != nil && rule.Unlimited && !hasOverride {
+			ds.unlimited = true
+			continue
+		}
+		if rule == nil && !hasOverride {
+			continue
+		}
+		hit := descriptors.Hit{Cost: cost(req, d), Give: d.GetIsNegativeHits()}
+		hit.Independent = s.opts.Shadow || (rule != nil && rule.ShadowMode)
+		if rule != nil {
+			ds.name = rule.Name
+		}
+		if rule != nil && rule.Local != nil {
+			hit.Limit = *rule.Local
+			kind := descriptors.LocalBucket
+			if gray {
+				hit.Limit.Requests *= 2
+				hit.Limit.Burst *= 2
+				kind = descriptors.GrayLocalBucket
+			}
+			hit.Key, sc.keyBuf = descriptors.BucketKey(sc.keyBuf, domain, rule, kind, entries, hit.Limit)
+			ds.local = len(sc.local)
+			sc.local = append(sc.local, hit)
+		}
+		switch {
+		case hasOverride:
+			hit.Limit = override
+		case rule.Global != nil:
+			hit.Limit = *rule.Global
+		default:
+			continue
+		}
+		hit.Key, sc.keyBuf = descriptors.BucketKey(sc.keyBuf, domain, rule, descriptors.GlobalBucket, entries, hit.Limit)
+		ds.global = len(sc.global)
+		sc.global = append(sc.global, hit)
+	}
+}
+
+// cost is a descriptor's token cost: its own hits_addend when set (0 checks
+// only), else the request's, where 0 means 1.
+func cost(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) uint64 {
+	if h := d.GetHitsAddend(); h != nil {
+		return h.GetValue()
+	}
+	if n := req.GetHitsAddend(); n > 0 {
+		return uint64(n)
+	}
+	return 1
+}
+
+// overrideLimit converts Envoy's per-descriptor limit override.
+func overrideLimit(o *commonv3.RateLimitDescriptor_RateLimitOverride) (descriptors.Limit, bool) {
+	if o == nil {
+		return descriptors.Limit{}, false
+	}
+	period, ok := unitDuration(o.GetUnit())
+	if !ok {
+		return descriptors.Limit{}, false
+	}
+	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
+		period *= time.Duration(m.GetValue())
+	}
+	n := uint64(o.GetRequestsPerUnit())
+	return descriptors.Limit{Requests: n, Period: period, Burst: n}, true
+}
+
+// grow returns s with length n, keeping its contents and reusing its array
+// when large enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) >= n {
+		return s[:n]
+	}
+	g := make([]T, n, n+n/2)
+	copy(g, s)
+	return g
+}

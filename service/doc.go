@@ -1,0 +1,14 @@
+// Package service answers Envoy's RateLimitService (envoy.service.ratelimit.v3)
+// and the equivalent HTTP /json endpoint.
+//
+// For each request it strips the gray marker, matches every descriptor against
+// the current rule set (RuleSource), then decides in two layers: the per-node
+// local layer first, all-or-nothing over the request's descriptors, then the
+// global layer in one call; when the global layer refuses, the local tokens
+// are given back. It builds one status per descriptor, the overall code and,
+// on OVER_LIMIT, the retry headers and a JSON body.
+//
+// The package declares the two small interfaces it consumes, Limiter and
+// RuleSource; backends implement Limiter without importing this package.
+// A Server is safe for concurrent use.
+package service

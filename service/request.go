@@ -1,0 +1,53 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+// checkRequest rejects requests that are malformed or larger than the
+// configured limits, naming the first offending part.
+func (s *Server) checkRequest(req *rlsv3.RateLimitRequest) error {
+	if req == nil {
+		return errors.New("empty request")
+	}
+	if req.GetDomain() == "" {
+		return errors.New("domain must not be empty")
+	}
+	if len(req.GetDomain()) > s.opts.MaxValueBytes {
+		return fmt.Errorf("domain is %d bytes, more than the limit of %d", len(req.GetDomain()), s.opts.MaxValueBytes)
+	}
+	if n := len(req.GetDescriptors()); n > s.opts.MaxDescriptors {
+		return fmt.Errorf("request has %d descriptors, more than the limit of %d", n, s.opts.MaxDescriptors)
+	}
+	for i, d := range req.GetDescriptors() {
+		if d == nil {
+			return fmt.Errorf("descriptor %d is null", i)
+		}
+		if n := len(d.GetEntries()); n > s.opts.MaxEntries {
+			return fmt.Errorf("descriptor %d has %d entries, more than the limit of %d", i, n, s.opts.MaxEntries)
+		}
+		if len(d.GetEntries()) == 0 {
+			return fmt.Errorf("descriptor %d has no entries", i)
+		}
+		for j, e := range d.GetEntries() {
+			if e == nil {
+				return fmt.Errorf("descriptor %d entry %d is null", i, j)
+			}
+			if e.GetKey() == "" {
+				return fmt.Errorf("descriptor %d entry %d has an empty key", i, j)
+			}
+			if len(e.GetKey()) > s.opts.MaxValueBytes || len(e.GetValue()) > s.opts.MaxValueBytes {
+				return fmt.Errorf("descriptor %d entry %d: key or value longer than the limit of %d bytes", i, j, s.opts.MaxValueBytes)
+			}
+		}
+		if l := d.GetLimit(); l != nil {
+			if _, ok := unitDuration(l.GetUnit()); !ok {
+				return fmt.Errorf("descriptor %d: limit override has unknown unit %v", i, l.GetUnit())
+			}
+		}
+	}
+	return nil
+}

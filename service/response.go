@@ -1,0 +1,213 @@
+package service
+
+import (
+	"math"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-rls/sluice/descriptors"
+)
+
+// inlineStatuses is how many descriptor statuses a response carries in its
+// own allocation; Envoy routes rarely send more.
+const inlineStatuses = 4
+
+// statusParts are the messages of one descriptor status, allocated together.
+type statusParts struct {
+	status rlsv3.RateLimitResponse_DescriptorStatus
+	limit  rlsv3.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
+}
+
+// responseBlock lets a response of up to inlineStatuses descriptors cost a
+// single allocation: the response, its status pointers and every status'
+// messages live in one object that the response keeps alive.
+type responseBlock struct {
+	resp  rlsv3.RateLimitResponse
+	ptrs  [inlineStatuses]*rlsv3.RateLimitResponse_DescriptorStatus
+	parts [inlineStatuses]statusParts
+}
+
+// newResponse returns a response with n statuses, each with code OK.
+func newResponse(n int) (*rlsv3.RateLimitResponse, []statusParts) {
+	var (
+		resp  *rlsv3.RateLimitResponse
+		parts []statusParts
+	)
+	if n <= inlineStatuses {
+		b := new(responseBlock)
+		resp, parts = &b.resp, b.parts[:n]
+		resp.Statuses = b.ptrs[:n]
+	} else {
+		resp, parts = new(rlsv3.RateLimitResponse), make([]statusParts, n)
+		resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
+	}
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
+	for i := range parts {
+		parts[i].status.Code = rlsv3.RateLimitResponse_OK
+		resp.Statuses[i] = &parts[i].status
+	}
+	return resp, parts
+}
+
+// allOK answers a request whose domain has no rules.
+func allOK(n int) *rlsv3.RateLimitResponse {
+	resp, _ := newResponse(n)
+	return resp
+}
+
+// chosen is the layer a descriptor's status describes.
+type chosen struct {
+	state descriptors.BucketState
+	hit   descriptors.Hit
+	layer int // layerLocal…
+}
+
+// pick chooses the layer a status describes: the refusing one, else the one
+// with the fewest whole tokens left.
+func pick(sc *scratch, ds *descState, out *outcome) (chosen, bool) {
+	hasLocal := ds.local != none
+	hasGlobal := ds.global != none && out.globalDone
+	var l, g chosen
+	if hasLocal {
+		l = chosen{sc.localStates[ds.local], sc.local[ds.local], layerLocal}
+	}
+	if hasGlobal {
+		g = chosen{sc.globalStates[ds.global], sc.global[ds.global], out.globalLayer}
+	}
+	switch {
+	case hasLocal && hasGlobal:
+		if !l.state.Allowed || (g.state.Allowed && l.state.Remaining <= g.state.Remaining) {
+			return l, true
+		}
+		return g, true
+	case hasLocal:
+		return l, true
+	case hasGlobal:
+		return g, true
+	}
+	return chosen{}, false
+}
+
+// respond builds the response for a decided request.
+func (s *Server) respond(sc *scratch, req *rlsv3.RateLimitRequest, out *outcome) *rlsv3.RateLimitResponse {
+	resp, parts := newResponse(len(sc.descs))
+	var (
+		refused  chosen
+		retry    time.Duration
+		tightest chosen
+		limited  bool
+	)
+	for i := range sc.descs {
+		ds := &sc.descs[i]
+		p := &parts[i]
+		if ds.unlimited {
+			// As envoyproxy/ratelimit: OK with limit_remaining MaxUint32.
+			p.status.LimitRemaining = math.MaxUint32
+			continue
+		}
+		c, ok := pick(sc, ds, out)
+		if !ok {
+			continue
+		}
+		fillStatus(p, c, ds.name)
+		result := resOK
+		switch {
+		case !c.state.Allowed && c.hit.Independent:
+			result = resShadow
+		case !c.state.Allowed:
+			result = resOverLimit
+			p.status.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			if c.state.RetryAfter >= retry {
+				refused, retry = c, c.state.RetryAfter
+			}
+		case c.state.Remaining*5 < c.hit.Limit.Burst:
+			result = resNearLimit
+		}
+		if !limited || c.state.Remaining < tightest.state.Remaining {
+			tightest, limited = c, true
+		}
+		s.opts.Metrics.decision(out.cfg, out.domain, ds.rule, sc.entries[ds.start:ds.end], c.layer, result)
+	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		s.addRefusal(resp, refused, retry, out.gray)
+	}
+	if s.opts.RateLimitHeaders && limited {
+		addDraftHeaders(resp, tightest)
+	}
+	return resp
+}
+
+// fillStatus describes the chosen layer's bucket in a status.
+func fillStatus(p *statusParts, c chosen, name string) {
+	unit, mult := responseUnit(c.hit.Limit.Period)
+	p.limit.Name = name
+	p.limit.RequestsPerUnit = clamp32(c.hit.Limit.Requests)
+	p.limit.Unit = unit
+	if mult > 1 {
+		p.limit.UnitMultiplier = wrapperspb.UInt32(mult)
+	}
+	p.status.CurrentLimit = &p.limit
+	p.status.LimitRemaining = clamp32(c.state.Remaining)
+	p.reset.Seconds = int64(c.state.ResetAfter / time.Second)
+	p.reset.Nanos = int32(c.state.ResetAfter % time.Second)
+	p.status.DurationUntilReset = &p.reset
+}
+
+// addRefusal adds the retry headers and the JSON body of an OVER_LIMIT answer.
+func (s *Server) addRefusal(resp *rlsv3.RateLimitResponse, c chosen, retry time.Duration, gray bool) {
+	ms := ceilDiv(retry, time.Millisecond)
+	secs := max(ceilDiv(retry, time.Second), 1)
+	resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+		header("retry-after", strconv.FormatInt(secs, 10)),
+		header("x-ratelimit-retry-after-ms", strconv.FormatInt(ms, 10)),
+		header("x-ratelimit-layer", layers[c.layer]),
+	)
+	if gray {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header("x-ratelimit-gray", "true"))
+	}
+	// The body has only numbers and fixed words, so appending beats
+	// encoding/json's reflection on the path a flood of refusals takes.
+	b := make([]byte, 0, 128)
+	b = append(b, `{"code":429,"message":"Too Many Requests","retry_after_ms":`...)
+	b = strconv.AppendInt(b, ms, 10)
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendUint(b, c.hit.Limit.Requests, 10)
+	b = append(b, `,"remaining":0,"layer":"`...)
+	b = append(b, layers[c.layer]...)
+	b = append(b, `"}`...)
+	resp.RawBody = b
+}
+
+// addDraftHeaders adds draft-03 RateLimit-* headers describing the bucket
+// closest to refusing.
+func addDraftHeaders(resp *rlsv3.RateLimitResponse, c chosen) {
+	resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+		header("RateLimit-Limit", strconv.FormatUint(c.hit.Limit.Requests, 10)),
+		header("RateLimit-Remaining", strconv.FormatUint(c.state.Remaining, 10)),
+		header("RateLimit-Reset", strconv.FormatInt(ceilDiv(c.state.ResetAfter, time.Second), 10)),
+	)
+}
+
+func header(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, Value: v} }
+
+// ceilDiv divides d by unit, rounding up.
+func ceilDiv(d, unit time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + unit - 1) / unit)
+}
+
+func clamp32(n uint64) uint32 {
+	if n > math.MaxUint32 {
+		return math.MaxUint32
+	}
+	return uint32(n)
+}

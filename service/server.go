@@ -1,0 +1,105 @@
+package service
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-rls/sluice/descriptors"
+)
+
+// Defaults for Options' request-size limits (DESIGN.md "Request semantics").
+const (
+	DefaultMaxDescriptors = 256
+	DefaultMaxEntries     = 32
+	DefaultMaxValueBytes  = 1024
+	DefaultGrayKey        = "gray"
+)
+
+// Layer names, as they appear in the x-ratelimit-layer header, the JSON body
+// and the layer label of ratelimit_decisions_total.
+const (
+	LayerLocal    = "local"
+	LayerGlobal   = "global"
+	LayerFallback = "fallback"
+)
+
+// Options configures a Server. Rules and Local are required; Global may be
+// nil, in which case rules' global limits are not enforced.
+type Options struct {
+	Rules  RuleSource
+	Local  Limiter // per-node layer (backend/memory)
+	Global Limiter // cluster-wide layer: backend/redis, or backend/memory without Redis
+
+	Now     func() time.Time // nil = time.Now
+	Logger  *slog.Logger     // nil = discard
+	Metrics *Metrics         // nil = no metrics
+
+	GrayKey          string // default "gray"
+	Shadow           bool   // every rule in shadow mode: decide and count, answer OK
+	RateLimitHeaders bool   // add draft-03 RateLimit-* headers to every response
+
+	MaxDescriptors int // per request; default 256
+	MaxEntries     int // per descriptor; default 32
+	MaxValueBytes  int // per key or value; default 1024
+}
+
+// Server implements rlsv3.RateLimitServiceServer. Build it with New.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+
+	opts    Options
+	log     *slog.Logger
+	now     func() time.Time
+	scratch sync.Pool // *scratch: per-request buffers, so the hot path does not allocate
+}
+
+// New returns a Server deciding with opts.
+func New(opts Options) *Server {
+	if opts.GrayKey == "" {
+		opts.GrayKey = DefaultGrayKey
+	}
+	if opts.MaxDescriptors <= 0 {
+		opts.MaxDescriptors = DefaultMaxDescriptors
+	}
+	if opts.MaxEntries <= 0 {
+		opts.MaxEntries = DefaultMaxEntries
+	}
+	if opts.MaxValueBytes <= 0 {
+		opts.MaxValueBytes = DefaultMaxValueBytes
+	}
+	s := &Server{opts: opts, log: opts.Logger, now: opts.Now}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.scratch.New = func() any { return new(scratch) }
+	return s
+}
+
+// ShouldRateLimit decides one request. Malformed or oversized requests get
+// codes.InvalidArgument; every other request gets an answer, even when the
+// global layer fails (the request is then decided by what did answer).
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := s.now()
+	if err := s.checkRequest(req); err != nil {
+		s.opts.Metrics.invalidRequest()
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	resp, err := s.decide(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	s.opts.Metrics.observeDuration(s.now().Sub(start))
+	return resp, nil
+}
+
+// Rules returns the rule set the server currently decides with.
+func (s *Server) Rules() *descriptors.Config { return s.opts.Rules.Rules() }
