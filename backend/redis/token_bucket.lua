@@ -112,7 +112,7 @@ local function decide(i, tat)
   local tau = burst * interval
   local base = math.max(tat, now)
   local allowed, retry = true, 0
-  local new = base
+  local new = tat
   if give then
     new = math.max(base - cost * interval, now)
   elseif cost > burst then
@@ -125,6 +125,9 @@ local function decide(i, tat)
     else
       new = base + cost * interval
     end
+  end
+  if new <= now and tat <= now then
+    new = tat -- full before and after: nothing to write
   end
   report(i, allowed, retry, new, interval, tau, burst)
   return allowed, new

@@ -32,8 +32,8 @@ import (
 //
 // The options enforce deadlines from contexts (ContextTimeoutEnabled); read,
 // write and pool timeouts of max(10×timeout, 100ms) are backstops for calls
-// without a deadline (DefaultTimeout when timeout <= 0). Errors never repeat
-// a password.
+// without a deadline (DefaultTimeout when timeout <= 0). Command retries and
+// dial retries are off unless the URL sets max_retries or dialer_retries. Errors never repeat a password.
 func ParseURL(s string, timeout time.Duration) (*goredis.UniversalOptions, error) {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -54,6 +54,16 @@ func ParseURL(s string, timeout time.Duration) (*goredis.UniversalOptions, error
 		return nil, fmt.Errorf("backend/redis: parse redis address %q: %v", redact(s), redactErr(err, s))
 	}
 	o.ContextTimeoutEnabled = true
+	if o.MaxRetries == 0 {
+		// A retry's backoff (8ms at least) does not fit in the deadline: it
+		// would turn a refused connection into a timeout. The caller's
+		// fallback handles failures, and go-redis checks idle connections
+		// before reuse.
+		o.MaxRetries = -1
+	}
+	if o.DialerRetries == 0 {
+		o.DialerRetries = 1 // one dial attempt: its 100ms backoff would hide a refused connection behind a timeout
+	}
 	backstop := max(10*timeout, 100*time.Millisecond)
 	if o.ReadTimeout == 0 {
 		o.ReadTimeout = backstop
@@ -124,6 +134,7 @@ func fromURL(u *url.URL) (*goredis.UniversalOptions, error) {
 		MinRetryBackoff: p.MinRetryBackoff,
 		MaxRetryBackoff: p.MaxRetryBackoff,
 		DialTimeout:     p.DialTimeout,
+		DialerRetries:   p.DialerRetries,
 		ReadTimeout:     p.ReadTimeout,
 		WriteTimeout:    p.WriteTimeout,
 		PoolFIFO:        p.PoolFIFO,

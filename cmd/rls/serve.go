@@ -9,8 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -52,6 +55,28 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	defer cancel()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reloadMetrics := config.NewReloadMetrics(reg)
+	reloadMetrics.Loaded(true, time.Now())
+	reloader := &config.Reloader{
+		Path:    st.Config,
+		Options: descriptors.Options{MergeDomains: st.MergeDomains},
+		Store:   store,
+		Log:     log,
+		Metrics: reloadMetrics,
+	}
+	// Registered before serving, so an early SIGHUP reloads instead of
+	// terminating the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go reloadOn(ctx, hup, reloader)
+	if st.Config != "" {
+		go func() {
+			if err := reloader.Watch(ctx); err != nil {
+				log.Error("rule files are not watched; reload with SIGHUP", "err", err)
+			}
+		}()
+	}
 
 	local := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
 	go local.Run(ctx, evictEvery)
@@ -127,6 +152,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// reloadOn reloads the rules on every signal from hup until ctx is done.
+func reloadOn(ctx context.Context, hup <-chan os.Signal, r *config.Reloader) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			r.Log.Info("SIGHUP: reloading rules")
+			_ = r.Reload() // logged and counted by Reload
+		}
+	}
 }
 
 // stopGRPC lets in-flight calls finish for up to timeout, then cuts the rest.

@@ -1,0 +1,671 @@
+package redis_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/internal/redistest"
+)
+
+// env is one Redis deployment the behaviour suite runs against.
+type env struct {
+	// client returns a new client whose script calls are counted in calls.
+	client func(t *testing.T, calls *atomic.Int64) goredis.UniversalClient
+}
+
+// scriptCounter counts EVALSHA and EVAL calls.
+type scriptCounter struct{ n *atomic.Int64 }
+
+func (scriptCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h scriptCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (scriptCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+func singleEnv(s *redistest.Server) env { return urlEnv("redis://" + s.Addr()) }
+
+func clusterEnv(cl *redistest.Cluster) env { return urlEnv(strings.Join(cl.Addrs(), ",")) }
+
+// urlEnv builds clients as production does: ParseURL, then
+// NewUniversalClient. Tests set their Limiter's timeout; the client's
+// backstops follow a generous 1s.
+func urlEnv(url string) env {
+	return env{client: func(t *testing.T, calls *atomic.Int64) goredis.UniversalClient {
+		opts, err := redisbackend.ParseURL(url, time.Second)
+		if err != nil {
+			t.Fatalf("ParseURL(%q): %v", url, err)
+		}
+		c := goredis.NewUniversalClient(opts)
+		t.Cleanup(func() { _ = c.Close() })
+		if calls != nil {
+			c.AddHook(scriptCounter{calls})
+		}
+		return c
+	}}
+}
+
+// fixture is one test's limiter, with its own key prefix.
+type fixture struct {
+	t      *testing.T
+	l      *redisbackend.Limiter
+	client goredis.UniversalClient
+	calls  atomic.Int64
+	prefix string
+}
+
+func (e env) fixture(t *testing.T, opts redisbackend.Options) *fixture {
+	f := &fixture{t: t, prefix: strings.NewReplacer("/", "-", "{", "", "}", "").Replace(t.Name())}
+	f.client = e.client(t, &f.calls)
+	opts.Client = f.client
+	if opts.Prefix == "" {
+		opts.Prefix = f.prefix
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = time.Second // generous under -race; timeouts have their own test
+	}
+	if opts.CacheSize == 0 {
+		opts.CacheSize = -1 // exercise Redis; the cache has its own tests
+	}
+	f.l = redisbackend.New(opts)
+	return f
+}
+
+// key derives a bucket key from the test name and n.
+func (f *fixture) key(n int) descriptors.Key {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s/%d", f.t.Name(), n))
+	return descriptors.Key(sum[:16])
+}
+
+// hit runs one decision and fails the test on error.
+func (f *fixture) hit(hits ...descriptors.Hit) (bool, []descriptors.BucketState) {
+	f.t.Helper()
+	states := make([]descriptors.BucketState, len(hits))
+	ok, err := f.l.Hit(context.Background(), hits, states)
+	if err != nil {
+		f.t.Fatalf("Hit(%+v): %v", hits, err)
+	}
+	return ok, states
+}
+
+// remaining checks bucket k's whole tokens without taking any.
+func (f *fixture) remaining(k descriptors.Key, lim descriptors.Limit) uint64 {
+	f.t.Helper()
+	_, st := f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 0})
+	return st[0].Remaining
+}
+
+// slow is a limit whose refill is negligible during a test: one token per
+// second, five at most.
+var slow = descriptors.Limit{Requests: 3600, Period: time.Hour, Burst: 5}
+
+// behaviours is the suite run on a single Redis and on a cluster.
+var behaviours = []struct {
+	name string
+	run  func(t *testing.T, e env)
+}{
+	{"Burst", testBurst},
+	{"Refill", testRefill},
+	{"CostAndCheckOnly", testCostAndCheckOnly},
+	{"CostAboveBurst", testCostAboveBurst},
+	{"AllOrNothing", testAllOrNothing},
+	{"DuplicateKeys", testDuplicateKeys},
+	{"Independent", testIndependent},
+	{"Give", testGive},
+	{"RequestsZero", testRequestsZero},
+	{"TTL", testTTL},
+	{"NoScript", testNoScript},
+	{"EmptyCache", testEmptyCache},
+	{"EmptyCacheAllOrNothing", testEmptyCacheAllOrNothing},
+	{"Concurrent", testConcurrent},
+}
+
+func runBehaviours(t *testing.T, e env) {
+	for _, b := range behaviours {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			b.run(t, e)
+		})
+	}
+}
+
+func TestSingle(t *testing.T) {
+	t.Parallel()
+	runBehaviours(t, singleEnv(redistest.Start(t)))
+}
+
+func testBurst(t *testing.T, e env) {
+	f := e.fixture(t, redisbackend.Options{})
+	k := f.key(0)
+	for want := uint64(4); ; want-- {
+		ok, st := f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 1})
+		if !ok || !st[0].Allowed || st[0].Remaining != want || st[0].RetryAfter != 0 {
+			t.Fatalf("hit leaving %d: got %v %+v, want allowed, Remaining %d, no RetryAfter", want, ok, st[0], want)
+		}
+		if wantReset := time.Duration(5-want) * time.Second; !near(st[0].ResetAfter, wantReset, 100*time.Millisecond) {
+			t.Errorf("hit leaving %d: ResetAfter %v, want ≈ %v", want, st[0].ResetAfter, wantReset)
+		}
+		if want == 0 {
+			break
+		}
+	}
+	ok, st := f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 1})
+	if ok || st[0].Allowed || st[0].Remaining != 0 {
+		t.Fatalf("hit on an empty bucket: got %v %+v, want refused, Remaining 0", ok, st[0])
+	}
+	if !near(st[0].RetryAfter, time.Second, 100*time.Millisecond) || !near(st[0].ResetAfter, 5*time.Second, 100*time.Millisecond) {
+		t.Errorf("hit on an empty bucket: RetryAfter %v ResetAfter %v, want ≈ 1s, ≈ 5s", st[0].RetryAfter, st[0].ResetAfter)
+	}
+}
+
+// near reports whether got is within tol below want (and not above it):
+// Redis time only moves forward between the call and the check.
+func near(got, want, tol time.Duration) bool { return got <= want && got >= want-tol }
+
+func testRefill(t *testing.T, e env) {
+	f := e.fixture(t, redisbackend.Options{})
+	k := f.key(0)
+	lim := descriptors.Limit{Requests: 1, Period: 50 * time.Millisecond, Burst: 2}
+	f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 2})
+	ok, st := f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 1})
+	refused := time.Now()
+	if ok || st[0].RetryAfter <= 0 || st[0].RetryAfter > 50*time.Millisecond {
+		t.Fatalf("hit on an empty bucket: got %v %+v, want refused with 0 < RetryAfter <= 50ms", ok, st[0])
+	}
+	retry := st[0].RetryAfter
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ok, st = f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 1})
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no token within 5s of a refusal with RetryAfter %v", retry)
+		}
+		time.Sleep(time.Millisecond) // poll interval, bounded by the deadline
+	}
+	if waited := time.Since(refused); waited < retry-2*time.Millisecond {
+		t.Errorf("token available after %v, RetryAfter said %v", waited, retry)
+	}
+	if st[0].Remaining != 0 {
+		t.Errorf("first token after a refill: Remaining %d, want 0", st[0].Remaining)
+	}
+	// Full again after one period more than the two tokens need.
+	deadline = time.Now().Add(5 * time.Second)
+	for f.remaining(k, lim) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("bucket not full within 5s")
+		}
+		time.Sleep(time.Millisecond) // poll interval, bounded by the deadline
+	}
+}
+
+func testCostAndCheckOnly(t *testing.T, e env) {
+	f := e.fixture(t, redisbackend.Options{})
+	k := f.key(0)
+	steps := []struct {
+		cost          uint64
+		wantAllowed   bool
+		wantRemaining uint64
+		wantRetry     time.Duration // approximately
+	}{
+		{cost: 3, wantAllowed: true, wantRemaining: 2},
+		{cost: 0, wantAllowed: true, wantRemaining: 2},
+		{cost: 3, wantAllowed: false, wantRemaining: 2, wantRetry: time.Second},
+		{cost: 2, wantAllowed: true, wantRemaining: 0},
+		{cost: 0, wantAllowed: false, wantRemaining: 0, wantRetry: time.Second},
+		{cost: 2, wantAllowed: false, wantRemaining: 0, wantRetry: 2 * time.Second},
+	}
+	for i, s := range steps {
+		ok, st := f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: s.cost})
+		if ok != s.wantAllowed || st[0].Allowed != s.wantAllowed || st[0].Remaining != s.wantRemaining ||
+			!near(st[0].RetryAfter, s.wantRetry, 100*time.Millisecond) {
+			t.Errorf("step %d, cost %d: got %v %+v, want allowed %v, Remaining %d, RetryAfter ≈ %v",
+				i, s.cost, ok, st[0], s.wantAllowed, s.wantRemaining, s.wantRetry)
+		}
+	}
+}
+
+func testCostAboveBurst(t *testing.T, e env) {
+	f := e.fixture(t, redisbackend.Options{})
+	k := f.key(0)
+	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 2})
+	ok, st := f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 6})
+	if ok || st[0].Allowed || st[0].Remaining != 3 {
+		t.Fatalf("cost 6 > burst 5: got %v %+v, want refused with Remaining 3", ok, st[0])
+	}
+	if st[0].RetryAfter != st[0].ResetAfter || !near(st[0].ResetAfter, 2*time.Second, 100*time.Millisecond) {
+		t.Errorf("cost above burst: RetryAfter %v ResetAfter %v, want both ≈ 2s (until full)", st[0].RetryAfter, st[0].ResetAfter)
+	}
+	if got := f.remaining(k, slow); got != 3 {
+		t.Errorf("after a refused cost above burst: Remaining %d, want 3", got)
+	}
+}
+
+func testAllOrNothing(t *testing.T, e env) {
+	f := e.fixture(t, redisbackend.Options{})
+	a, b, c := f.key(0), f.key(1), f.key(2)
+	f.hit(descriptors.Hit{Key: b, Limit: slow, Cost: 5})
+	ok, st := f.hit(
+		descriptors.Hit{Key: a, Limit: slow, Cost: 2},
+		descriptors.Hit{Key: b, Limit: slow, Cost: 1},
+		descriptors.Hit{Key: c, Limit: slow, Cost: 1},
+	)
+	if ok {
+		t.Fatalf("decision with an empty bucket: allowed, want refused")
+	}
+	if !st[0].Allowed || st[0].Remaining != 5 || st[1].Allowed || !st[2].Allowed || st[2].Remaining != 5 {
+		t.Errorf("states %+v, want [allowed with 5 left (untouched), refused, allowed with 5 left]", st)
+	}
+	if got := f.remaining(a, slow); got != 5 {
+		t.Errorf("bucket a after a refused decision: %d tokens, want 5 (nothing taken)", got)
+	}
+	if got := f.remaining(c, slow); got != 5 {
+		t.Errorf("bucket c after a refused decision: %d tokens, want 5 (nothing taken)", got)
+	}
+	ok, st = f.hit(
+		descriptors.Hit{Key: a, Limit: slow, Cost: 2},
+		descriptors.Hit{Key: c, Limit: slow, Cost: 1},
+	)
+	if !ok || st[0].Remaining != 3 || st[1].Remaining != 4 {
+		t.Errorf("decision with tokens: %v %+v, want allowed with 3 and 4 left", ok, st)
+	}
+}
+
+func testDuplicateKeys(t *testing.T, e env) {
+	f := e.fixture(t, redisbackend.Options{})
+	k := f.key(0)
+	ok, st := f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 2}, descriptors.Hit{Key: k, Limit: slow, Cost: 2})
+	if !ok || st[0].Remaining != 3 || st[1].Remaining != 1 {
+		t.Fatalf("two hits on one bucket: %v %+v, want allowed with 3 then 1 left", ok, st)
+	}
+	ok, st = f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 1}, descriptors.Hit{Key: k, Limit: slow, Cost: 1})
+	if ok || !st[0].Allowed || st[1].Allowed {
+		t.Fatalf("two hits on a bucket with one token: %v %+v, want refused (second hit)", ok, st)
+	}
+	if got := f.remaining(k, slow); got != 1 {
+		t.Errorf("after the refusal: %d tokens, want 1", got)
+	}
+}
+
+func testIndependent(t *testing.T, e env) {
+	f := e.fixture(t, redisbackend.Options{})
+	a, b := f.key(0), f.key(1)
+	f.hit(descriptors.Hit{Key: b, Limit: slow, Cost: 5})
+	// An independent hit takes its tokens though the decision is refused...
+	ok, st := f.hit(
+		descriptors.Hit{Key: a, Limit: slow, Cost: 1, Independent: true},
+		descriptors.Hit{Key: b, Limit: slow, Cost: 1},
+	)
+	if ok || !st[0].Allowed || st[0].Remaining != 4 || st[1].Allowed {
+		t.Fatalf("independent + empty: %v %+v, want refused, independent allowed with 4 left", ok, st)
+	}
+	// ...and, refused itself, never blocks the others.
+	ok, st = f.hit(
+		descriptors.Hit{Key: b, Limit: slow, Cost: 1, Independent: true},
+		descriptors.Hit{Key: a, Limit: slow, Cost: 1},
+	)
+	if !ok || st[0].Allowed || !st[1].Allowed || st[1].Remaining != 3 {
+		t.Fatalf("empty independent + take: %v %+v, want allowed, independent refused, 3 left", ok, st)
+	}
+}
+
+func testGive(t *testing.T, e env) {
+	f := e.fixture(t, redisbackend.Options{})
+	k := f.key(0)
+	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 4})
+	steps := []struct {
+		cost uint64
+		want uint64
+	}{{2, 3}, {10, 5}, {1, 5}}
+	for i, s := range steps {
+		ok, st := f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: s.cost, Give: true})
+		if !ok || !st[0].Allowed || st[0].Remaining != s.want {
+			t.Errorf("step %d, give %d: got %v %+v, want allowed with %d left", i, s.cost, ok, st[0], s.want)
+		}
+	}
+	// Gives are applied even when the decision is refused.
+	b := f.key(1)
+	f.hit(descriptors.Hit{Key: b, Limit: slow, Cost: 5})
+	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 3})
+	ok, st := f.hit(
+		descriptors.Hit{Key: k, Limit: slow, Cost: 1, Give: true},
+		descriptors.Hit{Key: b, Limit: slow, Cost: 1},
+	)
+	if ok || !st[0].Allowed || st[0].Remaining != 3 {
+		t.Errorf("give + refused take: %v %+v, want refused, give applied (3 left)", ok, st)
+	}
+}
+
+func testRequestsZero(t *testing.T, e env) {
+	f := e.fixture(t, redisbackend.Options{})
+	zero := descriptors.Limit{Requests: 0, Period: time.Second}
+	for _, cost := range []uint64{0, 1} {
+		ok, st := f.hit(descriptors.Hit{Key: f.key(0), Limit: zero, Cost: cost},
+			descriptors.Hit{Key: f.key(1), Limit: slow, Cost: 1})
+		if ok || st[0].Allowed || st[0].RetryAfter != time.Second {
+			t.Errorf("Requests 0, cost %d: %v %+v, want refused with RetryAfter 1s", cost, ok, st)
+		}
+	}
+	if n := f.calls.Load(); n != 0 {
+		t.Errorf("Requests 0: %d script calls, want 0", n)
+	}
+	if got := f.remaining(f.key(1), slow); got != 5 {
+		t.Errorf("the other bucket: %d tokens, want 5 (nothing taken)", got)
+	}
+}
+
+func testTTL(t *testing.T, e env) {
+	f := e.fixture(t, redisbackend.Options{})
+	ctx := context.Background()
+	lim := slow
+	for i, cost := range []uint64{1, 3, 5} {
+		k := f.key(i)
+		_, st := f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: cost})
+		key := redisKey(f.prefix, k)
+		pttl, err := f.client.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatalf("PTTL %s: %v", key, err)
+		}
+		want := time.Duration(cost) * time.Second
+		if !near(pttl, want, 200*time.Millisecond) || !near(pttl, st[0].ResetAfter, 200*time.Millisecond) {
+			t.Errorf("cost %d: PTTL %v, want ≈ %v = ResetAfter %v", cost, pttl, want, st[0].ResetAfter)
+		}
+	}
+	// A check-only hit writes nothing; a refilled bucket's key expires.
+	k := f.key(10)
+	f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 0})
+	if n, err := f.client.Exists(ctx, redisKey(f.prefix, k)).Result(); err != nil || n != 0 {
+		t.Errorf("check-only on a new bucket: EXISTS = %d, %v; want 0", n, err)
+	}
+	fast := descriptors.Limit{Requests: 1, Period: 20 * time.Millisecond, Burst: 1}
+	f.hit(descriptors.Hit{Key: k, Limit: fast, Cost: 1})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, err := f.client.Exists(ctx, redisKey(f.prefix, k)).Result()
+		if err != nil {
+			t.Fatalf("EXISTS: %v", err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key of a 20ms bucket still exists after 5s")
+		}
+		time.Sleep(time.Millisecond) // poll interval, bounded by the deadline
+	}
+}
+
+// redisKey is the documented key layout: "<prefix>:{<hex of the key>}".
+func redisKey(prefix string, k descriptors.Key) string {
+	return fmt.Sprintf("%s:{%x}", prefix, k[:])
+}
+
+func testNoScript(t *testing.T, e env) {
+	f := e.fixture(t, redisbackend.Options{})
+	k := f.key(0)
+	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 1})
+	flushScripts(t, f.client)
+	ok, st := f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 1})
+	if !ok || st[0].Remaining != 3 {
+		t.Errorf("after SCRIPT FLUSH: %v %+v, want allowed with 3 left", ok, st[0])
+	}
+}
+
+func flushScripts(t *testing.T, c goredis.UniversalClient) {
+	t.Helper()
+	ctx := context.Background()
+	var err error
+	if cc, ok := c.(*goredis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
+			return m.ScriptFlush(ctx).Err()
+		})
+	} else {
+		err = c.ScriptFlush(ctx).Err()
+	}
+	if err != nil {
+		t.Fatalf("SCRIPT FLUSH: %v", err)
+	}
+}
+
+// clock is a settable node clock for the empty-bucket cache.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func testEmptyCache(t *testing.T, e env) {
+	clk := &clock{now: time.Unix(1_000_000, 0)}
+	f := e.fixture(t, redisbackend.Options{Now: clk.Now, CacheSize: 1000})
+	k := f.key(0)
+	lim := descriptors.Limit{Requests: 1, Period: 10 * time.Second, Burst: 2}
+	take := descriptors.Hit{Key: k, Limit: lim, Cost: 1}
+
+	f.hit(take)
+	if ok, st := f.hit(take); !ok || st[0].Remaining != 0 {
+		t.Fatalf("second token: %v %+v, want allowed, 0 left", ok, st[0])
+	}
+	before := f.calls.Load()
+	clk.Advance(2 * time.Second)
+	for _, cost := range []uint64{1, 0, 2} {
+		ok, st := f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: cost})
+		wantRetry := 8*time.Second + time.Duration(max(cost, 1)-1)*10*time.Second
+		if ok || st[0].Allowed || st[0].Remaining != 0 || !near(st[0].RetryAfter, wantRetry, 200*time.Millisecond) ||
+			!near(st[0].ResetAfter, 18*time.Second, 200*time.Millisecond) {
+			t.Errorf("cost %d on a known-empty bucket: %v %+v, want refused, RetryAfter ≈ %v, ResetAfter ≈ 18s",
+				cost, ok, st[0], wantRetry)
+		}
+	}
+	if n := f.calls.Load() - before; n != 0 {
+		t.Errorf("hits on a known-empty bucket made %d script calls, want 0", n)
+	}
+
+	// An independent hit still goes to Redis.
+	f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 1, Independent: true})
+	if n := f.calls.Load() - before; n != 1 {
+		t.Errorf("independent hit on a known-empty bucket: %d script calls, want 1", n)
+	}
+
+	// Once the next token is due on the node's clock, Redis decides again
+	// (and, its own clock not having moved, refuses and refreshes the entry).
+	clk.Advance(8 * time.Second)
+	before = f.calls.Load()
+	if ok, _ := f.hit(take); ok {
+		t.Errorf("hit after the cache entry expired: allowed, want refused by Redis")
+	}
+	if n := f.calls.Load() - before; n != 1 {
+		t.Errorf("hit after the cache entry expired: %d script calls, want 1", n)
+	}
+
+	// A give from this node forgets the bucket.
+	f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 1, Give: true})
+	before = f.calls.Load()
+	if ok, st := f.hit(take); !ok {
+		t.Errorf("hit after a give: %v %+v, want allowed", ok, st[0])
+	}
+	if n := f.calls.Load() - before; n != 1 {
+		t.Errorf("hit after a give: %d script calls, want 1", n)
+	}
+}
+
+func testEmptyCacheAllOrNothing(t *testing.T, e env) {
+	f := e.fixture(t, redisbackend.Options{CacheSize: 1000})
+	empty, other := f.key(0), f.key(1)
+	f.hit(descriptors.Hit{Key: empty, Limit: slow, Cost: 5})
+	before := f.calls.Load()
+	ok, st := f.hit(
+		descriptors.Hit{Key: other, Limit: slow, Cost: 1},
+		descriptors.Hit{Key: empty, Limit: slow, Cost: 1},
+	)
+	if ok || !st[0].Allowed || st[1].Allowed {
+		t.Errorf("decision with a known-empty bucket: %v %+v, want refused, other not consulted", ok, st)
+	}
+	if n := f.calls.Load() - before; n != 0 {
+		t.Errorf("decision with a known-empty bucket: %d script calls, want 0", n)
+	}
+	if got := f.remaining(other, slow); got != 5 {
+		t.Errorf("other bucket: %d tokens, want 5", got)
+	}
+}
+
+func testConcurrent(t *testing.T, e env) {
+	f := e.fixture(t, redisbackend.Options{})
+	lim := descriptors.Limit{Requests: 1, Period: time.Hour, Burst: 50}
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			for range 10 {
+				states := make([]descriptors.BucketState, 2)
+				ok, err := f.l.Hit(context.Background(), []descriptors.Hit{
+					{Key: f.key(0), Limit: lim, Cost: 1},
+					{Key: f.key(1), Limit: lim, Cost: 1},
+				}, states)
+				if err != nil {
+					t.Errorf("Hit: %v", err)
+					return
+				}
+				if ok {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := allowed.Load(); got != 50 {
+		t.Errorf("200 concurrent decisions on buckets of 50: %d allowed, want 50", got)
+	}
+	for i := range 2 {
+		if got := f.remaining(f.key(i), lim); got != 0 {
+			t.Errorf("bucket %d: %d tokens, want 0", i, got)
+		}
+	}
+}
+
+func TestKeyLayout(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	f := singleEnv(s).fixture(t, redisbackend.Options{Prefix: "a{b}c"})
+	var k descriptors.Key
+	copy(k[:], "{x}{y}}}{{abcdef")
+	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 1})
+	keys, err := f.client.Keys(context.Background(), "*").Result()
+	if err != nil {
+		t.Fatalf("KEYS: %v", err)
+	}
+	want := fmt.Sprintf("a_b_c:{%x}", k[:])
+	if len(keys) != 1 || keys[0] != want {
+		t.Errorf("keys %q, want [%q]: braces in the prefix become '_', the hash is the only hash tag", keys, want)
+	}
+	// Keys differing in one bit are different buckets.
+	k2 := k
+	k2[15] ^= 1
+	if got := f.remaining(k2, slow); got != 5 {
+		t.Errorf("neighbour bucket: %d tokens, want 5", got)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	f := singleEnv(s).fixture(t, redisbackend.Options{Timeout: 20 * time.Millisecond})
+	k := f.key(0)
+	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 1}) // connection warm
+	s.Stall()
+	defer s.Resume()
+	for range 3 {
+		start := time.Now()
+		states := make([]descriptors.BucketState, 1)
+		ok, err := f.l.Hit(context.Background(), []descriptors.Hit{{Key: k, Limit: slow, Cost: 1}}, states)
+		took := time.Since(start)
+		if ok || !errors.Is(err, context.DeadlineExceeded) || redisbackend.ErrorKind(err) != redisbackend.KindTimeout {
+			t.Fatalf("Hit on a stalled Redis: %v, %v (kind %q); want an error wrapping context.DeadlineExceeded, kind timeout",
+				ok, err, redisbackend.ErrorKind(err))
+		}
+		if took > 20*time.Millisecond+150*time.Millisecond {
+			t.Errorf("Hit on a stalled Redis took %v, want ≈ the 20ms timeout", took)
+		}
+	}
+	s.Resume()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		states := make([]descriptors.BucketState, 1)
+		_, err := f.l.Hit(context.Background(), []descriptors.Hit{{Key: k, Limit: slow, Cost: 0}}, states)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Hit after Resume still fails after 5s: %v", err)
+		}
+		time.Sleep(time.Millisecond) // poll interval, bounded by the deadline
+	}
+}
+
+func TestKilled(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	f := singleEnv(s).fixture(t, redisbackend.Options{Timeout: 100 * time.Millisecond})
+	k := f.key(0)
+	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 1})
+	s.Kill()
+	states := make([]descriptors.BucketState, 1)
+	_, err := f.l.Hit(context.Background(), []descriptors.Hit{{Key: k, Limit: slow, Cost: 1}}, states)
+	if kind := redisbackend.ErrorKind(err); kind != redisbackend.KindConnection || !errors.Is(err, redisbackend.ErrConnection) {
+		t.Errorf("Hit on a killed Redis: %v (kind %q), want kind connection", err, kind)
+	}
+	s.Restart()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ok, err := f.l.Hit(context.Background(), []descriptors.Hit{{Key: k, Limit: slow, Cost: 1}}, states)
+		if err == nil {
+			if !ok || states[0].Remaining != 4 {
+				t.Errorf("after a restart (data lost): %v %+v, want allowed with 4 left", ok, states[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Hit after Restart still fails after 5s: %v", err)
+		}
+		time.Sleep(time.Millisecond) // poll interval, bounded by the deadline
+	}
+}
+
+func TestStatesTooShort(t *testing.T) {
+	t.Parallel()
+	l := redisbackend.New(redisbackend.Options{})
+	_, err := l.Hit(context.Background(), []descriptors.Hit{{}, {}}, make([]descriptors.BucketState, 1))
+	if err == nil {
+		t.Errorf("Hit with 2 hits and 1 state: no error, want one")
+	}
+}
