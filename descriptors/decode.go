@@ -14,6 +14,7 @@ import (
 const (
 	maxNodes = 1 << 20 // YAML nodes visited, aliases expanded
 	maxDepth = 64      // nested descriptor levels
+	maxMerge = 16      // merge keys inside merged mappings
 )
 
 // decoder walks a yaml.v3 node tree into the File model. It does by hand
@@ -25,6 +26,7 @@ type decoder struct {
 	file      string
 	budget    int
 	exhausted bool
+	merging   int // depth of merge-key expansion
 	errs      []*Error
 }
 
@@ -114,6 +116,12 @@ func (d *decoder) merge(out []field, seen map[string]*yaml.Node, m *yaml.Node, w
 	if m == nil {
 		return out
 	}
+	if d.merging >= maxMerge {
+		d.errorf(m, "merge keys nested more than %d deep (does an anchor merge itself?)", maxMerge)
+		return out
+	}
+	d.merging++
+	defer func() { d.merging-- }()
 	sources := []*yaml.Node{m}
 	if m.Kind == yaml.SequenceNode {
 		sources = m.Content

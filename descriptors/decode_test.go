@@ -81,4 +81,8 @@ func TestDecodeMergeKeyErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `m.yaml:2:1: unknown field "base"`) {
 		t.Errorf("Parse(anchor holder field) error = %v, want unknown field", err)
 	}
+	_, err = Parse("m.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: &a {<<: *a}\n"))
+	if err == nil || !strings.Contains(err.Error(), "merge keys nested more than 16 deep") {
+		t.Errorf("Parse(self-merge) error = %v, want merge depth error", err)
+	}
 }

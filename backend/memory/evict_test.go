@@ -1,0 +1,230 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-rls/sluice/descriptors"
+)
+
+// take makes one single-hit call and returns its state.
+func take(t *testing.T, l *Limiter, at time.Duration, k descriptors.Key, lim descriptors.Limit, cost uint64) descriptors.BucketState {
+	t.Helper()
+	var st [1]descriptors.BucketState
+	l.HitAt(t0.Add(at), []descriptors.Hit{{Key: k, Limit: lim, Cost: cost}}, st[:])
+	return st[0]
+}
+
+func TestEvictAt(t *testing.T) {
+	t.Parallel()
+	// Three buckets, full again at 100ms, 500ms and 1s.
+	setup := []struct {
+		key  descriptors.Key
+		cost uint64
+	}{{key(1), 1}, {key(2), 5}, {key(3), 10}}
+	tests := []struct {
+		at          time.Duration
+		wantEvicted int
+		// wantTokens is each surviving key's whole tokens at the time.
+		wantTokens map[descriptors.Key]uint64
+	}{
+		{at: 0, wantEvicted: 0, wantTokens: map[descriptors.Key]uint64{key(1): 9, key(2): 5, key(3): 0}},
+		{at: 99 * time.Millisecond, wantEvicted: 0, wantTokens: map[descriptors.Key]uint64{key(1): 9, key(2): 5, key(3): 0}},
+		{at: 100 * time.Millisecond, wantEvicted: 1, wantTokens: map[descriptors.Key]uint64{key(2): 6, key(3): 1}},
+		{at: 999 * time.Millisecond, wantEvicted: 2, wantTokens: map[descriptors.Key]uint64{key(3): 9}},
+		{at: time.Second, wantEvicted: 3, wantTokens: map[descriptors.Key]uint64{}},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("at %v", tt.at), func(t *testing.T) {
+			t.Parallel()
+			l := New(Options{})
+			for _, s := range setup {
+				take(t, l, 0, s.key, tenPerSecond, s.cost)
+			}
+			if got := l.EvictAt(t0.Add(tt.at)); got != tt.wantEvicted {
+				t.Errorf("EvictAt(+%v) = %d, want %d", tt.at, got, tt.wantEvicted)
+			}
+			if got, want := l.Len(), len(setup)-tt.wantEvicted; got != want {
+				t.Errorf("Len() = %d after EvictAt, want %d", got, want)
+			}
+			// Survivors kept their state: peek without the check
+			// creating anything.
+			for k, want := range tt.wantTokens {
+				if got := take(t, l, tt.at, k, tenPerSecond, 0).Remaining; got != want {
+					t.Errorf("key %x: %d tokens after EvictAt, want %d", k[:1], got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestNoFullBucketsStored checks that calls leaving a bucket full do not
+// store it: check-only hits, give-backs, and refills.
+func TestNoFullBucketsStored(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		hits []descriptors.Hit
+	}{
+		{"check only", []descriptors.Hit{{Key: key(1), Limit: tenPerSecond}}},
+		{"give back", []descriptors.Hit{{Key: key(1), Limit: tenPerSecond, Cost: 3, Give: true}}},
+		{"take then give back", []descriptors.Hit{
+			{Key: key(1), Limit: tenPerSecond, Cost: 3},
+			{Key: key(1), Limit: tenPerSecond, Cost: 3, Give: true},
+		}},
+		{"refused", []descriptors.Hit{{Key: key(1), Limit: tenPerSecond, Cost: 11}}},
+		{"rolled back", []descriptors.Hit{
+			{Key: key(1), Limit: tenPerSecond, Cost: 3},
+			{Key: key(2), Limit: tenPerSecond, Cost: 11},
+		}},
+		{"requests 0", []descriptors.Hit{{Key: key(1), Limit: descriptors.Limit{Period: time.Second, Burst: 1}, Cost: 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l := New(Options{})
+			l.HitAt(t0, tt.hits, make([]descriptors.BucketState, len(tt.hits)))
+			if got := l.Len(); got != 0 {
+				t.Errorf("Len() = %d, want 0", got)
+			}
+		})
+	}
+}
+
+// TestCapacityBound inserts ten times MaxBuckets distinct, partly drained
+// buckets and requires Len never to exceed MaxBuckets.
+func TestCapacityBound(t *testing.T) {
+	t.Parallel()
+	for _, maxBuckets := range []int{1, 63, 64, 1000, 1 << 14} {
+		t.Run(fmt.Sprintf("MaxBuckets %d", maxBuckets), func(t *testing.T) {
+			t.Parallel()
+			l := New(Options{MaxBuckets: maxBuckets})
+			// Three keys a call, so one call can overfill a shard.
+			states := make([]descriptors.BucketState, 3)
+			for i := range uint64(10 * maxBuckets) {
+				hits := []descriptors.Hit{
+					{Key: key(3 * i), Limit: onePerHour, Cost: 1},
+					{Key: key(3*i + 1), Limit: onePerHour, Cost: 1},
+					{Key: key(3*i + 2), Limit: onePerHour, Cost: 1},
+				}
+				if !l.HitAt(t0, hits, states) {
+					t.Fatalf("call %d on new keys refused: %+v", i, states)
+				}
+				if i%64 == 0 || int(i) > 9*maxBuckets {
+					if got := l.Len(); got > maxBuckets {
+						t.Fatalf("after %d calls Len() = %d, above MaxBuckets %d", i+1, got, maxBuckets)
+					}
+				}
+			}
+			if got := l.Len(); got < maxBuckets*3/4 {
+				t.Errorf("Len() = %d at the end: capacity %d underused", got, maxBuckets)
+			}
+		})
+	}
+}
+
+// TestInsertEvictsFullBucketsFirst fills a shard with buckets of which some
+// have refilled, then inserts: the refilled ones go and the drained survive.
+func TestInsertEvictsFullBucketsFirst(t *testing.T) {
+	t.Parallel()
+	const capacity = minShardBuckets // a single shard
+	l := New(Options{MaxBuckets: capacity})
+	if len(l.shards) != 1 {
+		t.Fatalf("got %d shards, want 1", len(l.shards))
+	}
+	// Half the keys refill within 100ms, half within an hour.
+	for i := range uint64(capacity) {
+		lim := onePerHour
+		if i%2 == 0 {
+			lim = tenPerSecond
+		}
+		take(t, l, 0, key(i), lim, 1)
+	}
+	for i := range uint64(capacity / 2) {
+		take(t, l, time.Second, key(1000+i), onePerHour, 1)
+	}
+	if got := l.Len(); got != capacity {
+		t.Errorf("Len() = %d, want %d", got, capacity)
+	}
+	for i := uint64(1); i < capacity; i += 2 {
+		if st := take(t, l, time.Second, key(i), onePerHour, 0); st.Remaining != 0 {
+			t.Errorf("drained key %d was evicted: its check says %d tokens", i, st.Remaining)
+		}
+	}
+}
+
+// TestRun checks that Run evicts on its ticker at its clock's time and stops
+// when its context ends. The clock hands out times on request, so the test
+// knows when a pass has started and finished without sleeping.
+func TestRun(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var running atomic.Bool
+	times := make(chan time.Time)
+	now := func() time.Time {
+		if !running.Load() {
+			return t0
+		}
+		select {
+		case at := <-times:
+			return at
+		case <-ctx.Done():
+			return t0
+		}
+	}
+	l := New(Options{Now: now})
+	take(t, l, 0, key(1), tenPerSecond, 5)  // full at 500ms
+	take(t, l, 0, key(2), tenPerSecond, 10) // full at 1s
+	running.Store(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.Run(ctx, time.Millisecond)
+	}()
+
+	steps := []struct {
+		at      time.Duration
+		wantLen int
+	}{
+		{at: 100 * time.Millisecond, wantLen: 2},
+		{at: 500 * time.Millisecond, wantLen: 1},
+		{at: 2 * time.Second, wantLen: 0},
+	}
+	for i, s := range steps {
+		times <- t0.Add(s.at) // starts pass i
+		times <- t0.Add(s.at) // starts pass i+1, so pass i is done
+		if got := l.Len(); got != s.wantLen {
+			t.Errorf("pass %d at +%v: Len() = %d, want %d", i, s.at, got, s.wantLen)
+		}
+	}
+	cancel()
+	<-done
+}
+
+func TestRunStopsWithDefaultInterval(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	New(Options{}).Run(ctx, 0) // returns at once, no panic on the 0 interval
+}
+
+func BenchmarkEvictAt(b *testing.B) {
+	for _, n := range []int{1 << 10, 1 << 16} {
+		b.Run(fmt.Sprintf("%d buckets, none full", n), func(b *testing.B) {
+			b.ReportAllocs()
+			l := New(Options{})
+			states := make([]descriptors.BucketState, 1)
+			for i := range uint64(n) {
+				l.HitAt(t0, []descriptors.Hit{{Key: key(i), Limit: onePerHour, Cost: 1}}, states)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				l.EvictAt(t0)
+			}
+		})
+	}
+}

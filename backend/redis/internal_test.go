@@ -1,0 +1,151 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rls/sluice/descriptors"
+)
+
+func TestSlot(t *testing.T) {
+	t.Parallel()
+	// Values from the Redis Cluster specification and CLUSTER KEYSLOT.
+	for tag, want := range map[string]int{"123456789": 0x31c3, "foo": 12182, "bar": 5061, "somekey": 11058, "": 0} {
+		if got := slot([]byte(tag)); got != want {
+			t.Errorf("slot(%q) = %d, want %d", tag, got, want)
+		}
+	}
+}
+
+func TestParseReply(t *testing.T) {
+	t.Parallel()
+	good := []any{int64(1), int64(4), int64(0), int64(1000), int64(0)}
+	out := make([]keyReply, 1)
+	if err := parseReply(good, out); err != nil {
+		t.Fatalf("parseReply(%v): %v", good, err)
+	}
+	want := keyReply{allowed: true, remaining: 4, reset: time.Millisecond}
+	if out[0] != want {
+		t.Errorf("parseReply(%v) = %+v, want %+v", good, out[0], want)
+	}
+	for _, bad := range []any{
+		nil, "OK", int64(1), []any{}, good[:4],
+		[]any{int64(2), int64(4), int64(0), int64(1000), int64(0)},
+		[]any{int64(1), int64(-4), int64(0), int64(1000), int64(0)},
+		[]any{int64(1), "4", int64(0), int64(1000), int64(0)},
+		[]any{int64(1), nil, int64(0), int64(1000), int64(0)},
+		[]any{int64(1), 4.5, int64(0), int64(1000), int64(0)},
+	} {
+		err := parseReply(bad, make([]keyReply, 1))
+		if !errors.Is(err, ErrScript) || !strings.Contains(err.Error(), "token_bucket.lua") {
+			t.Errorf("parseReply(%#v) = %v, want ErrScript naming token_bucket.lua", bad, err)
+		}
+	}
+}
+
+func TestEmptyCacheBound(t *testing.T) {
+	t.Parallel()
+	c := newEmptyCache(cacheShards * 2)
+	now := time.Unix(1000, 0)
+	e := emptyEntry{next: now.Add(time.Second), full: now.Add(2 * time.Second)}
+	for i := range 10000 {
+		var k descriptors.Key
+		copy(k[:], fmt.Sprint(i))
+		k[8], k[9] = byte(i), byte(i>>8)
+		c.put(k, e, now)
+	}
+	if n := c.len(); n > cacheShards*2 {
+		t.Errorf("cache of 128 holds %d entries after 10000 puts", n)
+	}
+	var k descriptors.Key
+	c.put(k, e, now)
+	if _, ok := c.get(k, now); !ok {
+		t.Errorf("get right after put: miss, want hit")
+	}
+	if _, ok := c.get(k, e.next); ok {
+		t.Errorf("get at the entry's next token: hit, want miss")
+	}
+	c.put(k, e, now)
+	c.drop(k)
+	if _, ok := c.get(k, now); ok {
+		t.Errorf("get after drop: hit, want miss")
+	}
+	if newEmptyCache(-1) != nil {
+		t.Errorf("newEmptyCache(-1) is not nil (off)")
+	}
+	var off *emptyCache
+	off.put(k, e, now)
+	if _, ok := off.get(k, now); ok {
+		t.Errorf("a nil cache hit")
+	}
+}
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+var _ net.Error = timeoutErr{}
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	live := context.Background()
+	expired, cancel := context.WithDeadline(live, time.Unix(1, 0))
+	defer cancel()
+	canceled, cancel2 := context.WithCancel(live)
+	cancel2()
+	tests := []struct {
+		ctx  context.Context
+		err  error
+		want string
+	}{
+		{live, context.DeadlineExceeded, KindTimeout},
+		{live, fmt.Errorf("read: %w", timeoutErr{}), KindTimeout},
+		{live, goredis.ErrPoolTimeout, KindTimeout},
+		{expired, io.EOF, KindTimeout},
+		{canceled, io.EOF, KindOther},
+		{live, context.Canceled, KindOther},
+		{live, goredis.ErrNoScript, KindScript},
+		{live, errors.New("x"), KindOther},
+		{live, &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, KindConnection},
+		{live, io.EOF, KindConnection},
+		{live, goredis.ErrClosed, KindConnection},
+	}
+	for _, tt := range tests {
+		err := classify(tt.ctx, "op", tt.err)
+		if got := ErrorKind(err); got != tt.want {
+			t.Errorf("ErrorKind(classify(%v)) = %q, want %q (error %v)", tt.err, got, tt.want, err)
+		}
+		if !errors.Is(err, tt.err) {
+			t.Errorf("classify(%v) = %v, which does not wrap the original", tt.err, err)
+		}
+	}
+	if ErrorKind(nil) != "" {
+		t.Errorf("ErrorKind(nil) = %q, want \"\"", ErrorKind(nil))
+	}
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"redis://u:pw@h:1/0":           "redis://u:xxxxx@h:1/0",
+		"redis://:pw@h:1,redis://h2:2": "redis://:xxxxx@h:1,redis://h2:2",
+		"sentinel://u:pw@m@s:1,s:2":    "sentinel://u:xxxxx@m@s:1,s:2",
+		"sentinel://m@s:1":             "sentinel://m@s:1",
+		"h:1,h:2":                      "h:1,h:2",
+	} {
+		if got := redact(in); got != want {
+			t.Errorf("redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
