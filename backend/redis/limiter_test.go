@@ -24,14 +24,15 @@ type env struct {
 	client func(t *testing.T, calls *atomic.Int64) goredis.UniversalClient
 }
 
-// scriptCounter counts EVALSHA and EVAL calls.
+// scriptCounter counts EVALSHA calls: one per script call. (An EVAL follows
+// when NOSCRIPT answers, as after the parallel NoScript test's SCRIPT FLUSH.)
 type scriptCounter struct{ n *atomic.Int64 }
 
 func (scriptCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 
 func (h scriptCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+		if cmd.Name() == "evalsha" {
 			h.n.Add(1)
 		}
 		return next(ctx, cmd)
@@ -563,13 +564,18 @@ func testConcurrent(t *testing.T, e env) {
 		})
 	}
 	wg.Wait()
-	if got := allowed.Load(); got != 50 {
-		t.Errorf("200 concurrent decisions on buckets of 50: %d allowed, want 50", got)
-	}
+	// No token is lost or made: each one is taken by an allowed decision or
+	// still in its bucket. On one Redis all 50 are taken; across cluster
+	// slots, two decisions racing for the last tokens of two buckets can both
+	// be refused and refunded (never both allowed), leaving tokens behind.
+	got := allowed.Load()
 	for i := range 2 {
-		if got := f.remaining(f.key(i), lim); got != 0 {
-			t.Errorf("bucket %d: %d tokens, want 0", i, got)
+		if left := f.remaining(f.key(i), lim); uint64(got)+left != 50 {
+			t.Errorf("bucket %d: %d allowed + %d left, want 50", i, got, left)
 		}
+	}
+	if _, cluster := f.client.(*goredis.ClusterClient); !cluster && got != 50 {
+		t.Errorf("200 concurrent decisions on buckets of 50: %d allowed, want 50", got)
 	}
 }
 

@@ -1,0 +1,154 @@
+package redis_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/internal/redistest"
+)
+
+// TestCluster runs the behaviour suite, then cluster-only tests, on a real
+// 3-master Redis Cluster.
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	e := clusterEnv(cl)
+	t.Run("group", func(t *testing.T) {
+		runBehaviours(t, e)
+		t.Run("Slots", func(t *testing.T) { t.Parallel(); testSlots(t, e) })
+		t.Run("CrossSlotRefund", func(t *testing.T) { t.Parallel(); testCrossSlotRefund(t, e) })
+	})
+	// Last, as it takes a master down.
+	t.Run("MasterDown", func(t *testing.T) { testMasterDown(t, e, cl) })
+}
+
+// keysOnMasters returns bucket keys of f on n different masters, with their
+// slots.
+func keysOnMasters(t *testing.T, f *fixture, n int) ([]descriptors.Key, []int64) {
+	t.Helper()
+	ctx := context.Background()
+	cc := f.client.(*goredis.ClusterClient)
+	var keys []descriptors.Key
+	var slots []int64
+	seen := map[string]bool{}
+	for i := 0; len(keys) < n && i < 1000; i++ {
+		k := f.key(i)
+		slot, err := cc.ClusterKeySlot(ctx, redisKey(f.prefix, k)).Result()
+		if err != nil {
+			t.Fatalf("CLUSTER KEYSLOT: %v", err)
+		}
+		m, err := cc.MasterForKey(ctx, redisKey(f.prefix, k))
+		if err != nil {
+			t.Fatalf("MasterForKey: %v", err)
+		}
+		if !seen[m.Options().Addr] {
+			seen[m.Options().Addr] = true
+			keys = append(keys, k)
+			slots = append(slots, slot)
+		}
+	}
+	if len(keys) < n {
+		t.Fatalf("found keys on %d masters, want %d", len(keys), n)
+	}
+	return keys, slots
+}
+
+func testSlots(t *testing.T, e env) {
+	f := e.fixture(t, redisbackend.Options{})
+	ctx := context.Background()
+	cc := f.client.(*goredis.ClusterClient)
+	// 30 buckets in one decision: spread over masters, all decided.
+	var hits []descriptors.Hit
+	for i := range 30 {
+		hits = append(hits, descriptors.Hit{Key: f.key(i), Limit: slow, Cost: 1})
+	}
+	ok, st := f.hit(hits...)
+	if !ok {
+		t.Fatalf("30 fresh buckets: refused %+v", st)
+	}
+	masters := map[string]bool{}
+	for _, h := range hits {
+		key := redisKey(f.prefix, h.Key)
+		m, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatalf("MasterForKey: %v", err)
+		}
+		masters[m.Options().Addr] = true
+		if n, err := m.Exists(ctx, key).Result(); err != nil || n != 1 {
+			t.Errorf("%s on its master: EXISTS = %d, %v; want 1", key, n, err)
+		}
+	}
+	if len(masters) != 3 {
+		t.Errorf("30 buckets on %d masters, want 3", len(masters))
+	}
+	if n := f.calls.Load(); n != 30 {
+		t.Logf("30 buckets in 30 slots: %d script calls", n)
+	}
+}
+
+func testCrossSlotRefund(t *testing.T, e env) {
+	f := e.fixture(t, redisbackend.Options{})
+	keys, slots := keysOnMasters(t, f, 3)
+	a, b, c := keys[0], keys[1], keys[2]
+	t.Logf("slots %v", slots)
+	f.hit(descriptors.Hit{Key: b, Limit: slow, Cost: 5})
+	before := f.calls.Load()
+	ok, st := f.hit(
+		descriptors.Hit{Key: a, Limit: slow, Cost: 2},
+		descriptors.Hit{Key: b, Limit: slow, Cost: 1},
+		descriptors.Hit{Key: c, Limit: slow, Cost: 1, Independent: true},
+		descriptors.Hit{Key: c, Limit: slow, Cost: 1},
+	)
+	if ok || !st[0].Allowed || st[1].Allowed || !st[2].Allowed || !st[3].Allowed {
+		t.Fatalf("decision refused in one slot: %v %+v, want refused by b only", ok, st)
+	}
+	if st[0].Remaining != 5 {
+		t.Errorf("refunded hit on a: Remaining %d, want 5 (after the refund)", st[0].Remaining)
+	}
+	if n := f.calls.Load() - before; n != 5 {
+		t.Errorf("3 slots, 2 refunded: %d script calls, want 5", n)
+	}
+	if got := f.remaining(a, slow); got != 5 {
+		t.Errorf("bucket a after the refund: %d tokens, want 5", got)
+	}
+	if got := f.remaining(c, slow); got != 4 {
+		t.Errorf("bucket c after the refund: %d tokens, want 4 (the independent hit stays)", got)
+	}
+	if got := f.remaining(b, slow); got != 0 {
+		t.Errorf("bucket b: %d tokens, want 0", got)
+	}
+}
+
+func testMasterDown(t *testing.T, e env, cl *redistest.Cluster) {
+	f := e.fixture(t, redisbackend.Options{Timeout: 200 * time.Millisecond})
+	keys, slots := keysOnMasters(t, f, 3)
+	down := cl.MasterOfSlot(int(slots[0]))
+	f.hit(descriptors.Hit{Key: keys[0], Limit: slow, Cost: 1})
+	cl.Master(down).Kill()
+	states := make([]descriptors.BucketState, 1)
+	_, err := f.l.Hit(context.Background(), []descriptors.Hit{{Key: keys[0], Limit: slow, Cost: 1}}, states)
+	if kind := redisbackend.ErrorKind(err); kind != redisbackend.KindConnection && kind != redisbackend.KindTimeout {
+		t.Errorf("Hit on a dead master: %v (kind %q), want kind connection or timeout", err, kind)
+	}
+	if ok, st := f.hit(descriptors.Hit{Key: keys[1], Limit: slow, Cost: 1}); !ok {
+		t.Errorf("Hit on a live master: %v %+v, want allowed", ok, st)
+	}
+	cl.Master(down).Restart()
+	cl.WaitOK()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := f.l.Hit(context.Background(), []descriptors.Hit{{Key: keys[0], Limit: slow, Cost: 1}}, states)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Hit after the master restarted still fails after 10s: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval, bounded by the deadline
+	}
+}
