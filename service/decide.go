@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -68,6 +69,10 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	defer s.scratch.Put(sc)
 	sc.reset()
 
+	if s.failover != nil && s.failover.allowAll() {
+		s.opts.Metrics.request(dom.Name, true)
+		return allOK(len(req.GetDescriptors())), nil
+	}
 	out := outcome{allowed: true, gray: s.isGray(req), cfg: cfg, domain: dom.Name}
 	s.match(sc, dom, req)
 	s.buildHits(sc, req, out.gray)
@@ -98,7 +103,19 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 // the local tokens back when it refuses.
 func (s *Server) decideGlobal(ctx context.Context, sc *scratch, out *outcome) {
 	sc.globalStates = grow(sc.globalStates, len(sc.global))
-	ok, err := s.opts.Global.Hit(ctx, sc.global, sc.globalStates)
+	var (
+		ok    bool
+		err   error
+		layer = layerGlobal
+	)
+	if s.failover != nil {
+		ok, layer, err = s.failover.hit(ctx, sc.global, sc.globalStates)
+	} else {
+		ok, err = s.opts.Global.Hit(ctx, sc.global, sc.globalStates)
+	}
+	if errors.Is(err, errSkipped) {
+		return // --redis-failure local: the local layer alone decides
+	}
 	if err != nil {
 		// Failing open: without a global answer the local layer decides.
 		// (A fallback limiter wrapping the global one answers instead of
@@ -107,7 +124,7 @@ func (s *Server) decideGlobal(ctx context.Context, sc *scratch, out *outcome) {
 		s.log.Warn("global layer failed; answering from the local layer", "err", err)
 		return
 	}
-	out.globalDone, out.globalLayer = true, layerGlobal
+	out.globalDone, out.globalLayer = true, layer
 	if ok {
 		return
 	}

@@ -53,10 +53,11 @@ type Options struct {
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	opts    Options
-	log     *slog.Logger
-	now     func() time.Time
-	scratch sync.Pool // *scratch: per-request buffers, so the hot path does not allocate
+	opts     Options
+	failover *Failover // opts.Global when it is one
+	log      *slog.Logger
+	now      func() time.Time
+	scratch  sync.Pool // *scratch: per-request buffers, so the hot path does not allocate
 }
 
 // New returns a Server deciding with opts.
@@ -74,6 +75,7 @@ func New(opts Options) *Server {
 		opts.MaxValueBytes = DefaultMaxValueBytes
 	}
 	s := &Server{opts: opts, log: opts.Logger, now: opts.Now}
+	s.failover, _ = opts.Global.(*Failover)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

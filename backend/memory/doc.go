@@ -23,10 +23,11 @@
 //
 // # Memory
 //
-// A bucket costs about 40 bytes. Options.MaxBuckets bounds their number;
-// Limiter.Run drops refilled buckets periodically, and an insert into a full
-// shard drops one (preferring a refilled bucket). Go maps do not shrink, so
-// memory stays at its high-water mark, which MaxBuckets bounds.
+// A bucket costs 32 bytes plus map overhead, 40 to 80 bytes in all.
+// Options.MaxBuckets bounds their number; Limiter.Run drops refilled buckets
+// periodically, and an insert into a full shard drops one, preferring
+// refilled buckets. Go maps do not shrink, so memory stays at its high-water
+// mark, which MaxBuckets bounds.
 //
 // # Concurrency
 //

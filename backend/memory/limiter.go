@@ -10,7 +10,7 @@ import (
 )
 
 // DefaultMaxBuckets is the capacity used when Options.MaxBuckets is 0: about
-// a million partly drained buckets, some 40 MB.
+// a million partly drained buckets, at most some 80 MB of maps.
 const DefaultMaxBuckets = 1 << 20
 
 // stackHits is how many hits a call can make before its undo log needs
@@ -27,12 +27,14 @@ type Options struct {
 	// DefaultMaxBuckets. The bound is split evenly over the shards, so a
 	// shard may fill, and evict, a little before the whole limiter does.
 	//
-	// Full buckets are dropped first, which loses nothing. When more than
-	// MaxBuckets keys are partly drained at once, an insert also drops the
-	// bucket nearest to full among a few sampled ones: that key forgets what
-	// it spent and starts full next time, so it can admit up to Burst more
-	// hits than its limit allows. Size MaxBuckets above the number of keys
-	// that can be active within one refill time to avoid this.
+	// An insert into a full shard drops a bucket. Refilled buckets go first,
+	// which loses nothing: every so often the insert walks the shard for
+	// them, and otherwise it samples a few buckets and drops the one nearest
+	// to full. When more than MaxBuckets keys are partly drained at once,
+	// that bucket is partly drained too: its key forgets what it spent and
+	// starts full next time, so it can admit up to Burst more hits than its
+	// limit allows. Size MaxBuckets above the number of keys that can be
+	// active within one refill time to avoid this.
 	MaxBuckets int
 }
 
@@ -44,6 +46,10 @@ type Options struct {
 // hash; a call locks only the shards its hits touch. A full bucket is the same
 // as an absent one, so buckets are stored only while partly drained, and Run
 // or EvictAt drops those that have refilled.
+//
+// A Key is expected to come with the same Limit every time (bucket keys
+// include the limit). If it changes, the bucket keeps the instant at which it
+// will be full and its tokens are derived from that under the new Limit.
 //
 // Use HitAt when the caller already has the time (tests, or one clock
 // reading per request); Hit reads the Limiter's clock. A Limiter must be
@@ -119,8 +125,10 @@ func (l *Limiter) Hit(_ context.Context, hits []descriptors.Hit, states []descri
 // the call is allowed; when it is refused, after the rollback (and after any
 // Independent hits on the same key).
 //
-// HitAt panics if len(states) < len(hits). It does not allocate once the
-// buckets exist, except for the map growth of new buckets.
+// Times are kept as nanoseconds from the Limiter's creation, so now must lie
+// within ±292 years of it; times beyond saturate. HitAt panics if
+// len(states) < len(hits). It does not allocate: existing buckets cost no
+// memory, new ones only their share of map growth.
 func (l *Limiter) HitAt(now time.Time, hits []descriptors.Hit, states []descriptors.BucketState) bool {
 	if len(hits) == 0 {
 		return true

@@ -25,10 +25,14 @@ var ErrConnection = errors.New("redis unavailable")
 // Error kinds returned by ErrorKind, the values of the kind label of
 // ratelimit_redis_errors_total.
 const (
-	KindTimeout    = "timeout"
+	// KindTimeout: the deadline passed (errors.Is context.DeadlineExceeded).
+	KindTimeout = "timeout"
+	// KindConnection: Redis unreachable or not serving (ErrConnection).
 	KindConnection = "connection"
-	KindScript     = "script"
-	KindOther      = "other"
+	// KindScript: the script failed or replied oddly (ErrScript).
+	KindScript = "script"
+	// KindOther: anything else, a caller's cancellation included.
+	KindOther = "other"
 )
 
 // ErrorKind classifies an error returned by Limiter.Hit for metrics:

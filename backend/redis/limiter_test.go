@@ -138,6 +138,7 @@ var behaviours = []struct {
 	{"EmptyCache", testEmptyCache},
 	{"EmptyCacheAllOrNothing", testEmptyCacheAllOrNothing},
 	{"Concurrent", testConcurrent},
+	{"ManyHits", testManyHits},
 }
 
 func runBehaviours(t *testing.T, e env) {
@@ -673,5 +674,27 @@ func TestStatesTooShort(t *testing.T) {
 	_, err := l.Hit(context.Background(), []descriptors.Hit{{}, {}}, make([]descriptors.BucketState, 1))
 	if err == nil {
 		t.Errorf("Hit with 2 hits and 1 state: no error, want one")
+	}
+}
+
+func testManyHits(t *testing.T, e env) {
+	f := e.fixture(t, redisbackend.Options{})
+	hits := make([]descriptors.Hit, 70)
+	for i := range hits {
+		hits[i] = descriptors.Hit{Key: f.key(i), Limit: slow, Cost: 1}
+	}
+	if ok, st := f.hit(hits...); !ok {
+		t.Fatalf("70 fresh buckets: refused %+v", st)
+	}
+	hits[66].Limit.Requests = 0 // beyond the first 64: the mask's overflow
+	ok, st := f.hit(hits...)
+	if ok || st[66].Allowed || !st[0].Allowed || !st[69].Allowed {
+		t.Fatalf("70 buckets, one with Requests 0: %v, states 0, 66, 69: %+v %+v %+v; want refused by 66 only",
+			ok, st[0], st[66], st[69])
+	}
+	for _, i := range []int{0, 65, 69} {
+		if got := f.remaining(f.key(i), slow); got != 4 {
+			t.Errorf("bucket %d after the refusal: %d tokens, want 4", i, got)
+		}
 	}
 }

@@ -1,0 +1,310 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rls/sluice/descriptors"
+)
+
+// FailureMode says what the global layer does while Redis is failing
+// (--redis-failure).
+type FailureMode int
+
+const (
+	// FailShare enforces global rules in memory at this node's share:
+	// rate/N and burst/N (at least one token), N the live node count.
+	FailShare FailureMode = iota
+	// FailLocal skips the global layer; the local layer still limits.
+	FailLocal
+	// FailAllow answers OK to every request.
+	FailAllow
+	// FailDeny refuses every request that has a global limit.
+	FailDeny
+)
+
+// Probe backoff while in fallback: the first probe comes after
+// probeMinBackoff, each failure doubles the wait up to probeMaxBackoff.
+const (
+	probeMinBackoff = 50 * time.Millisecond
+	probeMaxBackoff = time.Second
+)
+
+// FailoverOptions configures a Failover.
+type FailoverOptions struct {
+	Primary  Limiter                         // the Redis global layer
+	Fallback Limiter                         // memory buckets for FailShare
+	Probe    func(ctx context.Context) error // answers nil when Primary is usable again
+	Nodes    func() int                      // live node count N (< 1 counts as 1)
+	Mode     FailureMode
+	Classify func(error) string // error kind label: timeout, connection, script, other
+	Logger   *slog.Logger
+	Metrics  *FailoverMetrics // nil records nothing
+	Now      func() time.Time // nil = time.Now
+}
+
+// Failover is the global layer with failing open. While Primary answers it
+// is used; the first failed or timed-out call switches the node to fallback
+// — that call and every later one are answered by the failure mode, and no
+// request touches Primary — until a background probe, retried with backoff,
+// finds Primary answering and switches back. A stalled Redis so costs one
+// timeout per node, not one per request.
+//
+// Failover implements Limiter; the Server recognises it to report the
+// layer (global or fallback) and to apply FailAllow.
+type Failover struct {
+	opts       FailoverOptions
+	log        *slog.Logger
+	inFallback atomic.Bool
+
+	mu      sync.Mutex // guards probing
+	probing bool
+	closed  chan struct{} // closed by Close: stops the probe
+	once    sync.Once
+	scratch sync.Pool // *[]descriptors.Hit for shared limits
+}
+
+// NewFailover returns a Failover in the Primary state.
+func NewFailover(opts FailoverOptions) *Failover {
+	f := &Failover{opts: opts, log: opts.Logger, closed: make(chan struct{})}
+	if f.log == nil {
+		f.log = slog.New(slog.DiscardHandler)
+	}
+	if f.opts.Now == nil {
+		f.opts.Now = time.Now
+	}
+	if f.opts.Classify == nil {
+		f.opts.Classify = func(error) string { return "other" }
+	}
+	f.scratch.New = func() any { return new([]descriptors.Hit) }
+	opts.Metrics.setActive(false)
+	return f
+}
+
+// Close stops the probe, if one runs. The Failover keeps answering.
+func (f *Failover) Close() { f.once.Do(func() { close(f.closed) }) }
+
+// InFallback reports whether the node is answering from its fallback.
+func (f *Failover) InFallback() bool { return f.inFallback.Load() }
+
+// Hit implements Limiter.
+func (f *Failover) Hit(ctx context.Context, hits []descriptors.Hit, states []descriptors.BucketState) (bool, error) {
+	ok, _, err := f.hit(ctx, hits, states)
+	return ok, err
+}
+
+// allowAll reports whether every request is to be answered OK right now.
+func (f *Failover) allowAll() bool { return f.opts.Mode == FailAllow && f.inFallback.Load() }
+
+// hit decides hits on Primary or, in fallback, by the failure mode. The
+// layer is layerGlobal or layerFallback; skipped means the global layer
+// gave no answer (FailLocal) and states are not valid.
+func (f *Failover) hit(ctx context.Context, hits []descriptors.Hit, states []descriptors.BucketState) (ok bool, layer int, err error) {
+	if !f.inFallback.Load() {
+		start := f.opts.Now()
+		ok, err := f.opts.Primary.Hit(ctx, hits, states)
+		f.opts.Metrics.observe(f.opts.Now().Sub(start), err, f.opts.Classify)
+		if err == nil {
+			return ok, layerGlobal, nil
+		}
+		if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return false, layerGlobal, err // the caller gave up; Redis is not to blame
+		}
+		f.enterFallback(err)
+	}
+	return f.fallback(ctx, hits, states)
+}
+
+// errSkipped tells the Server that the global layer gave no answer.
+var errSkipped = errors.New("global layer skipped in fallback (--redis-failure local)")
+
+// fallback answers by the failure mode.
+func (f *Failover) fallback(ctx context.Context, hits []descriptors.Hit, states []descriptors.BucketState) (bool, int, error) {
+	switch f.opts.Mode {
+	case FailLocal, FailAllow:
+		return true, layerFallback, errSkipped
+	case FailDeny:
+		for i := range hits {
+			states[i] = descriptors.BucketState{Allowed: hits[i].Give, RetryAfter: probeMaxBackoff, ResetAfter: probeMaxBackoff}
+		}
+		return false, layerFallback, nil
+	}
+	n := f.opts.Nodes()
+	if n <= 1 {
+		ok, err := f.opts.Fallback.Hit(ctx, hits, states)
+		return ok, layerFallback, err
+	}
+	bp := f.scratch.Get().(*[]descriptors.Hit)
+	shared := append((*bp)[:0], hits...)
+	for i := range shared {
+		shared[i].Limit = share(shared[i].Limit, n)
+	}
+	ok, err := f.opts.Fallback.Hit(ctx, shared, states)
+	*bp = shared
+	f.scratch.Put(bp)
+	return ok, layerFallback, err
+}
+
+// share is this node's part of a global limit among n nodes: the same
+// tokens over an n times longer period (exactly rate/n), and burst/n, at
+// least one token.
+func share(l descriptors.Limit, n int) descriptors.Limit {
+	l.Period *= time.Duration(n)
+	if l.Requests > 0 {
+		l.Burst = max(l.Burst/uint64(n), 1)
+	}
+	return l
+}
+
+// enterFallback switches to fallback after err and starts the probe.
+func (f *Failover) enterFallback(err error) {
+	if f.inFallback.Swap(true) {
+		return
+	}
+	f.log.Warn("Redis failed: answering from the fallback until it recovers",
+		"err", err, "mode", f.opts.Mode.String(), "nodes", f.opts.Nodes())
+	f.opts.Metrics.transition(true)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.probing {
+		f.probing = true
+		go f.probe()
+	}
+}
+
+// probe checks Primary with backoff until it answers, then switches back.
+// It is the only goroutine a Failover starts; it ends when Redis is back or
+// at Close.
+func (f *Failover) probe() {
+	wait := probeMinBackoff
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-f.closed:
+			t.Stop()
+			f.mu.Lock()
+			f.probing = false
+			f.mu.Unlock()
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), probeMaxBackoff)
+		err := f.opts.Probe(ctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		f.log.Debug("Redis probe failed", "err", err, "next_in", wait)
+		wait = min(wait*2, probeMaxBackoff)
+	}
+	f.mu.Lock()
+	f.probing = false
+	f.inFallback.Store(false)
+	f.mu.Unlock()
+	f.log.Warn("Redis answers again: back on the global layer")
+	f.opts.Metrics.transition(false)
+}
+
+// String returns the --redis-failure spelling of m.
+func (m FailureMode) String() string {
+	switch m {
+	case FailLocal:
+		return "local"
+	case FailAllow:
+		return "allow"
+	case FailDeny:
+		return "deny"
+	}
+	return "share"
+}
+
+// ParseFailureMode parses a --redis-failure value.
+func ParseFailureMode(s string) (FailureMode, bool) {
+	for _, m := range []FailureMode{FailShare, FailLocal, FailAllow, FailDeny} {
+		if m.String() == s {
+			return m, true
+		}
+	}
+	return FailShare, false
+}
+
+// FailoverMetrics are the Redis and fallback metrics of DESIGN.md.
+type FailoverMetrics struct {
+	active      prometheus.Gauge
+	transitions *prometheus.CounterVec
+	duration    prometheus.Observer
+	errors      *prometheus.CounterVec
+}
+
+// NewFailoverMetrics creates and registers ratelimit_fallback_active,
+// ratelimit_fallback_transitions_total, ratelimit_redis_duration_seconds
+// and ratelimit_redis_errors_total on reg.
+func NewFailoverMetrics(reg prometheus.Registerer) *FailoverMetrics {
+	m := &FailoverMetrics{
+		active: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ratelimit_fallback_active",
+			Help: "1 while this node answers global rules from its fallback because Redis failed.",
+		}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_fallback_transitions_total",
+			Help: "Switches between Redis and the fallback, by the state switched to.",
+		}, []string{"to"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_redis_errors_total",
+			Help: "Failed Redis calls, by kind.",
+		}, []string{"kind"}),
+	}
+	durations := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "ratelimit_redis_duration_seconds",
+		Help:    "Time of Redis calls, by operation.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .02, .05, .1},
+	}, []string{"op"})
+	m.duration = durations.WithLabelValues("hit")
+	for _, to := range []string{"fallback", "redis"} {
+		m.transitions.WithLabelValues(to)
+	}
+	for _, k := range []string{"timeout", "connection", "script", "other"} {
+		m.errors.WithLabelValues(k)
+	}
+	reg.MustRegister(m.active, m.transitions, m.errors, durations)
+	return m
+}
+
+func (m *FailoverMetrics) observe(d time.Duration, err error, classify func(error) string) {
+	if m == nil {
+		return
+	}
+	m.duration.Observe(d.Seconds())
+	if err != nil {
+		m.errors.WithLabelValues(classify(err)).Inc()
+	}
+}
+
+func (m *FailoverMetrics) transition(toFallback bool) {
+	if m == nil {
+		return
+	}
+	m.setActive(toFallback)
+	if toFallback {
+		m.transitions.WithLabelValues("fallback").Inc()
+	} else {
+		m.transitions.WithLabelValues("redis").Inc()
+	}
+}
+
+func (m *FailoverMetrics) setActive(on bool) {
+	if m == nil {
+		return
+	}
+	if on {
+		m.active.Set(1)
+	} else {
+		m.active.Set(0)
+	}
+}

@@ -1,0 +1,180 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rls/sluice/backend/memory"
+	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/service"
+)
+
+// flakyLimiter plays Redis: it delegates to memory buckets until told to
+// fail, and counts calls.
+type flakyLimiter struct {
+	inner service.Limiter
+	fail  atomic.Bool
+	calls atomic.Int64
+}
+
+var errDown = errors.New("redis down")
+
+func (f *flakyLimiter) Hit(ctx context.Context, hits []descriptors.Hit, states []descriptors.BucketState) (bool, error) {
+	f.calls.Add(1)
+	if f.fail.Load() {
+		return false, errDown
+	}
+	return f.inner.Hit(ctx, hits, states)
+}
+
+type failoverHarness struct {
+	*harness
+	primary  *flakyLimiter
+	failover *service.Failover
+	probeOK  atomic.Bool
+	probes   atomic.Int64
+}
+
+func newFailoverHarness(t *testing.T, mode service.FailureMode, nodes int) *failoverHarness {
+	t.Helper()
+	fh := &failoverHarness{}
+	reg := prometheus.NewRegistry()
+	fh.harness = newHarness(t, `
+domain: edge
+descriptors:
+  - key: user_id
+    rate_limit: {unit: second, requests_per_unit: 8, burst: 8}
+  - key: ip
+    rate_limit:
+      local: {unit: second, requests_per_unit: 3}
+`, func(o *service.Options) {
+		clock := o.Now
+		o.Metrics = service.NewMetrics(reg)
+		fh.primary = &flakyLimiter{inner: memory.New(memory.Options{Now: clock})}
+		fh.failover = service.NewFailover(service.FailoverOptions{
+			Primary:  fh.primary,
+			Fallback: memory.New(memory.Options{Now: clock}),
+			Probe: func(context.Context) error {
+				fh.probes.Add(1)
+				if fh.probeOK.Load() {
+					return nil
+				}
+				return errDown
+			},
+			Nodes:   func() int { return nodes },
+			Mode:    mode,
+			Metrics: service.NewFailoverMetrics(reg),
+		})
+		o.Global = fh.failover
+	})
+	fh.harness.reg = reg
+	t.Cleanup(fh.failover.Close)
+	return fh
+}
+
+func TestFailoverSharesGlobalLimit(t *testing.T) {
+	fh := newFailoverHarness(t, service.FailShare, 4)
+	req := request("edge", desc("user_id=u"))
+	if got := fh.admitted(t, 2, req); got != 2 {
+		t.Fatalf("healthy: admitted %d of 2", got)
+	}
+	fh.primary.fail.Store(true)
+	calls := fh.primary.calls.Load()
+	// This node's share of burst 8 among 4 nodes is 2 tokens.
+	if got := fh.admitted(t, 10, req); got != 2 {
+		t.Errorf("in fallback admitted %d of 10, want 2 (burst 8 / 4 nodes)", got)
+	}
+	if got := fh.primary.calls.Load() - calls; got != 1 {
+		t.Errorf("Redis was called %d times during the outage, want 1 (the call that failed)", got)
+	}
+	resp := fh.call(t, req)
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || headerValue(resp, "x-ratelimit-layer") != "fallback" {
+		t.Errorf("refusal in fallback: %v, layer %q", resp.GetOverallCode(), headerValue(resp, "x-ratelimit-layer"))
+	}
+	// The fallback refills at rate/N: 8/s / 4 = one token per 500ms.
+	fh.clock.Advance(500 * time.Millisecond)
+	if got := fh.admitted(t, 3, req); got != 1 {
+		t.Errorf("after 500ms in fallback admitted %d, want 1", got)
+	}
+	if !fh.failover.InFallback() || metricValue(t, fh.harness, "ratelimit_fallback_active", nil) != 1 {
+		t.Errorf("fallback not visible: InFallback %v", fh.failover.InFallback())
+	}
+
+	fh.primary.fail.Store(false)
+	fh.probeOK.Store(true)
+	waitUntil(t, "the probe to switch back", func() bool { return !fh.failover.InFallback() })
+	calls = fh.primary.calls.Load()
+	fh.call(t, req)
+	if fh.primary.calls.Load() == calls {
+		t.Errorf("back on Redis, but the request did not reach it")
+	}
+	if got := metricValue(t, fh.harness, "ratelimit_fallback_transitions_total", map[string]string{"to": "redis"}); got != 1 {
+		t.Errorf("transitions to redis = %v, want 1", got)
+	}
+}
+
+func TestFailoverModes(t *testing.T) {
+	tests := []struct {
+		mode     service.FailureMode
+		admitted int // of 10 user_id requests during the outage
+	}{
+		{service.FailLocal, 10},
+		{service.FailAllow, 10},
+		{service.FailDeny, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode.String(), func(t *testing.T) {
+			fh := newFailoverHarness(t, tt.mode, 1)
+			fh.primary.fail.Store(true)
+			if got := fh.admitted(t, 10, request("edge", desc("user_id=u"))); got != tt.admitted {
+				t.Errorf("admitted %d of 10, want %d", got, tt.admitted)
+			}
+			// The local layer: enforced by local and deny, not by allow.
+			wantLocal := 3
+			if tt.mode == service.FailAllow {
+				wantLocal = 10
+			}
+			if got := fh.admitted(t, 10, request("edge", desc("ip=1"))); got != wantLocal {
+				t.Errorf("local-only rule admitted %d of 10, want %d", got, wantLocal)
+			}
+		})
+	}
+}
+
+func TestFailoverConcurrentFailuresSwitchOnce(t *testing.T) {
+	fh := newFailoverHarness(t, service.FailShare, 1)
+	fh.primary.fail.Store(true)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 50 {
+				if _, err := fh.srv.ShouldRateLimit(context.Background(), request("edge", desc("user_id=x"))); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := metricValue(t, fh.harness, "ratelimit_fallback_transitions_total", map[string]string{"to": "fallback"}); got != 1 {
+		t.Errorf("transitions to fallback = %v, want 1", got)
+	}
+}
+
+// waitUntil polls cond with a deadline (the probe runs on real time).
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
