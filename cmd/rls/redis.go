@@ -4,21 +4,66 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 
+	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/service"
 )
 
-// newRedisGlobal connects the global layer to --redis.
-func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger) (service.Limiter, string, func(), error) {
+// newRedisGlobal connects the global layer to --redis, wrapped in the
+// fail-open switch: a memory fallback enforcing this node's share, the
+// node registry that gives N, and the probe.
+func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, reg prometheus.Registerer) (service.Limiter, string, func(), error) {
 	opts, err := redisbackend.ParseURL(st.Redis, st.RedisTimeout)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("--redis: %w", err)
 	}
 	client := goredis.NewUniversalClient(opts)
 	lim := redisbackend.New(redisbackend.Options{Client: client, Timeout: st.RedisTimeout})
-	return lim, "redis", func() { _ = client.Close() }, nil
+
+	host, _ := os.Hostname()
+	nodes := redisbackend.NewNodes(redisbackend.NodesOptions{Client: client, ID: host + ":" + strconv.Itoa(os.Getpid())})
+	nodeCount := nodes.Count
+	if st.FallbackNodes > 0 {
+		nodeCount = func() int { return st.FallbackNodes }
+	}
+	nodesCtx, stopNodes := context.WithCancel(ctx)
+	nodesDone := make(chan struct{})
+	go func() {
+		defer close(nodesDone)
+		nodes.Run(nodesCtx, func(err error) { log.Debug("node heartbeat failed", "err", err) })
+	}()
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ratelimit_live_nodes",
+		Help: "Live sluice nodes seen through Redis heartbeats (the N of the fallback share), or --fallback-nodes.",
+	}, func() float64 { return float64(nodeCount()) }))
+
+	fallback := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
+	go fallback.Run(ctx, evictEvery)
+	registerBucketGauge(reg, "fallback", fallback.Len)
+
+	mode, _ := service.ParseFailureMode(st.RedisFailure) // validated with the flags
+	failover := service.NewFailover(service.FailoverOptions{
+		Primary:  lim,
+		Fallback: fallback,
+		Probe:    lim.Ping,
+		Nodes:    nodeCount,
+		Mode:     mode,
+		Classify: redisbackend.ErrorKind,
+		Logger:   log,
+		Metrics:  service.NewFailoverMetrics(reg),
+	})
+	closeAll := func() {
+		failover.Close()
+		stopNodes()
+		<-nodesDone // it deregisters this node before the client closes
+		_ = client.Close()
+	}
+	return failover, "redis", closeAll, nil
 }

@@ -80,7 +80,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 
 	local := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
 	go local.Run(ctx, evictEvery)
-	global, backendName, closeGlobal, err := newGlobal(ctx, st, log)
+	registerBucketGauge(reg, "local", local.Len)
+	global, backendName, closeGlobal, err := newGlobal(ctx, st, log, reg)
 	if err != nil {
 		return err
 	}
@@ -186,13 +187,14 @@ func stopGRPC(s *grpc.Server, timeout time.Duration) {
 
 // newGlobal builds the global layer: Redis when --redis is set, else a
 // memory backend holding global rules on this node.
-func newGlobal(ctx context.Context, st config.Settings, log *slog.Logger) (service.Limiter, string, func(), error) {
+func newGlobal(ctx context.Context, st config.Settings, log *slog.Logger, reg prometheus.Registerer) (service.Limiter, string, func(), error) {
 	if st.Redis == "" {
 		m := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
 		go m.Run(ctx, evictEvery)
+		registerBucketGauge(reg, "global", m.Len)
 		return m, "memory", func() {}, nil
 	}
-	return newRedisGlobal(ctx, st, log)
+	return newRedisGlobal(ctx, st, log, reg)
 }
 
 func ruleSource(path string) string {

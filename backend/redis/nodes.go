@@ -1,0 +1,112 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+//go:embed nodes.lua
+var nodesLua string
+
+// Heartbeat defaults: DESIGN.md's "every second, expiring after three".
+const (
+	DefaultHeartbeatEvery = time.Second
+	DefaultHeartbeatTTL   = 3 * time.Second
+)
+
+// NodesOptions configures Nodes.
+type NodesOptions struct {
+	Client  goredis.UniversalClient // required
+	ID      string                  // this node's unique id (e.g. host:pid); required
+	Prefix  string                  // key prefix, as Options.Prefix (DefaultPrefix when empty)
+	Every   time.Duration           // heartbeat interval (DefaultHeartbeatEvery when 0)
+	TTL     time.Duration           // a heartbeat's lifetime (DefaultHeartbeatTTL when 0)
+	Timeout time.Duration           // deadline of one heartbeat (Every when 0)
+}
+
+// Nodes keeps this node registered in Redis and knows how many sluice nodes
+// are alive: the N of the fallback share rate/N. It remembers the last
+// count seen, so it keeps answering while Redis is down.
+type Nodes struct {
+	opts   NodesOptions
+	key    string
+	script *goredis.Script
+	count  atomic.Int64
+}
+
+// NewNodes returns a registry that counts only this node until its first
+// heartbeat.
+func NewNodes(opts NodesOptions) *Nodes {
+	if opts.Every <= 0 {
+		opts.Every = DefaultHeartbeatEvery
+	}
+	if opts.TTL <= 0 {
+		opts.TTL = DefaultHeartbeatTTL
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = opts.Every
+	}
+	prefix := opts.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	prefix = strings.NewReplacer("{", "_", "}", "_").Replace(prefix)
+	n := &Nodes{opts: opts, key: prefix + ":{nodes}", script: goredis.NewScript(nodesLua)}
+	n.count.Store(1)
+	return n
+}
+
+// Count returns the live node count last seen (at least 1).
+func (n *Nodes) Count() int { return int(max(n.count.Load(), 1)) }
+
+// Beat sends one heartbeat and updates the count.
+func (n *Nodes) Beat(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, n.opts.Timeout)
+	defer cancel()
+	ttl := n.opts.TTL.Milliseconds()
+	v, err := n.script.Run(ctx, n.opts.Client, []string{n.key}, n.opts.ID, ttl).Int64()
+	if err != nil {
+		return fmt.Errorf("backend/redis: heartbeat: %w", err)
+	}
+	n.count.Store(max(v, 1))
+	return nil
+}
+
+// Run beats every Every until ctx is done, then removes this node from the
+// set (best effort), so the others count it out at once. Failed heartbeats
+// go to onError (may be nil); the last count is kept.
+func (n *Nodes) Run(ctx context.Context, onError func(error)) {
+	t := time.NewTicker(n.opts.Every)
+	defer t.Stop()
+	for {
+		if err := n.Beat(ctx); err != nil && onError != nil && ctx.Err() == nil {
+			onError(err)
+		}
+		select {
+		case <-ctx.Done():
+			leave, cancel := context.WithTimeout(context.Background(), n.opts.Timeout)
+			n.opts.Client.ZRem(leave, n.key, n.opts.ID)
+			cancel()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Ping checks that Redis answers: every master of a Redis Cluster, or the
+// one server. The fail-open probe calls it to decide that the global layer
+// is usable again.
+func (l *Limiter) Ping(ctx context.Context) error {
+	if c, ok := l.client.(*goredis.ClusterClient); ok {
+		return c.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
+			return m.Ping(ctx).Err()
+		})
+	}
+	return l.client.Ping(ctx).Err()
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// grace is how long a call started in the measured window may run past its
+// end before it is cancelled (and counted as an error), so that a run
+// always ends by itself.
+const grace = 5 * time.Second
+
+// connectTimeout bounds the wait for every connection to be ready.
+const connectTimeout = 5 * time.Second
+
+// loadOptions configures one closed-loop run.
+type loadOptions struct {
+	Addr     string
+	Callers  int
+	Conns    int
+	Warmup   time.Duration
+	Duration time.Duration
+	Pool     []*rlsv3.RateLimitRequest
+	// Window, when set, is called (on its own goroutine) at the start and
+	// at the end of the measured window, with start true then false.
+	Window func(start bool)
+}
+
+// loadResult is what the callers saw in the measured window.
+type loadResult struct {
+	hist       *histogram
+	ok         uint64
+	overLimit  uint64
+	errors     uint64
+	warmup     uint64 // calls started during the warmup, not measured
+	firstError error
+	window     time.Duration
+}
+
+func (r *loadResult) total() uint64 { return r.ok + r.overLimit + r.errors }
+
+// caller is one closed-loop caller's private tally: no sharing, no locks.
+type caller struct {
+	loadResult
+	client rlsv3.RateLimitServiceClient
+	next   int // index of its next request in the pool
+}
+
+// runLoad runs o.Callers closed-loop callers, spread round-robin over
+// o.Conns gRPC connections, for o.Warmup then o.Duration, and merges their
+// tallies. Each caller sends its next pre-built request as soon as the
+// previous answer arrives. A call counts in the window it starts in; one
+// still running grace after the end is cancelled.
+func runLoad(ctx context.Context, o loadOptions) (loadResult, error) {
+	if o.Callers < 1 || o.Conns < 1 || len(o.Pool) == 0 || o.Duration <= 0 || o.Warmup < 0 {
+		return loadResult{}, fmt.Errorf("need callers, connections and requests ≥ 1, a positive duration and a non-negative warmup")
+	}
+	conns, err := dial(ctx, o.Addr, o.Conns)
+	if err != nil {
+		return loadResult{}, err
+	}
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+
+	t0 := time.Now()
+	warmEnd := t0.Add(o.Warmup)
+	end := warmEnd.Add(o.Duration)
+	ctx, cancel := context.WithDeadline(ctx, end.Add(grace))
+	defer cancel()
+
+	callers := make([]*caller, o.Callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		c := &caller{
+			loadResult: loadResult{hist: newHistogram()},
+			client:     rlsv3.NewRateLimitServiceClient(conns[i%len(conns)]),
+			next:       i * len(o.Pool) / o.Callers,
+		}
+		callers[i] = c
+		wg.Go(func() { c.loop(ctx, o.Pool, warmEnd, end) })
+	}
+	if o.Window != nil {
+		wg.Go(func() { window(ctx, warmEnd, end, o.Window) })
+	}
+	wg.Wait()
+
+	res := loadResult{hist: newHistogram(), window: o.Duration}
+	for _, c := range callers {
+		res.hist.merge(c.hist)
+		res.ok += c.ok
+		res.overLimit += c.overLimit
+		res.errors += c.errors
+		res.warmup += c.warmup
+		if res.firstError == nil {
+			res.firstError = c.firstError
+		}
+	}
+	return res, nil
+}
+
+// loop is one caller: call, time, tally, until the window ends.
+func (c *caller) loop(ctx context.Context, pool []*rlsv3.RateLimitRequest, warmEnd, end time.Time) {
+	for {
+		start := time.Now()
+		if !start.Before(end) || ctx.Err() != nil {
+			return
+		}
+		req := pool[c.next]
+		if c.next++; c.next == len(pool) {
+			c.next = 0
+		}
+		resp, err := c.client.ShouldRateLimit(ctx, req)
+		elapsed := time.Since(start)
+		if start.Before(warmEnd) {
+			c.warmup++
+			continue
+		}
+		c.hist.record(elapsed)
+		switch {
+		case err != nil:
+			c.fail(err)
+		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
+			c.ok++
+		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
+			c.overLimit++
+		default:
+			c.fail(fmt.Errorf("overall code %v", resp.GetOverallCode()))
+		}
+	}
+}
+
+func (c *caller) fail(err error) {
+	c.errors++
+	if c.firstError == nil {
+		c.firstError = err
+	}
+}
+
+// window calls f(true) at warmEnd and f(false) at end, unless ctx ends
+// first.
+func window(ctx context.Context, warmEnd, end time.Time, f func(start bool)) {
+	for _, edge := range []struct {
+		at    time.Time
+		start bool
+	}{{warmEnd, true}, {end, false}} {
+		t := time.NewTimer(time.Until(edge.at))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+			f(edge.start)
+		}
+	}
+}
+
+// dial opens n connections to addr and waits until all are ready, so that
+// connection setup is never measured and a wrong address fails fast.
+func dial(ctx context.Context, addr string, n int) ([]*grpc.ClientConn, error) {
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	conns := make([]*grpc.ClientConn, 0, n)
+	closeAll := func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}
+	for range n {
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("connect to %s: %w", addr, err)
+		}
+		conns = append(conns, c)
+		c.Connect()
+	}
+	for _, c := range conns {
+		for s := c.GetState(); s != connectivity.Ready; s = c.GetState() {
+			if !c.WaitForStateChange(ctx, s) {
+				closeAll()
+				return nil, fmt.Errorf("connect to %s: %w (last state %v)", addr, ctx.Err(), s)
+			}
+		}
+	}
+	return conns, nil
+}
