@@ -22,7 +22,6 @@ func rulesYAML(n int) string {
 	return "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: " + strconv.Itoa(n) + "}\n"
 }
 
-
 // syncBuffer is a log sink safe for the watcher goroutine and the test.
 type syncBuffer struct {
 	mu sync.Mutex

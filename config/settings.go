@@ -31,9 +31,10 @@ type Settings struct {
 	MaxValueBytes  int
 	MaxBuckets     int
 
-	LogLevel  string
-	LogFormat string
-	Pprof     bool
+	LogLevel    string
+	LogFormat   string
+	LogRefusals int
+	Pprof       bool
 
 	TLSCert     string
 	TLSKey      string
@@ -73,6 +74,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Setti
 	fs.IntVar(&s.MaxBuckets, "max-buckets", 1<<20, "most in-memory buckets per memory backend")
 	fs.StringVar(&s.LogLevel, "log-level", "info", "debug | info | warn | error")
 	fs.StringVar(&s.LogFormat, "log-format", "text", "text | json")
+	fs.IntVar(&s.LogRefusals, "log-refusals", 100, "log one refused request in N, with domain, rule and descriptor values (0: none)")
 	fs.BoolVar(&s.Pprof, "pprof", false, "serve /debug/pprof/ on the HTTP address")
 	fs.StringVar(&s.TLSCert, "tls-cert", "", "gRPC server certificate (PEM); enables TLS")
 	fs.StringVar(&s.TLSKey, "tls-key", "", "gRPC server private key (PEM)")
@@ -122,7 +124,7 @@ func (s Settings) validate() error {
 	if s.TLSClientCA != "" && s.TLSCert == "" {
 		return fmt.Errorf("--tls-client-ca needs --tls-cert and --tls-key")
 	}
-	if s.FallbackNodes < 0 || s.MaxDescriptors < 1 || s.MaxEntries < 1 || s.MaxValueBytes < 1 || s.MaxBuckets < 1 {
+	if s.FallbackNodes < 0 || s.MaxDescriptors < 1 || s.MaxEntries < 1 || s.MaxValueBytes < 1 || s.MaxBuckets < 1 || s.LogRefusals < 0 {
 		return fmt.Errorf("--fallback-nodes must be ≥ 0 and --max-* flags ≥ 1")
 	}
 	return nil

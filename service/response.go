@@ -3,6 +3,7 @@ package service
 import (
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -98,10 +99,11 @@ func pick(sc *scratch, ds *descState, out *outcome) (chosen, bool) {
 func (s *Server) respond(sc *scratch, req *rlsv3.RateLimitRequest, out *outcome) *rlsv3.RateLimitResponse {
 	resp, parts := newResponse(len(sc.descs))
 	var (
-		refused  chosen
-		retry    time.Duration
-		tightest chosen
-		limited  bool
+		refused    chosen
+		refusedIdx int
+		retry      time.Duration
+		tightest   chosen
+		limited    bool
 	)
 	for i := range sc.descs {
 		ds := &sc.descs[i]
@@ -125,7 +127,7 @@ func (s *Server) respond(sc *scratch, req *rlsv3.RateLimitRequest, out *outcome)
 			p.status.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			if c.state.RetryAfter >= retry {
-				refused, retry = c, c.state.RetryAfter
+				refused, refusedIdx, retry = c, i, c.state.RetryAfter
 			}
 		case c.state.Remaining*5 < c.hit.Limit.Burst:
 			result = resNearLimit
@@ -137,6 +139,7 @@ func (s *Server) respond(sc *scratch, req *rlsv3.RateLimitRequest, out *outcome)
 	}
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		s.addRefusal(resp, refused, retry, out.gray)
+		s.logRefusal(sc, refusedIdx, refused, out)
 	}
 	if s.opts.RateLimitHeaders && limited {
 		addDraftHeaders(resp, tightest)
@@ -183,6 +186,32 @@ func (s *Server) addRefusal(resp *rlsv3.RateLimitResponse, c chosen, retry time.
 	b = append(b, layers[c.layer]...)
 	b = append(b, `"}`...)
 	resp.RawBody = b
+}
+
+// logRefusal logs one refused request in RefusalLogEvery, so operators can
+// see who is being limited without a log line per refusal.
+func (s *Server) logRefusal(sc *scratch, i int, c chosen, out *outcome) {
+	every := s.opts.RefusalLogEvery
+	if every <= 0 || s.refusals.Add(1)%uint64(every) != 0 {
+		return
+	}
+	ds := &sc.descs[i]
+	rule := overrideRule
+	if ds.rule != nil {
+		rule = ds.rule.Path
+	}
+	var values strings.Builder
+	for j, e := range sc.entries[ds.start:ds.end] {
+		if j > 0 {
+			values.WriteByte(',')
+		}
+		values.WriteString(e.Key)
+		values.WriteByte('=')
+		values.WriteString(e.Value)
+	}
+	s.log.Info("request over limit", "sampled_1_in", every, "domain", out.domain, "rule", rule,
+		"layer", layers[c.layer], "descriptor", values.String(), "gray", out.gray,
+		"retry_after", c.state.RetryAfter)
 }
 
 // addDraftHeaders adds draft-03 RateLimit-* headers describing the bucket

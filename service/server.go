@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -43,6 +44,7 @@ type Options struct {
 	GrayKey          string // default "gray"
 	Shadow           bool   // every rule in shadow mode: decide and count, answer OK
 	RateLimitHeaders bool   // add draft-03 RateLimit-* headers to every response
+	RefusalLogEvery  int    // log one refused request in N (0 = none)
 
 	MaxDescriptors int // per request; default 256
 	MaxEntries     int // per descriptor; default 32
@@ -57,7 +59,8 @@ type Server struct {
 	failover *Failover // opts.Global when it is one
 	log      *slog.Logger
 	now      func() time.Time
-	scratch  sync.Pool // *scratch: per-request buffers, so the hot path does not allocate
+	scratch  sync.Pool     // *scratch: per-request buffers, so the hot path does not allocate
+	refusals atomic.Uint64 // refused requests, for sampled logging
 }
 
 // New returns a Server deciding with opts.
@@ -101,6 +104,18 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	s.opts.Metrics.observeDuration(s.now().Sub(start))
 	return resp, nil
+}
+
+// GlobalState describes who answers global rules: "memory" without a
+// failover, "redis", or "fallback (<mode>)" while Redis is failing.
+func (s *Server) GlobalState() string {
+	switch {
+	case s.failover == nil:
+		return "memory"
+	case s.failover.InFallback():
+		return "fallback (" + s.failover.opts.Mode.String() + ")"
+	}
+	return "redis"
 }
 
 // Rules returns the rule set the server currently decides with.

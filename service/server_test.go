@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -274,5 +275,22 @@ func TestInvalidRequests(t *testing.T) {
 	// The server keeps answering.
 	if got := h.call(t, request("edge", desc("a=b"))).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 		t.Errorf("after bad requests: %v", got)
+	}
+}
+
+func TestRefusalsLoggedSampled(t *testing.T) {
+	var buf strings.Builder
+	h := newHarness(t, twoLayerRules, func(o *service.Options) {
+		o.RefusalLogEvery = 2
+		o.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	})
+	req := request("edge", desc("user_id=ivan"))
+	h.admitted(t, 3+4, req) // 3 admitted, 4 refused
+	log := buf.String()
+	if n := strings.Count(log, "request over limit"); n != 2 {
+		t.Errorf("%d refusal lines for 4 refusals sampled 1 in 2, want 2:\n%s", n, log)
+	}
+	if !strings.Contains(log, "rule=edge.user_id") || !strings.Contains(log, `descriptor="user_id=ivan"`) || !strings.Contains(log, "layer=global") {
+		t.Errorf("refusal line lacks rule, values or layer:\n%s", log)
 	}
 }

@@ -15,6 +15,10 @@ import (
 
 // newHTTPMux serves /healthcheck, /json, /metrics, /rlconfig and, when
 // enabled, /debug/pprof/.
+//
+// /healthcheck answers 200 while serving — in fallback too, since the
+// service still works; its body says which layer answers global rules —
+// and 503 once SIGTERM started the drain.
 func newHTTPMux(srv *service.Server, store *config.Store, reg *prometheus.Registry, draining *atomic.Bool, withPprof bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthcheck", func(w http.ResponseWriter, r *http.Request) {
@@ -22,7 +26,7 @@ func newHTTPMux(srv *service.Server, store *config.Store, reg *prometheus.Regist
 			http.Error(w, "draining", http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintln(w, "OK")
+		fmt.Fprintf(w, "OK\nglobal layer: %s\n", srv.GlobalState())
 	})
 	mux.Handle("/json", srv.JSONHandler())
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))

@@ -96,6 +96,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		GrayKey:          st.GrayKey,
 		Shadow:           st.Shadow,
 		RateLimitHeaders: st.RateLimitHeaders,
+		RefusalLogEvery:  st.LogRefusals,
 		MaxDescriptors:   st.MaxDescriptors,
 		MaxEntries:       st.MaxEntries,
 		MaxValueBytes:    st.MaxValueBytes,
