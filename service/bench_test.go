@@ -10,14 +10,20 @@ import (
 // BenchmarkShouldRateLimit is an Envoy-like request of three descriptors
 // (remote_address, user_id, route+user_id) through the handler on memory
 // backends, the buckets never running dry. DESIGN.md's goal: < 1 µs and
-// ≤ 2 allocations per request.
+// ≤ 2 allocations per request. "sharedkeys" hashes global bucket keys with
+// SHA-256, as with Redis; "nodekeys" is the memory-only deployment, whose
+// keys never leave the process.
 func BenchmarkShouldRateLimit(b *testing.B) {
-	for _, withMetrics := range []bool{false, true} {
-		name := "metrics=off"
-		if withMetrics {
-			name = "metrics=on"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, bc := range []struct {
+		name           string
+		metrics        bool
+		globalInMemory bool
+	}{
+		{"sharedkeys/metrics=off", false, false},
+		{"sharedkeys/metrics=on", true, false},
+		{"nodekeys/metrics=on", true, true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
 			h := newHarness(b, `
 domain: edge
 descriptors:
@@ -34,9 +40,10 @@ descriptors:
       - key: user_id
         rate_limit: {unit: second, requests_per_unit: 4000000000}
 `, func(o *service.Options) {
-				if !withMetrics {
+				if !bc.metrics {
 					o.Metrics = nil
 				}
+				o.GlobalInMemory = bc.globalInMemory
 			})
 			req := request("edge", desc("remote_address=10.1.2.3"), desc("user_id=alice"), desc("route=/api/orders/42", "user_id=alice"))
 			ctx := context.Background()

@@ -236,7 +236,8 @@ func (s *Server) buildHits(sc *scratch, req *rlsv3.RateLimitRequest, gray bool) 
 				hit.Limit.Burst *= 2
 				kind = descriptors.GrayLocalBucket
 			}
-			hit.Key, sc.keyBuf = descriptors.BucketKey(sc.keyBuf, domain, rule, kind, entries, hit.Limit)
+			sc.keyBuf = descriptors.AppendKeyMaterial(sc.keyBuf[:0], domain, rule, kind, entries, hit.Limit)
+			hit.Key = s.nodeKeys.Sum(sc.keyBuf)
 			ds.local = len(sc.local)
 			sc.local = append(sc.local, hit)
 		}
@@ -248,7 +249,12 @@ func (s *Server) buildHits(sc *scratch, req *rlsv3.RateLimitRequest, gray bool) 
 		default:
 			continue
 		}
-		hit.Key, sc.keyBuf = descriptors.BucketKey(sc.keyBuf, domain, rule, descriptors.GlobalBucket, entries, hit.Limit)
+		sc.keyBuf = descriptors.AppendKeyMaterial(sc.keyBuf[:0], domain, rule, descriptors.GlobalBucket, entries, hit.Limit)
+		if s.opts.GlobalInMemory {
+			hit.Key = s.nodeKeys.Sum(sc.keyBuf)
+		} else {
+			hit.Key = descriptors.SumKey(sc.keyBuf)
+		}
 		ds.global = len(sc.global)
 		sc.global = append(sc.global, hit)
 	}

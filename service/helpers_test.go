@@ -70,10 +70,11 @@ func newHarness(t testing.TB, rules string, opts ...func(*service.Options)) *har
 	h.local = memory.New(memory.Options{Now: h.clock.Now})
 	h.global = memory.New(memory.Options{Now: h.clock.Now})
 	o := service.Options{
-		Rules:   config.NewStore(mustRules(t, rules)),
-		Local:   h.local,
-		Global:  h.global,
-		Now:     h.clock.Now,
+		Rules:  config.NewStore(mustRules(t, rules)),
+		Local:  h.local,
+		Global: h.global,
+		Now:    h.clock.Now,
+		// Exercise the shared (SHA-256) keys; GlobalInMemory has its own test.
 		Metrics: service.NewMetrics(h.reg),
 	}
 	for _, f := range opts {

@@ -36,6 +36,10 @@ type Options struct {
 	Rules  RuleSource
 	Local  Limiter // per-node layer (backend/memory)
 	Global Limiter // cluster-wide layer: backend/redis, or backend/memory without Redis
+	// GlobalInMemory says the global layer is this process's memory (no
+	// Redis), so its bucket keys may use the fast node-local hash; keys
+	// sent to a shared store must be the same on every node (SHA-256).
+	GlobalInMemory bool
 
 	Now     func() time.Time // nil = time.Now
 	Logger  *slog.Logger     // nil = discard
@@ -57,6 +61,7 @@ type Server struct {
 
 	opts     Options
 	failover *Failover // opts.Global when it is one
+	nodeKeys descriptors.NodeHasher
 	log      *slog.Logger
 	now      func() time.Time
 	scratch  sync.Pool     // *scratch: per-request buffers, so the hot path does not allocate
@@ -77,7 +82,7 @@ func New(opts Options) *Server {
 	if opts.MaxValueBytes <= 0 {
 		opts.MaxValueBytes = DefaultMaxValueBytes
 	}
-	s := &Server{opts: opts, log: opts.Logger, now: opts.Now}
+	s := &Server{opts: opts, log: opts.Logger, now: opts.Now, nodeKeys: descriptors.NewNodeHasher()}
 	s.failover, _ = opts.Global.(*Failover)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

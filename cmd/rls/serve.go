@@ -91,6 +91,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		Rules:            store,
 		Local:            local,
 		Global:           global,
+		GlobalInMemory:   st.Redis == "",
 		Logger:           log,
 		Metrics:          service.NewMetrics(reg),
 		GrayKey:          st.GrayKey,
