@@ -264,3 +264,14 @@ func waitForLog(t *testing.T, p *rlsProcess, substr string) {
 	t.Helper()
 	pollUntil(t, "log line "+substr, func() bool { return strings.Contains(p.Log(), substr) })
 }
+
+func TestPprofBehindFlag(t *testing.T) {
+	off := startRLS(t)
+	if code, _ := off.HTTPGet(t, "/debug/pprof/"); code != 404 {
+		t.Errorf("/debug/pprof/ without --pprof: %d, want 404", code)
+	}
+	on := startRLS(t, "--pprof")
+	if code, body := on.HTTPGet(t, "/debug/pprof/"); code != 200 || !strings.Contains(body, "goroutine") {
+		t.Errorf("/debug/pprof/ with --pprof: %d", code)
+	}
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is a bytes.Buffer safe for the server goroutine and the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func noEnv(string) string { return "" }
+
+func TestServeJSONLogsAndStopsOnCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json"}, &stderr, &stderr, noEnv)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	var start map[string]any
+	for start == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("no start line:\n%s", stderr.String())
+		}
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "serving" {
+				start = m
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, k := range []string{"grpc_addr", "http_addr", "backend", "rules", "rule_count"} {
+		if _, ok := start[k]; !ok {
+			t.Errorf("start line lacks %s: %v", k, start)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve returned %v after cancel, want nil", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop after cancel")
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no command", nil, "usage"},
+		{"unknown command", []string{"fly"}, "unknown command"},
+		{"bad flag", []string{"serve", "--no-such-flag"}, "no-such-flag"},
+		{"bad failure mode", []string{"serve", "--redis-failure", "maybe"}, "--redis-failure"},
+		{"validate without paths", []string{"validate"}, "usage: rls validate"},
+		{"check without descriptors", []string{"check"}, "usage: rls check"},
+		{"check bad descriptor", []string{"check", "novalue"}, "want KEY=VALUE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			err := run(context.Background(), tt.args, &out, &errOut, noEnv)
+			if err == nil {
+				t.Fatalf("run(%q) succeeded", tt.args)
+			}
+			if got := errOut.String() + err.Error(); !strings.Contains(got, tt.want) {
+				t.Errorf("run(%q): %v, stderr %q; want %q", tt.args, err, errOut.String(), tt.want)
+			}
+			if errors.Is(err, errUsage) && exitCode(err) != 2 {
+				t.Errorf("usage error exits %d, want 2", exitCode(err))
+			}
+		})
+	}
+}
