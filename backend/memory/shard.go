@@ -52,8 +52,8 @@ func shardLayout(maxBuckets, want int) (n, perShard int) {
 	return n, maxBuckets / n
 }
 
-// shardIndex maps key to one of 1<<(64-shift) shards. Keys are SHA-256
-// prefixes, but a Fibonacci multiply of both halves costs a nanosecond and
+// shardIndex maps key to one of 1<<(64-shift) shards. Keys are already
+// hashes, but a Fibonacci multiply of both halves costs a nanosecond and
 // keeps the spread even for keys that are not, such as tests' Key{1}, Key{2}.
 func shardIndex(key *descriptors.Key, shift uint) int {
 	x := binary.LittleEndian.Uint64(key[:8]) ^ binary.LittleEndian.Uint64(key[8:])
