@@ -129,6 +129,9 @@ func (s *Server) decideGlobal(ctx context.Context, sc *scratch, out *outcome) {
 		return
 	}
 	out.allowed, out.layer = false, out.globalLayer
+	// Give back what the local layer took for this request. Gives
+	// (is_negative_hits) stay applied: returning tokens is not something to
+	// refuse, and the global backends apply gives whatever their decision.
 	for _, h := range sc.local {
 		if h.Cost > 0 && !h.Give && !h.Independent {
 			h.Give = true
