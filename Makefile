@@ -17,11 +17,11 @@ build:
 run:
 	$(GO) run ./cmd/rls serve
 
-# The whole suite, as CI runs it: installs redis-server when missing, checks
+# The whole suite, as CI runs it: installs redis-server and promtool when missing, checks
 # formatting and vet, then runs every test (unit, integration, fault) with -race.
 test: lint
-	./scripts/ensure-redis.sh
-	RLS_REQUIRE_REDIS=1 $(GO) test -race -tags integration -timeout 30m -count=1 ./...
+	./scripts/ensure-deps.sh
+	RLS_REQUIRE_REDIS=1 RLS_REQUIRE_PROMTOOL=1 $(GO) test -race -tags integration -timeout 30m -count=1 ./...
 
 # Unit tests only (no build tag, no required Redis): quick inner loop.
 unit:

@@ -29,9 +29,6 @@ func (s *Server) checkRequest(req *rlsv3.RateLimitRequest) error {
 		if n := len(d.GetEntries()); n > s.opts.MaxEntries {
 			return fmt.Errorf("descriptor %d has %d entries, more than the limit of %d", i, n, s.opts.MaxEntries)
 		}
-		if len(d.GetEntries()) == 0 {
-			return fmt.Errorf("descriptor %d has no entries", i)
-		}
 		for j, e := range d.GetEntries() {
 			if e == nil {
 				return fmt.Errorf("descriptor %d entry %d is null", i, j)

@@ -104,6 +104,21 @@ func TestGrayDoublesLocalOnly(t *testing.T) {
 	}
 }
 
+// TestEmptyDescriptor: Envoy sends an empty descriptor when a rate_limits
+// entry's only action has skip_if_absent and the header is missing. It gets
+// OK with no limit; the request's other descriptors are still decided.
+func TestEmptyDescriptor(t *testing.T) {
+	h := newHarness(t, twoLayerRules)
+	h.admitted(t, 3, request("edge", desc("user_id=zed")))
+	resp := h.call(t, request("edge", desc(), desc("user_id=zed")))
+	if st := resp.GetStatuses()[0]; st.GetCode() != rlsv3.RateLimitResponse_OK || st.GetCurrentLimit() != nil {
+		t.Errorf("empty descriptor status = %v, want OK without a limit", st)
+	}
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("overall = %v, want OVER_LIMIT from user_id", resp.GetOverallCode())
+	}
+}
+
 func TestGrayMarkerInOwnDescriptor(t *testing.T) {
 	h := newHarness(t, twoLayerRules)
 	req := request("edge", desc("gray=true"), desc("remote_address=1.2.3.4"), desc("gray=false"))
@@ -261,7 +276,6 @@ func TestInvalidRequests(t *testing.T) {
 		{"too many entries", request("edge", desc("a=1", "b=2", "c=3")), "3 entries"},
 		{"long value", request("edge", desc("a="+strings.Repeat("x", 17))), "longer than the limit of 16"},
 		{"empty key", request("edge", desc("=v")), "empty key"},
-		{"no entries", request("edge", desc()), "no entries"},
 		{"override without unit", request("edge", withUnit), "unknown unit"},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,364 @@
+package examples
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+// metricSpec is one metric of DESIGN.md's "Metrics" table.
+type metricSpec struct {
+	histogram bool
+	labels    []string
+}
+
+// designMetrics are the metric names and labels of DESIGN.md (a contract;
+// docs/metrics.md documents them). ratelimit_memory_buckets carries a
+// backend label (docs/metrics.md).
+var designMetrics = map[string]metricSpec{
+	"ratelimit_requests_total":                        {labels: []string{"domain", "code"}},
+	"ratelimit_decisions_total":                       {labels: []string{"domain", "rule", "layer", "result"}},
+	"ratelimit_request_duration_seconds":              {histogram: true},
+	"ratelimit_redis_duration_seconds":                {histogram: true, labels: []string{"op"}},
+	"ratelimit_redis_errors_total":                    {labels: []string{"kind"}},
+	"ratelimit_fallback_active":                       {},
+	"ratelimit_fallback_transitions_total":            {labels: []string{"to"}},
+	"ratelimit_live_nodes":                            {},
+	"ratelimit_config_loads_total":                    {labels: []string{"result"}},
+	"ratelimit_config_last_success_timestamp_seconds": {},
+	"ratelimit_unknown_domain_requests_total":         {},
+	"ratelimit_memory_buckets":                        {labels: []string{"backend"}},
+}
+
+// targetLabels are the labels Prometheus adds to every scraped series.
+var targetLabels = []string{"instance", "job", "namespace", "pod", "service", "container", "endpoint"}
+
+var (
+	metricName   = regexp.MustCompile(`\bratelimit_[a-z_]+\b`)
+	selector     = regexp.MustCompile(`\b(ratelimit_[a-z_]+)\s*\{([^}]*)\}`)
+	matcherLabel = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)`)
+	grouping     = regexp.MustCompile(`\b(?:by|without|on|ignoring)\s*\(([^)]*)\)`)
+)
+
+// designMetric resolves a series name to its DESIGN.md metric: the name
+// itself, or a histogram's _bucket, _sum or _count series.
+func designMetric(series string) (base string, spec metricSpec, ok bool) {
+	if spec, ok := designMetrics[series]; ok {
+		return series, spec, true
+	}
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		base := strings.TrimSuffix(series, suffix)
+		if spec, ok := designMetrics[base]; ok && base != series && spec.histogram {
+			return base, spec, true
+		}
+	}
+	return "", metricSpec{}, false
+}
+
+// checkExpr checks that a PromQL expression uses only DESIGN.md metrics
+// (at least one), and only their labels (or target labels) in selectors
+// and groupings.
+func checkExpr(t *testing.T, where, expr string) {
+	t.Helper()
+	names := metricName.FindAllString(expr, -1)
+	if len(names) == 0 {
+		t.Errorf("%s: expression uses no sluice metric: %s", where, expr)
+	}
+	allowed := slices.Clone(targetLabels)
+	for _, n := range names {
+		base, spec, ok := designMetric(n)
+		if !ok {
+			t.Errorf("%s: %s is not a metric of DESIGN.md", where, n)
+			continue
+		}
+		allowed = append(allowed, spec.labels...)
+		if base != n {
+			allowed = append(allowed, "le")
+		}
+	}
+	for _, m := range selector.FindAllStringSubmatch(expr, -1) {
+		_, spec, ok := designMetric(m[1])
+		if !ok {
+			continue
+		}
+		for _, lm := range matcherLabel.FindAllStringSubmatch(m[2], -1) {
+			if !slices.Contains(spec.labels, lm[1]) && !slices.Contains(targetLabels, lm[1]) && lm[1] != "le" {
+				t.Errorf("%s: %s has no label %q (DESIGN.md: %v)", where, m[1], lm[1], spec.labels)
+			}
+		}
+	}
+	for _, g := range grouping.FindAllStringSubmatch(expr, -1) {
+		for l := range strings.SplitSeq(g[1], ",") {
+			if l = strings.TrimSpace(l); l != "" && !slices.Contains(allowed, l) {
+				t.Errorf("%s: grouping by %q, a label none of its metrics has", where, l)
+			}
+		}
+	}
+}
+
+// promRuleFile is a Prometheus rule file.
+type promRuleFile struct {
+	Groups []struct {
+		Name  string `yaml:"name"`
+		Rules []struct {
+			Alert       string            `yaml:"alert,omitempty"`
+			Record      string            `yaml:"record,omitempty"`
+			Expr        string            `yaml:"expr"`
+			For         string            `yaml:"for,omitempty"`
+			Labels      map[string]string `yaml:"labels,omitempty"`
+			Annotations map[string]string `yaml:"annotations,omitempty"`
+		} `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
+func TestPrometheusRules(t *testing.T) {
+	data, err := os.ReadFile("prometheus-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f promRuleFile
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		t.Fatalf("prometheus-rules.yaml: %v", err)
+	}
+	alerts := make(map[string]string)
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			where := "prometheus-rules.yaml: " + g.Name + "/" + r.Alert
+			if r.Alert == "" {
+				t.Errorf("%s: a rule that is no alert", where)
+			}
+			if r.Labels["severity"] == "" || r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
+				t.Errorf("%s: wants labels.severity and annotations summary and description", where)
+			}
+			checkExpr(t, where, r.Expr)
+			alerts[r.Alert] = r.Expr
+		}
+	}
+	// The alerts the examples promise, by what they must look at.
+	for _, want := range []struct{ alert, uses string }{
+		{"SluiceRuleTooTight", `ratelimit_decisions_total{result=~"over_limit|shadow_mode"`},
+		{"SluiceRuleNeverRefuses", "ratelimit_decisions_total"},
+		{"SluiceFallbackActive", "ratelimit_fallback_active == 1"},
+		{"SluiceRedisErrors", "ratelimit_redis_errors_total"},
+		{"SluiceRedisSlow", "ratelimit_redis_duration_seconds_bucket"},
+		{"SluiceConfigLoadFailed", `ratelimit_config_loads_total{result="error"}`},
+	} {
+		if expr, ok := alerts[want.alert]; !ok || !strings.Contains(expr, want.uses) {
+			t.Errorf("alert %s missing or not on %s: %q", want.alert, want.uses, expr)
+		}
+	}
+	// The blocklist rule of the example rules refuses everything by design;
+	// its rule path (checked against a real server in integration/) is
+	// excluded from the too-tight alert.
+	if !strings.Contains(alerts["SluiceRuleTooTight"], `rule!="edge.remote_address_50.0.0.5"`) {
+		t.Errorf("SluiceRuleTooTight does not exclude the blocklist rule edge.remote_address_50.0.0.5")
+	}
+}
+
+// promtool returns the path of promtool, skipping the test without it
+// (Debian: apt-get install prometheus).
+func promtool(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("RLS_REQUIRE_PROMTOOL") == "1" {
+			t.Fatal("promtool not installed; make test installs it (apt-get install prometheus)")
+		}
+		t.Skip("promtool not installed (apt-get install prometheus)")
+	}
+	return p
+}
+
+func runPromtool(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := exec.Command(promtool(t), args...).CombinedOutput()
+	if err != nil {
+		t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+func TestPrometheusRulesPromtool(t *testing.T) {
+	runPromtool(t, "check", "rules", "prometheus-rules.yaml")
+}
+
+// TestPrometheusRuleUnitTests runs prometheus-rules.test.yaml: series in,
+// alerts (with their rendered text) out.
+func TestPrometheusRuleUnitTests(t *testing.T) {
+	runPromtool(t, "test", "rules", "prometheus-rules.test.yaml")
+}
+
+// dashboard is the part of a Grafana dashboard the tests read.
+type dashboard struct {
+	Title      string  `json:"title"`
+	UID        string  `json:"uid"`
+	Panels     []panel `json:"panels"`
+	Templating struct {
+		List []struct {
+			Name string `json:"name"`
+		} `json:"list"`
+	} `json:"templating"`
+}
+
+type panel struct {
+	ID         int             `json:"id"`
+	Type       string          `json:"type"`
+	Title      string          `json:"title"`
+	Datasource json.RawMessage `json:"datasource"`
+	GridPos    struct {
+		H, W, X, Y int
+	} `json:"gridPos"`
+	Targets []struct {
+		RefID string `json:"refId"`
+		Expr  string `json:"expr"`
+	} `json:"targets"`
+	Panels []panel `json:"panels"` // of collapsed rows
+}
+
+func loadDashboard(t *testing.T) *dashboard {
+	t.Helper()
+	data, err := os.ReadFile("grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatalf("grafana-dashboard.json: %v", err)
+	}
+	return &d
+}
+
+// queryPanels returns the dashboard's panels that are not rows.
+func (d *dashboard) queryPanels() []panel {
+	var out []panel
+	for _, p := range d.Panels {
+		if p.Type == "row" {
+			out = append(out, p.Panels...)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// grafanaVar matches a dashboard variable in a query: $name or ${name}.
+var grafanaVar = regexp.MustCompile(`\$\{?([a-zA-Z_][a-zA-Z0-9_]*)\}?`)
+
+// promQL turns a panel query into plain PromQL: Grafana's built-in
+// intervals become 5m, dashboard variables match anything.
+func promQL(expr string) string {
+	return grafanaVar.ReplaceAllStringFunc(expr, func(v string) string {
+		if strings.HasPrefix(strings.Trim(v, "${}"), "__") {
+			return "5m"
+		}
+		return ".*"
+	})
+}
+
+func TestGrafanaDashboard(t *testing.T) {
+	d := loadDashboard(t)
+	if d.Title == "" || d.UID == "" {
+		t.Errorf("dashboard title %q uid %q: both are needed", d.Title, d.UID)
+	}
+	vars := []string{"__rate_interval", "__interval", "__range"}
+	for _, v := range d.Templating.List {
+		vars = append(vars, v.Name)
+	}
+	panels := d.queryPanels()
+	var all []string
+	ids := make(map[int]bool)
+	for _, p := range panels {
+		where := fmt.Sprintf("panel %d %q", p.ID, p.Title)
+		if ids[p.ID] {
+			t.Errorf("%s: duplicate id", where)
+		}
+		ids[p.ID] = true
+		if len(p.Datasource) == 0 {
+			t.Errorf("%s: no datasource", where)
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("%s: no query", where)
+		}
+		for _, q := range p.Targets {
+			for _, m := range grafanaVar.FindAllStringSubmatch(q.Expr, -1) {
+				if !slices.Contains(vars, m[1]) {
+					t.Errorf("%s: query uses undefined variable $%s", where, m[1])
+				}
+			}
+			checkExpr(t, where, promQL(q.Expr))
+			all = append(all, q.Expr)
+		}
+	}
+	checkLayout(t, panels)
+
+	// What the dashboard promises to show.
+	joined := strings.Join(all, "\n")
+	for _, want := range []struct{ what, uses string }{
+		{"requests", "rate(ratelimit_requests_total"},
+		{"429 rate by rule", `by (domain, rule) (rate(ratelimit_decisions_total{domain=~"$domain", result="over_limit"}`},
+		{"layer split", "sum by (layer) (rate(ratelimit_decisions_total"},
+		{"handler latency", "histogram_quantile(0.99, sum by (le) (rate(ratelimit_request_duration_seconds_bucket"},
+		{"Redis latency", "histogram_quantile(0.99, sum by (le, op) (rate(ratelimit_redis_duration_seconds_bucket"},
+		{"fallback state", "ratelimit_fallback_active"},
+		{"live nodes", "ratelimit_live_nodes"},
+	} {
+		if !strings.Contains(joined, want.uses) {
+			t.Errorf("dashboard shows no %s: no query contains %q", want.what, want.uses)
+		}
+	}
+}
+
+// checkLayout checks that no two panels overlap on Grafana's 24-column grid.
+func checkLayout(t *testing.T, panels []panel) {
+	t.Helper()
+	for i, a := range panels {
+		g := a.GridPos
+		if g.W <= 0 || g.H <= 0 || g.X < 0 || g.X+g.W > 24 {
+			t.Errorf("panel %q: gridPos %+v outside the 24-column grid", a.Title, g)
+		}
+		for _, b := range panels[i+1:] {
+			h := b.GridPos
+			if g.X < h.X+h.W && h.X < g.X+g.W && g.Y < h.Y+h.H && h.Y < g.Y+g.H {
+				t.Errorf("panels %q %+v and %q %+v overlap", a.Title, g, b.Title, h)
+			}
+		}
+	}
+}
+
+// TestGrafanaDashboardPromtool checks every panel query's PromQL syntax
+// with promtool, as recording rules of a throwaway rule file.
+func TestGrafanaDashboardPromtool(t *testing.T) {
+	tool := promtool(t)
+	type rule struct {
+		Record string `yaml:"record"`
+		Expr   string `yaml:"expr"`
+	}
+	var rules []rule
+	for _, p := range loadDashboard(t).queryPanels() {
+		for _, q := range p.Targets {
+			rules = append(rules, rule{Record: fmt.Sprintf("dashboard:panel%d:%s", p.ID, q.RefID), Expr: promQL(q.Expr)})
+		}
+	}
+	file := map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}}
+	data, err := yaml.Marshal(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "dashboard-queries.yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(tool, "check", "rules", path).CombinedOutput(); err != nil {
+		t.Errorf("promtool check rules (the dashboard's queries): %v\n%s", err, out)
+	}
+}
