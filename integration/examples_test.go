@@ -466,7 +466,7 @@ func checkEnvoyPromises(t *testing.T, c envoyClient) {
 	})
 
 	t.Run("an address: 50/s, bursts of 20, per node", func(t *testing.T) {
-		ok, refusal, elapsed := c.run(t, 40, func(int) httpRequest { return httpRequest{remote: "10.200.0.1", path: "/"} })
+		ok, refusal, elapsed := c.run(t, 150, func(int) httpRequest { return httpRequest{remote: "10.200.0.1", path: "/"} })
 		checkBucketRun(t, "one address", ok, 20, 50, elapsed)
 		if got := responseHeader(refusal, "x-ratelimit-layer"); got != "local" {
 			t.Errorf("refused by layer %q, want local (the per-node limit)", got)
@@ -481,7 +481,8 @@ func checkEnvoyPromises(t *testing.T, c envoyClient) {
 	})
 
 	t.Run("a canary address bursts to 40", func(t *testing.T) {
-		ok, refusal, elapsed := c.run(t, 60, func(int) httpRequest {
+		// Enough requests that a refusal comes even on a slow machine.
+		ok, refusal, elapsed := c.run(t, 200, func(int) httpRequest {
 			return httpRequest{remote: "10.200.0.2", path: "/", headers: map[string]string{"x-canary": "true"}}
 		})
 		checkBucketRun(t, "one canary address", ok, 40, 100, elapsed)

@@ -30,8 +30,13 @@ import (
 
 func TestMetricsScrape(t *testing.T) {
 	p := startRLS(t)
-	for range 25 {
+	// Counts that timing cannot change: 20 requests inside user_id's burst
+	// of 20, and 5 for the blocked address (0 per second).
+	for range 20 {
 		p.Check(t, "edge", "user_id=scrape")
+	}
+	for range 5 {
+		p.Check(t, "edge", "remote_address=50.0.0.5")
 	}
 	p.Check(t, "nope", "a=b")
 	_, body := p.HTTPGet(t, "/metrics")
@@ -59,7 +64,6 @@ func TestMetricsScrape(t *testing.T) {
 			t.Errorf("%s has type %v, want %v", name, f.GetType(), want)
 		}
 	}
-	// user_id: burst 20, so 20 OK and 5 over limit, by the global layer.
 	checks := []struct {
 		name   string
 		labels map[string]string
@@ -67,7 +71,8 @@ func TestMetricsScrape(t *testing.T) {
 	}{
 		{"ratelimit_requests_total", map[string]string{"domain": "edge", "code": "ok"}, 20},
 		{"ratelimit_requests_total", map[string]string{"domain": "edge", "code": "over_limit"}, 5},
-		{"ratelimit_decisions_total", map[string]string{"rule": "edge.user_id", "layer": "global", "result": "over_limit"}, 5},
+		{"ratelimit_decisions_total", map[string]string{"rule": "edge.user_id", "layer": "global"}, 20},
+		{"ratelimit_decisions_total", map[string]string{"rule": "edge.remote_address_50.0.0.5", "layer": "global", "result": "over_limit"}, 5},
 		{"ratelimit_unknown_domain_requests_total", nil, 1},
 		{"ratelimit_config_loads_total", map[string]string{"result": "success"}, 1},
 	}
