@@ -63,11 +63,13 @@ type Failover struct {
 	log        *slog.Logger
 	inFallback atomic.Bool
 
-	mu      sync.Mutex // guards probing
-	probing bool
-	closed  chan struct{} // closed by Close: stops the probe
-	once    sync.Once
-	scratch sync.Pool // *[]descriptors.Hit for shared limits
+	mu        sync.Mutex // guards probing, recovered and lastWait
+	probing   bool
+	recovered time.Time     // when the last probe switched back
+	lastWait  time.Duration // the backoff that probe had reached
+	closed    chan struct{} // closed by Close: stops the probe
+	once      sync.Once
+	scratch   sync.Pool // *[]descriptors.Hit for shared limits
 }
 
 // NewFailover returns a Failover in the Primary state.
@@ -182,7 +184,8 @@ func (f *Failover) enterFallback(err error) {
 // It is the only goroutine a Failover starts; it ends when Redis is back or
 // at Close.
 func (f *Failover) probe() {
-	wait := probeMinBackoff
+	wait := f.firstWait()
+	failures := 0
 	for {
 		t := time.NewTimer(wait)
 		select {
@@ -200,15 +203,38 @@ func (f *Failover) probe() {
 		if err == nil {
 			break
 		}
-		f.log.Debug("Redis probe failed", "err", err, "next_in", wait)
+		// The first failure and every tenth after it at warn level, so a
+		// lasting cause (wrong password, bad certificate) stays visible
+		// without a line per probe.
+		if failures%10 == 0 {
+			f.log.Warn("Redis probe failed; still in fallback", "err", err, "failures", failures+1)
+		}
+		failures++
 		wait = min(wait*2, probeMaxBackoff)
 	}
 	f.mu.Lock()
 	f.probing = false
+	f.recovered = f.opts.Now()
+	f.lastWait = wait
 	f.inFallback.Store(false)
 	f.mu.Unlock()
 	f.log.Warn("Redis answers again: back on the global layer")
 	f.opts.Metrics.transition(false)
+}
+
+// flapWindow: a failure this soon after recovering continues the previous
+// backoff instead of probing from probeMinBackoff again, so a Redis that
+// answers probes but fails real calls is not hammered.
+const flapWindow = 10 * time.Second
+
+// firstWait is the probe's first backoff.
+func (f *Failover) firstWait() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.recovered.IsZero() && f.opts.Now().Sub(f.recovered) < flapWindow {
+		return min(max(f.lastWait*2, probeMinBackoff), probeMaxBackoff)
+	}
+	return probeMinBackoff
 }
 
 // String returns the --redis-failure spelling of m.

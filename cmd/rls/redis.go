@@ -24,6 +24,9 @@ func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, r
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("--redis: %w", err)
 	}
+	// go-redis logs through a package-level logger; route it to ours so its
+	// lines follow --log-format and --log-level.
+	goredis.SetLogger(redisLogger{log})
 	client := goredis.NewUniversalClient(opts)
 	lim := redisbackend.New(redisbackend.Options{Client: client, Timeout: st.RedisTimeout})
 
@@ -66,4 +69,13 @@ func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, r
 		_ = client.Close()
 	}
 	return failover, "redis", closeAll, nil
+}
+
+// redisLogger adapts slog to go-redis' logger interface.
+type redisLogger struct{ log *slog.Logger }
+
+// Printf logs one go-redis message at debug level: connection problems it
+// reports are already visible as failed calls, fallback and metrics.
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.Debug("go-redis: " + fmt.Sprintf(format, v...))
 }
