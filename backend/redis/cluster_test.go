@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,8 @@ func TestCluster(t *testing.T) {
 		t.Run("Slots", func(t *testing.T) { t.Parallel(); testSlots(t, e) })
 		t.Run("CrossSlotRefund", func(t *testing.T) { t.Parallel(); testCrossSlotRefund(t, e) })
 	})
+	// Alone, as it flushes the scripts.
+	t.Run("OneMasterPipeline", func(t *testing.T) { testOneMasterPipeline(t, e) })
 	// Last, as it takes a master down.
 	t.Run("MasterDown", func(t *testing.T) { testMasterDown(t, e, cl) })
 }
@@ -150,5 +153,71 @@ func testMasterDown(t *testing.T, e env, cl *redistest.Cluster) {
 			t.Fatalf("Hit after the master restarted still fails after 10s: %v", err)
 		}
 		time.Sleep(5 * time.Millisecond) // poll interval, bounded by the deadline
+	}
+}
+
+// testOneMasterPipeline: a decision over two slots of one master sends its
+// two script calls in one pipeline, which recovers from NOSCRIPT too.
+func testOneMasterPipeline(t *testing.T, e env) {
+	f := e.fixture(t, redisbackend.Options{})
+	ctx := context.Background()
+	cc := f.client.(*goredis.ClusterClient)
+	var keys []descriptors.Key
+	var master string
+	slots := map[int64]bool{}
+	for i := 0; len(keys) < 2 && i < 1000; i++ {
+		k := f.key(i)
+		slot, err := cc.ClusterKeySlot(ctx, redisKey(f.prefix, k)).Result()
+		if err != nil {
+			t.Fatalf("CLUSTER KEYSLOT: %v", err)
+		}
+		m, err := cc.MasterForKey(ctx, redisKey(f.prefix, k))
+		if err != nil {
+			t.Fatalf("MasterForKey: %v", err)
+		}
+		if master == "" {
+			master = m.Options().Addr
+		}
+		if m.Options().Addr == master && !slots[slot] {
+			slots[slot] = true
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) < 2 {
+		t.Fatalf("found %d keys in different slots of one master, want 2", len(keys))
+	}
+	pipelines := &pipelineCounter{}
+	f.client.AddHook(pipelines)
+	for round, want := range []uint64{4, 3} {
+		if round == 1 {
+			flushScripts(t, f.client)
+		}
+		ok, st := f.hit(
+			descriptors.Hit{Key: keys[0], Limit: slow, Cost: 1},
+			descriptors.Hit{Key: keys[1], Limit: slow, Cost: 1},
+		)
+		if !ok || st[0].Remaining != want || st[1].Remaining != want {
+			t.Errorf("round %d: %v %+v, want allowed with %d left in each", round, ok, st, want)
+		}
+	}
+	// Round 0: one pipeline; round 1: the EVALSHA pipeline, then the EVAL one.
+	if n := pipelines.n.Load(); n != 3 {
+		t.Errorf("two decisions over two slots of one master: %d pipelines, want 3", n)
+	}
+}
+
+// pipelineCounter counts pipelines of script calls.
+type pipelineCounter struct{ n atomic.Int64 }
+
+func (*pipelineCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (*pipelineCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+
+func (h *pipelineCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if len(cmds) > 0 && (cmds[0].Name() == "evalsha" || cmds[0].Name() == "eval") {
+			h.n.Add(1)
+		}
+		return next(ctx, cmds)
 	}
 }

@@ -14,6 +14,13 @@
 // costs no Redis traffic. Errors are classified (ErrorKind) so the caller can
 // count them and fail open.
 //
+// Concurrent requests share round trips without waiting for each other: a
+// request that finds its Redis server idle is sent at once; requests that
+// arrive while calls to it are in flight queue, and the next call carries
+// them all, each its own all-or-nothing decision in one script call per
+// slot. Every caller still waits at most the Timeout. Writer goroutines
+// live only while there is queued work; Close stops the Limiter.
+//
 // The package imports descriptors (for its types) and go-redis only; never
 // service or config. A Limiter is safe for concurrent use.
 package redis

@@ -28,27 +28,49 @@ func TestSlot(t *testing.T) {
 
 func TestParseReply(t *testing.T) {
 	t.Parallel()
-	good := []any{int64(1), int64(4), int64(0), int64(1000), int64(0)}
+	good := "1 4 0 1000 0"
 	out := make([]keyReply, 1)
 	if err := parseReply(good, out); err != nil {
-		t.Fatalf("parseReply(%v): %v", good, err)
+		t.Fatalf("parseReply(%q): %v", good, err)
 	}
 	want := keyReply{allowed: true, remaining: 4, reset: time.Millisecond}
 	if out[0] != want {
-		t.Errorf("parseReply(%v) = %+v, want %+v", good, out[0], want)
+		t.Errorf("parseReply(%q) = %+v, want %+v", good, out[0], want)
+	}
+	two := make([]keyReply, 2)
+	if err := parseReply("0 0 7 9007199254740991 3 1 1 0 0 0", two); err != nil {
+		t.Fatalf("parseReply of two keys: %v", err)
+	}
+	if want := (keyReply{retry: 7 * time.Microsecond, reset: (1<<53 - 1) * time.Microsecond, next: 3 * time.Microsecond}); two[0] != want {
+		t.Errorf("parseReply of two keys: first %+v, want %+v", two[0], want)
+	}
+	if want := (keyReply{allowed: true, remaining: 1}); two[1] != want {
+		t.Errorf("parseReply of two keys: second %+v, want %+v", two[1], want)
 	}
 	for _, bad := range []any{
-		nil, "OK", int64(1), []any{}, good[:4],
-		[]any{int64(2), int64(4), int64(0), int64(1000), int64(0)},
-		[]any{int64(1), int64(-4), int64(0), int64(1000), int64(0)},
-		[]any{int64(1), "4", int64(0), int64(1000), int64(0)},
-		[]any{int64(1), nil, int64(0), int64(1000), int64(0)},
-		[]any{int64(1), 4.5, int64(0), int64(1000), int64(0)},
+		nil, int64(1), []any{int64(1), int64(4), int64(0), int64(1000), int64(0)},
+		"", "1 4 0 1000", "1 4 0 1000 0 ", "1 4 0 1000 0 1", " 1 4 0 1000 0", "1  4 0 1000 0",
+		"2 4 0 1000 0", "1 -4 0 1000 0", "1 4.5 0 1000 0", "1 x 0 1000 0",
+		"1 4 0 9007199254740992 0", "1 4 0 99999999999999999999999 0",
 	} {
 		err := parseReply(bad, make([]keyReply, 1))
 		if !errors.Is(err, ErrScript) || !strings.Contains(err.Error(), "token_bucket.lua") {
 			t.Errorf("parseReply(%#v) = %v, want ErrScript naming token_bucket.lua", bad, err)
 		}
+	}
+}
+
+func TestReadReplies(t *testing.T) {
+	t.Parallel()
+	a, b := &part{replies: make([]keyReply, 1)}, &part{replies: make([]keyReply, 2)}
+	if err := readReplies("1 4 0 1 0 0 0 5 6 7 1 2 0 3 0", []*part{a, b}); err != nil {
+		t.Fatalf("readReplies of 1 + 2 keys: %v", err)
+	}
+	if a.replies[0].remaining != 4 || b.replies[0].retry != 5*time.Microsecond || b.replies[1].remaining != 2 {
+		t.Errorf("readReplies: %+v %+v, want parts filled in order", a.replies, b.replies)
+	}
+	if err := readReplies("1 4 0 1 0 0 0 5 6 7", []*part{a, b}); !errors.Is(err, ErrScript) {
+		t.Errorf("readReplies of a short reply: %v, want ErrScript", err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -26,7 +27,8 @@ type Options struct {
 	// Client talks to Redis: a *goredis.Client, a *goredis.ClusterClient,
 	// or a sentinel-backed failover client. Required.
 	Client goredis.UniversalClient
-	// Timeout is the deadline for every Redis call (DefaultTimeout when 0).
+	// Timeout is the deadline for every Redis call, and for every Hit's
+	// wait for its answer (DefaultTimeout when 0).
 	Timeout time.Duration
 	// Now is the node clock, used only to expire the empty-bucket cache;
 	// buckets themselves run on Redis' clock. Nil means time.Now.
@@ -38,6 +40,10 @@ type Options struct {
 	// CacheSize bounds the number of empty buckets remembered on the node
 	// (65536 when 0); a negative value turns the cache off.
 	CacheSize int
+	// Writers bounds the script calls in flight to one Redis server (each
+	// master of a Redis Cluster): requests arriving while that many are in
+	// flight queue up and share the next call (DefaultWriters when 0).
+	Writers int
 }
 
 // routing says how hits are split into script calls.
@@ -49,32 +55,67 @@ const (
 	routeKey                 // a go-redis Ring shards by hash tag: one call per key
 )
 
-// Limiter holds sluice's global token buckets in Redis. Each call to Hit
-// costs at most one script call per Redis Cluster slot touched (one in
-// total on a single Redis or sentinel master), plus one more per slot when
-// a cluster decision is refused after some slots took tokens; a decision
-// refused from the empty-bucket cache costs none. It is safe for
+// errClosed fails Hit after Close, and the requests Close found queued.
+var errClosed = fmt.Errorf("backend/redis: limiter closed: %w", ErrConnection)
+
+// errAbandoned answers the queued parts of a caller that gave up; nobody
+// reads it.
+var errAbandoned = errors.New("backend/redis: caller gave up")
+
+// Limiter holds sluice's global token buckets in Redis. It is safe for
 // concurrent use.
+//
+// Concurrent calls to Hit share round trips: each Redis server (each master
+// of a Redis Cluster) has a queue, and the requests that arrive while
+// Options.Writers script calls to it are in flight wait there and go out
+// together, several decisions in one script call per slot (several calls
+// in one pipeline when they span slots of one master). There is no fixed
+// wait: a request that finds the server idle is sent at once, in its own
+// call. A Hit so costs at most one script call per Redis Cluster slot
+// touched (one in total on a single Redis or sentinel master), plus one more
+// per slot when a cluster decision is refused after some slots took tokens,
+// and usually far less than one round trip under load; a decision refused
+// from the empty-bucket cache costs none.
+//
+// The writers are goroutines that exit when their queue is empty; Close
+// stops the Limiter and waits for them.
 type Limiter struct {
 	client  goredis.UniversalClient
+	cluster *goredis.ClusterClient // client, when it is one
 	route   routing
 	timeout time.Duration
 	now     func() time.Time
 	prefix  string
-	script  *goredis.Script
+	keyLen  int // of every key: prefix + ":{" + 32 hex digits + "}"
 	cache   *emptyCache
+	writers int
+	// shaArg and srcArg are the script's SHA-1 and source, converted to
+	// interfaces once rather than per call.
+	shaArg, srcArg any
+
+	one       *target                            // the queue of every key, unless routeSlot
+	masters   atomic.Pointer[map[string]*target] // routeSlot: queues by master address, copied on write
+	mastersMu sync.Mutex                         // serialises adding masters
+	routed    atomic.Bool                        // the cluster client has loaded its slot map
+
+	requests sync.Pool // *request
+	senders  sync.Pool // *sender
+	closed   atomic.Bool
+	inFlight sync.WaitGroup // writer goroutines and inline calls: Close waits for them
 }
 
 // New returns a Limiter using opts.Client, which the caller keeps owning
-// (and closes).
+// (and closes, after Close).
 func New(opts Options) *Limiter {
 	l := &Limiter{
 		client:  opts.Client,
 		timeout: opts.Timeout,
 		now:     opts.Now,
 		prefix:  opts.Prefix,
-		script:  goredis.NewScript(tokenBucketLua),
 		cache:   newEmptyCache(opts.CacheSize),
+		writers: opts.Writers,
+		srcArg:  tokenBucketLua,
+		shaArg:  goredis.NewScript(tokenBucketLua).Hash(),
 	}
 	if l.timeout <= 0 {
 		l.timeout = DefaultTimeout
@@ -85,14 +126,41 @@ func New(opts Options) *Limiter {
 	if l.prefix == "" {
 		l.prefix = DefaultPrefix
 	}
+	if l.writers <= 0 {
+		l.writers = DefaultWriters
+	}
 	l.prefix = strings.NewReplacer("{", "_", "}", "_").Replace(l.prefix)
-	switch opts.Client.(type) {
+	l.keyLen = len(l.prefix) + len(":{}") + 2*len(descriptors.Key{})
+	switch c := opts.Client.(type) {
 	case *goredis.ClusterClient:
-		l.route = routeSlot
+		l.route, l.cluster = routeSlot, c
 	case *goredis.Ring:
 		l.route = routeKey
 	}
+	if l.route != routeSlot {
+		l.one = &target{l: l}
+	}
+	l.requests.New = func() any { return newRequest() }
+	l.senders.New = func() any { return new(sender) }
 	return l
+}
+
+// Close stops the Limiter: later calls to Hit fail with ErrConnection, so
+// do the requests still queued, and Close returns once the script calls in
+// flight have ended (each within the Timeout) and every writer goroutine
+// has exited. After it, the Limiter no longer uses the client, which its
+// owner then closes. Calling Close again does nothing more.
+func (l *Limiter) Close() {
+	l.closed.Store(true)
+	if l.one != nil {
+		l.one.drain()
+	}
+	if m := l.masters.Load(); m != nil {
+		for _, t := range *m {
+			t.drain()
+		}
+	}
+	l.inFlight.Wait()
 }
 
 // Hit decides hits in Redis with the semantics descriptors.Hit documents and
@@ -113,9 +181,11 @@ func New(opts Options) *Limiter {
 // them back through a second call; the states of those hits then report the
 // buckets after the refund.
 //
-// On error, states are undefined and the caller should fall back. Errors
-// wrap context.DeadlineExceeded (the Timeout passed), ErrConnection or
-// ErrScript; see ErrorKind.
+// Hit waits for its answer at most the Timeout (less when ctx ends first),
+// even when the script call carrying it is still in flight. On error, states
+// are undefined and the caller should fall back. Errors wrap
+// context.DeadlineExceeded (the Timeout passed), ErrConnection (after Close
+// too) or ErrScript; see ErrorKind.
 func (l *Limiter) Hit(ctx context.Context, hits []descriptors.Hit, states []descriptors.BucketState) (bool, error) {
 	if len(states) < len(hits) {
 		return false, fmt.Errorf("backend/redis: %d states for %d hits", len(states), len(hits))
@@ -123,60 +193,46 @@ func (l *Limiter) Hit(ctx context.Context, hits []descriptors.Hit, states []desc
 	if l.client == nil {
 		return false, errors.New("backend/redis: Options.Client is nil")
 	}
-	start := l.now()
-	d := decision{hits: hits, states: states[:len(hits)]}
-	allowed := l.decideLocally(&d, start)
-	batches := l.group(&d)
-	if len(batches) == 0 {
-		return allowed, nil
+	if l.closed.Load() {
+		return false, errClosed
 	}
-	if err := l.exec(ctx, batches); err != nil {
-		l.refund(ctx, &d, batches, true) // best effort: the caller falls back
+	start := l.now()
+	r := l.requests.Get().(*request)
+	r.reset()
+	r.refs.Store(1)
+	r.dec.hits, r.dec.states = hits, states[:len(hits)]
+	allowed, err := l.hit(ctx, r, start)
+	r.dec.hits, r.dec.states = nil, nil // the caller's: not kept in the pool
+	l.release(r)
+	return allowed, err
+}
+
+// hit runs the decision of r.
+func (l *Limiter) hit(ctx context.Context, r *request, start time.Time) (bool, error) {
+	d := &r.dec
+	allowed := l.decideLocally(d, start)
+	if err := l.split(ctx, r); err != nil {
 		return false, err
 	}
-	for _, b := range batches {
-		if !b.fill(&d) {
+	if len(r.parts) == 0 {
+		return allowed, nil
+	}
+	if err := l.do(ctx, r); err != nil {
+		l.giveBack(ctx, r, false) // best effort: the caller falls back
+		return false, err
+	}
+	for _, p := range r.parts {
+		if !p.fill(d) {
 			allowed = false
 		}
 	}
 	var err error
-	if !allowed && len(batches) > 1 {
-		err = l.refund(ctx, &d, batches, false)
+	if !allowed && len(r.parts) > 1 {
+		err = l.giveBack(ctx, r, true)
 	}
-	l.remember(&d, batches, start)
+	l.remember(d, r, start)
 	return allowed, err
 }
-
-// decision is one Hit call in flight.
-type decision struct {
-	hits   []descriptors.Hit
-	states []descriptors.BucketState
-	// local marks hits decided on the node, not sent to Redis. Most
-	// requests carry few descriptors, so the mask lives in a word.
-	local uint64
-	many  map[int]bool // the mask beyond 64 hits
-}
-
-func (d *decision) setLocal(i int) {
-	if i < 64 {
-		d.local |= 1 << i
-		return
-	}
-	if d.many == nil {
-		d.many = make(map[int]bool)
-	}
-	d.many[i] = true
-}
-
-func (d *decision) isLocal(i int) bool {
-	if i < 64 {
-		return d.local&(1<<i) != 0
-	}
-	return d.many[i]
-}
-
-// isTake reports whether h is part of the all-or-nothing set of a decision.
-func isTake(h *descriptors.Hit) bool { return !h.Give && !h.Independent }
 
 // decideLocally answers the hits the node can answer without Redis: zero
 // rates and buckets known to be empty. It reports whether the decision can
@@ -231,151 +287,121 @@ func cachedState(h *descriptors.Hit, e emptyEntry, now time.Time) descriptors.Bu
 	return descriptors.BucketState{RetryAfter: retry, ResetAfter: max(reset, retry)}
 }
 
-// group splits the hits not decided locally into script calls.
-func (l *Limiter) group(d *decision) []*batch {
-	var batches []*batch
+// split turns the hits not decided locally into r's parts, one per script
+// call, and finds each part's queue.
+func (l *Limiter) split(ctx context.Context, r *request) error {
+	d := &r.dec
+	remote := false
+	for i := range d.hits {
+		if !d.isLocal(i) {
+			remote = true
+			break
+		}
+	}
+	if !remote {
+		return nil
+	}
+	// Every hit's key, in one string: one allocation per decision, and
+	// substrings for the parts.
+	r.buf = r.buf[:0]
+	for i := range d.hits {
+		r.buf = l.appendKey(r.buf, d.hits[i].Key)
+	}
+	r.keys = string(r.buf)
 	for i := range d.hits {
 		if d.isLocal(i) {
 			continue
 		}
 		h := &d.hits[i]
-		key, s := l.key(h.Key)
-		var b *batch
-		for _, c := range batches {
-			if l.route == routeOne || (l.route == routeSlot && c.slot == s) ||
-				(l.route == routeKey && c.bucket == h.Key) {
-				b = c
-				break
-			}
-		}
-		if b == nil {
-			b = &batch{slot: s, bucket: h.Key}
-			batches = append(batches, b)
-		}
-		b.add(0, key, h, i, flags(h))
+		key := r.keys[i*l.keyLen : (i+1)*l.keyLen]
+		p := l.partFor(r, key, h.Key)
+		p.add(key, h, i, flags(h))
 	}
-	return batches
+	for _, p := range r.parts {
+		t, err := l.targetFor(ctx, p)
+		if err != nil {
+			return err
+		}
+		p.target = t
+	}
+	return nil
 }
 
-// key returns the Redis key of bucket k and its cluster slot. The hash is
-// the whole hash tag, so whatever a client sends, only the bucket's hash
-// chooses the slot.
-func (l *Limiter) key(k descriptors.Key) (string, int) {
+// appendKey appends the Redis key of bucket k, "<prefix>:{<hex of k>}". The
+// hash is the whole hash tag, so whatever a client sends, only the bucket's
+// hash chooses the slot.
+func (l *Limiter) appendKey(b []byte, k descriptors.Key) []byte {
 	const hexDigits = "0123456789abcdef"
-	var tag [2 * len(descriptors.Key{})]byte
-	for i, b := range k {
-		tag[2*i], tag[2*i+1] = hexDigits[b>>4], hexDigits[b&0xf]
+	b = append(b, l.prefix...)
+	b = append(b, ":{"...)
+	for _, c := range k {
+		b = append(b, hexDigits[c>>4], hexDigits[c&0xf])
 	}
-	return l.prefix + ":{" + string(tag[:]) + "}", slot(tag[:])
+	return append(b, '}')
 }
 
-// Script flags, as token_bucket.lua reads them.
-const (
-	flagGive        = 1
-	flagIndependent = 2
-)
-
-func flags(h *descriptors.Hit) int {
-	f := 0
-	if h.Give {
-		f |= flagGive
+// partFor returns the part of r that takes key (of bucket k): the only one
+// on a single Redis, the one of its slot in a cluster, of its bucket in a
+// Ring.
+func (l *Limiter) partFor(r *request, key string, k descriptors.Key) *part {
+	var s int
+	if l.route == routeSlot {
+		s = slot([]byte(key[len(l.prefix)+2 : len(key)-1])) // the hash tag
 	}
-	if h.Independent {
-		f |= flagIndependent
+	if l.route != routeKey {
+		k = descriptors.Key{}
 	}
-	return f
-}
-
-// exec runs the script calls of batches concurrently under one deadline and
-// returns the first error; each batch keeps its own.
-func (l *Limiter) exec(ctx context.Context, batches []*batch) error {
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	if len(batches) == 1 {
-		batches[0].err = l.run(ctx, batches[0])
-		return batches[0].err
-	}
-	var wg sync.WaitGroup
-	for _, b := range batches[1:] {
-		wg.Go(func() { b.err = l.run(ctx, b) })
-	}
-	batches[0].err = l.run(ctx, batches[0])
-	wg.Wait()
-	for _, b := range batches {
-		if b.err != nil {
-			return b.err
+	for _, p := range r.parts {
+		if p.slot == s && p.bucket == k {
+			return p
 		}
 	}
-	return nil
+	p := r.newPart()
+	p.slot, p.bucket = s, k
+	return p
 }
 
-// run makes the script call of one batch and parses its reply.
-func (l *Limiter) run(ctx context.Context, b *batch) error {
-	v, err := l.script.Run(ctx, l.client, b.keys, b.args...).Result()
-	if err != nil {
-		return classify(ctx, "token_bucket.lua", err)
-	}
-	b.replies = b.replies[:0]
-	b.replies = append(b.replies, make([]keyReply, len(b.keys))...)
-	if err := parseReply(v, b.replies); err != nil {
-		return fmt.Errorf("backend/redis: %w", err)
-	}
-	return nil
-}
-
-// took reports whether batch b took tokens for the decision's takes: every
-// take in it was allowed (a batch is all-or-nothing) and one cost something.
-func (b *batch) took(d *decision) bool {
-	spent := false
-	for j, i := range b.refs {
-		h := &d.hits[i]
-		if !isTake(h) {
+// giveBack gives back the tokens of r's parts that took them: after the
+// decision was refused in another slot (wait: it waits and updates the
+// states of refunded hits), or failed (best effort: it only queues the
+// refund, for the parts answered so far). It runs even when the caller's
+// context is done, under its own deadline.
+func (l *Limiter) giveBack(ctx context.Context, r *request, wait bool) error {
+	d := &r.dec
+	g := l.requests.Get().(*request)
+	g.reset()
+	g.refs.Store(1)
+	for _, p := range r.parts {
+		if !p.answered.Load() || p.err != nil || !p.took(d) {
 			continue
 		}
-		if b.replies == nil || !b.replies[j].allowed {
-			return false
-		}
-		spent = spent || h.Cost > 0
-	}
-	return spent
-}
-
-// refund gives back the tokens of the batches that took them, when the
-// decision was refused in another slot (or failed: afterErr, best effort).
-// It runs even when the caller's context is done, under its own deadline,
-// and updates the states of refunded hits.
-func (l *Limiter) refund(ctx context.Context, d *decision, batches []*batch, afterErr bool) error {
-	var gives []*batch
-	for _, b := range batches {
-		if b.err != nil || !b.took(d) {
-			continue
-		}
-		b.refunded = true
-		g := &batch{slot: b.slot, bucket: b.bucket}
-		for j, i := range b.refs {
+		p.refunded = true
+		q := g.newPart()
+		q.target, q.slot, q.bucket = p.target, p.slot, p.bucket
+		for j, i := range p.refs {
 			h := &d.hits[i]
 			if isTake(h) && h.Cost > 0 {
-				key := b.keys[j]
-				g.add(0, key, h, i, flagGive|flagIndependent)
+				q.add(p.keys[j], h, i, flagGive|flagIndependent)
 			}
 		}
-		gives = append(gives, g)
 	}
-	if len(gives) == 0 {
+	if len(g.parts) == 0 || !wait {
+		if n := int32(len(g.parts)); n > 0 {
+			g.pending.Store(n)
+			g.refs.Add(n)
+			l.enqueue(g) // the writers recycle g
+		}
+		l.release(g)
 		return nil
 	}
-	err := l.exec(context.WithoutCancel(ctx), gives)
-	if afterErr {
-		return nil
-	}
-	if err != nil {
+	defer l.release(g)
+	if err := l.do(context.WithoutCancel(ctx), g); err != nil {
 		return fmt.Errorf("backend/redis: refund after a refusal: %w", err)
 	}
-	for _, g := range gives {
-		for j, i := range g.refs {
-			r := g.replies[j]
-			d.states[i].Remaining = r.remaining
-			d.states[i].ResetAfter = r.reset
+	for _, q := range g.parts {
+		for j, i := range q.refs {
+			d.states[i].Remaining = q.replies[j].remaining
+			d.states[i].ResetAfter = q.replies[j].reset
 		}
 	}
 	return nil
@@ -384,20 +410,20 @@ func (l *Limiter) refund(ctx context.Context, d *decision, batches []*batch, aft
 // remember updates the empty-bucket cache from the replies: takes that left
 // a bucket empty are remembered until its next token is due (not after a
 // refund, which refilled it); gives forget their bucket.
-func (l *Limiter) remember(d *decision, batches []*batch, start time.Time) {
+func (l *Limiter) remember(d *decision, r *request, start time.Time) {
 	if l.cache == nil {
 		return
 	}
-	for _, b := range batches {
-		for j, i := range b.refs {
+	for _, p := range r.parts {
+		for j, i := range p.refs {
 			h := &d.hits[i]
-			r := &b.replies[j]
+			rep := &p.replies[j]
 			switch {
 			case h.Give:
 				l.cache.drop(h.Key)
-			case h.Independent || b.refunded:
-			case r.remaining == 0 && r.next > 0:
-				l.cache.put(h.Key, emptyEntry{next: start.Add(r.next), full: start.Add(r.reset)}, start)
+			case h.Independent || p.refunded:
+			case rep.remaining == 0 && rep.next > 0:
+				l.cache.put(h.Key, emptyEntry{next: start.Add(rep.next), full: start.Add(rep.reset)}, start)
 			}
 		}
 	}

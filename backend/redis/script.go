@@ -3,9 +3,8 @@ package redis
 import (
 	_ "embed" // token_bucket.lua
 	"fmt"
+	"strings"
 	"time"
-
-	"github.com/sluice-rls/sluice/descriptors"
 )
 
 // tokenBucketLua is the one script of the global layer; its header documents
@@ -21,49 +20,15 @@ const (
 	replyPerKey = 5
 )
 
-// batch is the arguments and reply of one script call: the hits of one or
-// more decisions (numbered in ARGV, contiguous), all in one cluster slot.
-// Hit sends one decision per call today; a batcher sharing round trips
-// between concurrent requests adds several.
-type batch struct {
-	slot   int             // cluster slot of every key (routeSlot)
-	bucket descriptors.Key // the only bucket (routeKey)
+// Script flags, as token_bucket.lua reads them.
+const (
+	flagGive        = 1
+	flagIndependent = 2
+)
 
-	keys    []string
-	args    []any
-	refs    []int // index of each key's hit in its decision
-	replies []keyReply
-
-	err      error
-	refunded bool // a refund gave its takes back
-}
-
-// add appends hit h, the ref-th of decision number dec, under key.
-func (b *batch) add(dec int, key string, h *descriptors.Hit, ref, flags int) {
-	period := max(int64(h.Limit.Period/time.Microsecond), 1)
-	b.keys = append(b.keys, key)
-	b.args = append(b.args, dec, period, h.Limit.Requests, h.Limit.Burst, h.Cost, flags)
-	b.refs = append(b.refs, ref)
-}
-
-// fill writes the states of the batch's hits and reports whether all its
-// takes were allowed.
-func (b *batch) fill(d *decision) bool {
-	ok := true
-	for j, i := range b.refs {
-		r := &b.replies[j]
-		d.states[i] = descriptors.BucketState{
-			Allowed:    r.allowed,
-			Remaining:  r.remaining,
-			RetryAfter: r.retry,
-			ResetAfter: r.reset,
-		}
-		if !r.allowed && isTake(&d.hits[i]) {
-			ok = false
-		}
-	}
-	return ok
-}
+// maxReplyValue bounds every reply value: the script clamps to 2^53 - 1,
+// the largest integer a Lua number holds exactly.
+const maxReplyValue = 1<<53 - 1
 
 // keyReply is token_bucket.lua's answer for one key.
 type keyReply struct {
@@ -74,31 +39,49 @@ type keyReply struct {
 	next      time.Duration // until one whole token exists, when none is left
 }
 
-// parseReply reads token_bucket.lua's reply into out, one entry per key,
-// checking every type and bound: an odd reply is an error, never a panic.
+// parseReply reads a whole token_bucket.lua reply into out, one entry per
+// key, checking every type and bound: an odd reply is an error, never a
+// panic.
 func parseReply(v any, out []keyReply) error {
-	arr, ok := v.([]any)
+	rd, err := newReplyReader(v)
+	if err != nil {
+		return err
+	}
+	if err := rd.read(out); err != nil {
+		return err
+	}
+	return rd.end()
+}
+
+// replyReader reads the reply of a script call that carried several
+// decisions, decision by decision, without allocating.
+type replyReader struct {
+	s   string
+	pos int // byte offset of the next value
+	n   int // values read
+}
+
+func newReplyReader(v any) (replyReader, error) {
+	s, ok := v.(string)
 	if !ok {
-		return fmt.Errorf("%w: reply is %T, want an array", ErrScript, v)
+		return replyReader{}, fmt.Errorf("%w: reply is %T, want a string", ErrScript, v)
 	}
-	if len(arr) != replyPerKey*len(out) {
-		return fmt.Errorf("%w: reply has %d values for %d keys, want %d",
-			ErrScript, len(arr), len(out), replyPerKey*len(out))
-	}
+	return replyReader{s: s}, nil
+}
+
+// read fills out with the next len(out) keys' replies.
+func (rd *replyReader) read(out []keyReply) error {
 	for i := range out {
 		var f [replyPerKey]int64
 		for j := range f {
-			pos := replyPerKey*i + j
-			n, ok := arr[pos].(int64)
-			if !ok || n < 0 {
-				return fmt.Errorf("%w: reply value %d is %v (%T), want an integer >= 0",
-					ErrScript, pos+1, arr[pos], arr[pos])
+			n, err := rd.value()
+			if err != nil {
+				return err
 			}
 			f[j] = n
 		}
 		if f[0] > 1 {
-			return fmt.Errorf("%w: reply value %d (allowed) is %d, want 0 or 1",
-				ErrScript, replyPerKey*i+1, f[0])
+			return fmt.Errorf("%w: reply value %d (allowed) is %d, want 0 or 1", ErrScript, rd.n-replyPerKey+1, f[0])
 		}
 		out[i] = keyReply{
 			allowed:   f[0] == 1,
@@ -107,6 +90,51 @@ func parseReply(v any, out []keyReply) error {
 			reset:     time.Duration(f[3]) * time.Microsecond,
 			next:      time.Duration(f[4]) * time.Microsecond,
 		}
+	}
+	return nil
+}
+
+// value parses the next value: decimal digits, then a space or the end.
+func (rd *replyReader) value() (int64, error) {
+	rd.n++
+	if rd.pos >= len(rd.s) {
+		return 0, fmt.Errorf("%w: reply has %d values, want more", ErrScript, rd.n-1)
+	}
+	var n int64
+	start := rd.pos
+	for rd.pos < len(rd.s) && rd.s[rd.pos] != ' ' {
+		c := rd.s[rd.pos]
+		if c < '0' || c > '9' || n > maxReplyValue/10 {
+			return 0, rd.bad(start)
+		}
+		n = n*10 + int64(c-'0')
+		rd.pos++
+	}
+	if rd.pos == start || n > maxReplyValue {
+		return 0, rd.bad(start)
+	}
+	if rd.pos < len(rd.s) {
+		rd.pos++ // the space
+		if rd.pos == len(rd.s) {
+			return 0, fmt.Errorf("%w: reply ends with a space", ErrScript)
+		}
+	}
+	return n, nil
+}
+
+func (rd *replyReader) bad(start int) error {
+	end := strings.IndexByte(rd.s[start:], ' ')
+	if end < 0 {
+		end = len(rd.s) - start
+	}
+	return fmt.Errorf("%w: reply value %d is %q, want an integer in [0, 2^53)", ErrScript, rd.n, rd.s[start:start+end])
+}
+
+// end checks that the whole reply was read.
+func (rd *replyReader) end() error {
+	if rd.pos != len(rd.s) {
+		extra := strings.Count(rd.s[rd.pos:], " ") + 1
+		return fmt.Errorf("%w: reply has %d values, want %d", ErrScript, rd.n+extra, rd.n)
 	}
 	return nil
 }

@@ -14,7 +14,9 @@
 --             share one slot.
 -- ARGV, six values per key, for key i at 6i-5 .. 6i:
 --   6i-5      decision number. One call may carry several decisions (a
---             batch); the keys of one decision are contiguous.
+--             batch of concurrent requests); the keys of one decision are
+--             contiguous, and neighbouring decisions have different numbers
+--             (the client numbers them 1, 2, ... in call order).
 --   6i-4      period in microseconds (> 0)
 --   6i-3      requests: tokens added per period (0 = never allowed)
 --   6i-2      burst: capacity in tokens
@@ -27,9 +29,13 @@
 -- their tokens only when every one of them is allowed. Then the gives and
 -- independent takes are applied one by one, each decided alone; a give is
 -- always allowed and never fills a bucket beyond its burst. Requests 0 is
--- never allowed (a give to it does nothing).
+-- never allowed (a give to it does nothing). Decisions apply in order, each
+-- seeing the buckets the ones before it left.
 --
--- Reply: 5n integers, for key i at 5i-4 .. 5i:
+-- Reply: one string of 5n non-negative decimal integers separated by single
+-- spaces (a string, not an array of integers, so that the client reads one
+-- value per call instead of 5n; integers below 2^53 print exactly with %d),
+-- for key i the (5i-4)th to the 5i-th:
 --   5i-4      allowed: 1 or 0
 --   5i-3      remaining: whole tokens left after the decision
 --   5i-2      retry: for a refused key, microseconds until cost tokens exist
@@ -185,4 +191,10 @@ for k = 1, n do
   end
 end
 
-return reply
+local out = {}
+for k = 1, n do
+  local o = 5 * (k - 1)
+  out[k] = string.format('%d %d %d %d %d',
+    reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4], reply[o + 5])
+end
+return table.concat(out, ' ')

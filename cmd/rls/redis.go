@@ -66,6 +66,7 @@ func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, r
 		failover.Close()
 		stopNodes()
 		<-nodesDone // it deregisters this node before the client closes
+		lim.Close() // fails what is queued, waits for calls in flight
 		_ = client.Close()
 	}
 	return failover, "redis", closeAll, nil

@@ -1,0 +1,230 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-rls/sluice/descriptors"
+)
+
+// request is one decision (a Hit call), or the refund of one, on its way to
+// Redis: its hits split into parts, one per script call it needs (one per
+// cluster slot touched; one in total on a single Redis). Requests are pooled,
+// so that the steady path allocates little beyond the keys' string.
+//
+// Ownership. The caller and every unanswered part hold a reference (refs).
+// A writer answers a part (replies or err, then answered), and the one
+// answering the last part signals done before it drops its reference. The
+// caller waits for done, or gives up at its deadline and marks the request
+// abandoned (writers then skip its queued parts); whoever drops the last
+// reference returns the request to the pool. So a request is never reused
+// while a writer may still write into it, and writers never touch the
+// caller's hits or states: a part carries copies of everything its call
+// needs.
+type request struct {
+	parts []*part // len = parts in use; pooled parts beyond it
+	keys  string  // the Redis key of every hit, keyLen bytes each, back to back
+	buf   []byte  // builds keys
+
+	refs      atomic.Int32
+	pending   atomic.Int32  // unanswered parts
+	done      chan struct{} // one value when every part is answered
+	abandoned atomic.Bool   // the caller gave up
+	timer     *time.Timer   // the caller's deadline
+
+	dec decision // the caller's side: read and written only by the caller
+}
+
+// decision is the caller's view of one Hit call.
+type decision struct {
+	hits   []descriptors.Hit
+	states []descriptors.BucketState
+	// local marks hits decided on the node, not sent to Redis. Most
+	// requests carry few descriptors, so the mask lives in a word.
+	local uint64
+	many  map[int]bool // the mask beyond 64 hits
+}
+
+func (d *decision) setLocal(i int) {
+	if i < 64 {
+		d.local |= 1 << i
+		return
+	}
+	if d.many == nil {
+		d.many = make(map[int]bool)
+	}
+	d.many[i] = true
+}
+
+func (d *decision) isLocal(i int) bool {
+	if i < 64 {
+		return d.local&(1<<i) != 0
+	}
+	return d.many[i]
+}
+
+// part is the hits of one request for one script call: all in one cluster
+// slot (routeSlot) or one bucket (routeKey). In a call, several requests'
+// parts follow each other, each its own all-or-nothing decision.
+type part struct {
+	req    *request
+	target *target         // the queue it goes through
+	slot   int             // cluster slot of every key (routeSlot)
+	bucket descriptors.Key // the only bucket (routeKey)
+
+	keys    []string   // substrings of req.keys
+	args    []uint64   // argsPerKey per key; the writer sets the decision numbers
+	refs    []int      // index of each key's hit in its decision
+	replies []keyReply // written by the writer
+
+	err      error       // written by the writer
+	answered atomic.Bool // replies and err are final
+	refunded bool        // the caller gave its takes back (caller only)
+}
+
+func newRequest() *request {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &request{done: make(chan struct{}, 1), timer: t}
+}
+
+// reset prepares a pooled request for a new decision.
+func (r *request) reset() {
+	r.parts = r.parts[:0]
+	r.keys = ""
+	r.abandoned.Store(false)
+	select {
+	case <-r.done: // signalled after its last user had left
+	default:
+	}
+	if r.dec.many != nil {
+		clear(r.dec.many)
+	}
+	r.dec = decision{many: r.dec.many}
+}
+
+// newPart returns an empty part of r, reusing a pooled one.
+func (r *request) newPart() *part {
+	n := len(r.parts)
+	if n < cap(r.parts) {
+		r.parts = r.parts[:n+1]
+	} else {
+		r.parts = append(r.parts, nil)
+	}
+	p := r.parts[n]
+	if p == nil {
+		p = &part{req: r}
+		r.parts[n] = p
+	}
+	p.target, p.slot, p.bucket = nil, 0, descriptors.Key{}
+	p.keys, p.args, p.refs, p.replies = p.keys[:0], p.args[:0], p.refs[:0], p.replies[:0]
+	p.err, p.refunded = nil, false
+	p.answered.Store(false)
+	return p
+}
+
+// add appends hit h, the ref-th of its decision, under key.
+func (p *part) add(key string, h *descriptors.Hit, ref, flags int) {
+	period := max(uint64(h.Limit.Period/time.Microsecond), 1)
+	p.keys = append(p.keys, key)
+	p.args = append(p.args, 0, period, h.Limit.Requests, h.Limit.Burst, h.Cost, uint64(flags))
+	p.refs = append(p.refs, ref)
+	p.replies = append(p.replies, keyReply{})
+}
+
+// took reports whether part p took tokens for the decision's takes: every
+// take in it was allowed (a part is all-or-nothing) and one cost something.
+// p must be answered without error.
+func (p *part) took(d *decision) bool {
+	spent := false
+	for j, i := range p.refs {
+		h := &d.hits[i]
+		if !isTake(h) {
+			continue
+		}
+		if !p.replies[j].allowed {
+			return false
+		}
+		spent = spent || h.Cost > 0
+	}
+	return spent
+}
+
+// fill writes the states of the part's hits and reports whether all its
+// takes were allowed.
+func (p *part) fill(d *decision) bool {
+	ok := true
+	for j, i := range p.refs {
+		r := &p.replies[j]
+		d.states[i] = descriptors.BucketState{
+			Allowed:    r.allowed,
+			Remaining:  r.remaining,
+			RetryAfter: r.retry,
+			ResetAfter: r.reset,
+		}
+		if !r.allowed && isTake(&d.hits[i]) {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// isTake reports whether h is part of the all-or-nothing set of a decision.
+func isTake(h *descriptors.Hit) bool { return !h.Give && !h.Independent }
+
+func flags(h *descriptors.Hit) int {
+	f := 0
+	if h.Give {
+		f |= flagGive
+	}
+	if h.Independent {
+		f |= flagIndependent
+	}
+	return f
+}
+
+// wait waits until every part of r is answered, the Timeout passes or ctx
+// is done.
+func (l *Limiter) wait(ctx context.Context, r *request) error {
+	r.timer.Reset(l.timeout)
+	timedOut := false
+	select {
+	case <-r.done:
+		r.timer.Stop()
+		return nil
+	case <-r.timer.C:
+		timedOut = true
+	case <-ctx.Done():
+		r.timer.Stop()
+	}
+	select {
+	case <-r.done: // answered meanwhile
+		return nil
+	default:
+	}
+	if timedOut {
+		return fmt.Errorf("backend/redis: token_bucket.lua: no answer within %v: %w", l.timeout, context.DeadlineExceeded)
+	}
+	return fmt.Errorf("backend/redis: token_bucket.lua: %w", ctx.Err())
+}
+
+// answer records a part's answer and drops its reference to its request;
+// the last part answered wakes the caller.
+func (l *Limiter) answer(p *part, err error) {
+	r := p.req
+	p.err = err
+	p.answered.Store(true)
+	if r.pending.Add(-1) == 0 {
+		r.done <- struct{}{}
+	}
+	l.release(r)
+}
+
+// release drops a reference to r, pooling it after the last.
+func (l *Limiter) release(r *request) {
+	if r.refs.Add(-1) == 0 {
+		l.requests.Put(r)
+	}
+}
