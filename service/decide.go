@@ -65,14 +65,13 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		s.opts.Metrics.unknownDomain()
 		return allOK(len(req.GetDescriptors())), nil
 	}
-	sc := s.scratch.Get().(*scratch)
-	defer s.scratch.Put(sc)
-	sc.reset()
-
 	if s.failover != nil && s.failover.allowAll() {
 		s.opts.Metrics.request(dom.Name, true)
 		return allOK(len(req.GetDescriptors())), nil
 	}
+	sc := s.scratch.Get().(*scratch)
+	defer s.scratch.Put(sc)
+	sc.reset()
 	out := outcome{allowed: true, gray: s.isGray(req), cfg: cfg, domain: dom.Name}
 	s.match(sc, dom, req)
 	s.buildHits(sc, req, out.gray)
@@ -121,7 +120,9 @@ func (s *Server) decideGlobal(ctx context.Context, sc *scratch, out *outcome) {
 		// (A fallback limiter wrapping the global one answers instead of
 		// failing; this path is for a global limiter without one.)
 		s.opts.Metrics.globalError()
-		s.log.Warn("global layer failed; answering from the local layer", "err", err)
+		if ctx.Err() == nil { // a caller that gave up needs no log line
+			s.log.Warn("global layer failed; answering from the local layer", "err", err)
+		}
 		return
 	}
 	out.globalDone, out.globalLayer = true, layer

@@ -61,6 +61,7 @@ type settings struct {
 	tag       string
 	serverPID int
 	redisAddr string
+	metrics   string
 
 	noop     bool
 	listen   string
@@ -85,7 +86,8 @@ func parse(args []string, stderr io.Writer) (settings, error) {
 	fs.Uint64Var(&s.pool.Seed, "seed", 1, "seed of the generated keys")
 	fs.StringVar(&s.backend, "backend", "", "label copied into the JSON line (the report groups by it; \"noop\" is the baseline)")
 	fs.StringVar(&s.tag, "tag", "", "label copied into the JSON line, telling variants of a mix apart")
-	fs.IntVar(&s.serverPID, "server-pid", 0, "PID of the server: report its CPU time per request (Linux /proc)")
+	fs.IntVar(&s.serverPID, "server-pid", 0, "PID of the server: report its CPU time per request, and the CPU other processes used (Linux /proc)")
+	fs.StringVar(&s.metrics, "metrics", "", "URL of the server's Prometheus /metrics: report its switches to the Redis fallback")
 	fs.StringVar(&s.redisAddr, "redis", "", "host:port of the Redis the server uses: report its commands, round trips and CPU per request")
 	fs.BoolVar(&s.noop, "noop", false, "serve a no-op RateLimitService (answers OK, does nothing) instead of generating load")
 	fs.StringVar(&s.listen, "listen", "127.0.0.1:0", "with -noop: listen address")
@@ -140,10 +142,24 @@ type output struct {
 	FirstError  string  `json:"first_error,omitempty"`
 
 	ServerCPUMicros *float64 `json:"server_cpu_us_per_req,omitempty"`
+	// GeneratorCPUMicros is rlsbench's own CPU time per request (sampled
+	// with -server-pid).
+	GeneratorCPUMicros *float64 `json:"generator_cpu_us_per_req,omitempty"`
+	// OtherCPUCores is the CPU the rest of the machine used during the
+	// window (busy time of all CPUs minus the server's, the generator's and
+	// Redis'), in cores: anything above ~0.1 means other work skewed the run.
+	OtherCPUCores   *float64 `json:"other_cpu_cores,omitempty"`
 	RedisCommands   *float64 `json:"redis_cmds_per_req,omitempty"`
 	RedisScripts    *float64 `json:"redis_scripts_per_req,omitempty"`
 	RedisRoundTrips *float64 `json:"redis_round_trips_per_req,omitempty"`
 	RedisCPUMicros  *float64 `json:"redis_cpu_us_per_req,omitempty"`
+
+	// FallbackTransitions counts the server's switches from Redis to its
+	// fallback during the window; FallbackActive is set when it was in
+	// fallback at either edge. Both need -metrics and a server that exports
+	// ratelimit_fallback_*.
+	FallbackTransitions *int64 `json:"fallback_transitions,omitempty"`
+	FallbackActive      bool   `json:"fallback_active,omitempty"`
 
 	// Failed is set only by the benchmark script, for a run that could not
 	// happen (the server did not start); the report shows it as n/a.
@@ -156,7 +172,7 @@ func load(ctx context.Context, s settings, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	p := &probes{pid: s.serverPID}
+	p := &probes{pid: s.serverPID, metrics: s.metrics}
 	if s.redisAddr != "" {
 		p.redis = goredis.NewClient(&goredis.Options{Addr: s.redisAddr, PoolSize: 1})
 		defer p.redis.Close()
