@@ -6,7 +6,7 @@ BIN       := bin/rls
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS   := -s -w -X main.buildVersion=$(VERSION)
 
-.PHONY: all build run test unit lint fuzz bench clean
+.PHONY: all build run test unit lint fuzz bench bench-micro clean
 
 all: build
 
@@ -36,8 +36,14 @@ fuzz:
 	$(GO) test -run XXX -fuzz FuzzParse -fuzztime 30s ./descriptors
 	$(GO) test -run XXX -fuzz FuzzBucketKey -fuzztime 30s ./descriptors
 
-bench:
+# Go micro-benchmarks of the hot path (matching, keys, memory buckets, handler).
+bench-micro:
 	$(GO) test -run XXX -bench . -benchmem ./descriptors ./backend/memory ./service
+
+# Load benchmark: no-op vs memory vs Redis under three request mixes; prints a
+# markdown table (docs/benchmarks.md). BENCH_DURATION=3s BENCH_RUNS=1 for a quick look.
+bench:
+	./scripts/bench.sh
 
 clean:
 	rm -rf bin

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -84,6 +85,9 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
+			if !r.concerns(ev.Name) {
+				continue // e.g. a log file written next to the rules
+			}
 			r.Log.Debug("rule directory changed", "event", ev.String())
 			settle.Reset(settleDelay)
 		case err, ok := <-w.Errors:
@@ -95,6 +99,20 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			_ = r.Reload() // logged and counted by Reload
 		}
 	}
+}
+
+// concerns reports whether a change to name can change the rules: a rule
+// file (the --config file itself, or a *.yaml / *.yml of the directory), or
+// the ..data link of a Kubernetes ConfigMap volume, which the kubelet swaps.
+func (r *Reloader) concerns(name string) bool {
+	base := filepath.Base(name)
+	if strings.HasPrefix(base, "..data") {
+		return true
+	}
+	if st, err := os.Stat(r.Path); err == nil && !st.IsDir() {
+		return base == filepath.Base(r.Path)
+	}
+	return isRuleFile(base)
 }
 
 // Change is one difference between two rule sets.

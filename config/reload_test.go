@@ -168,15 +168,18 @@ func TestWatchConfigMapSymlinkSwap(t *testing.T) {
 		}
 	}()
 	// The watcher must be registered before the swap; a reload it triggers
-	// by a harmless touch proves it is.
+	// by a harmless extra rule file proves it is. A file that is not a rule
+	// file never triggers one.
+	must(t, os.WriteFile(filepath.Join(dir, "sluice.log"), []byte("noise"), 0o644))
 	polls := 0
 	waitFor(t, "the watcher to start", func() bool {
 		if polls%50 == 0 { // touch every 250ms: each event restarts the settle timer
-			os.WriteFile(filepath.Join(dir, ".touch"), nil, 0o644)
+			os.WriteFile(filepath.Join(dir, "touch.yaml"), []byte("domain: touch\n"), 0o644)
 		}
 		polls++
 		return f.loads(t, "success") >= 1
 	})
+	must(t, os.Remove(filepath.Join(dir, "touch.yaml")))
 
 	writeVersion("..2026_11_29_00_01_00.2", 30)
 	must(t, os.Symlink("..2026_11_29_00_01_00.2", filepath.Join(dir, "..data_tmp")))

@@ -52,7 +52,8 @@ const (
 )
 
 // ParseServe parses the flags of `rls serve` from args, taking defaults from
-// the environment through getenv. Usage and errors go to out.
+// the environment through getenv. Every error is also printed to out (the
+// flag package's with the usage).
 func ParseServe(args []string, getenv func(string) string, out io.Writer) (Settings, error) {
 	var s Settings
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -91,16 +92,20 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Setti
 			envErr = fmt.Errorf("%s=%q: %w", EnvName(f.Name), v, err)
 		}
 	})
-	if envErr != nil {
-		return s, envErr
-	}
 	if err := fs.Parse(args); err != nil {
-		return s, err
+		return s, err // the flag package has printed it, with the usage
 	}
-	if fs.NArg() > 0 {
-		return s, fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	err := envErr
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("serve takes no arguments, got %q", fs.Args())
 	}
-	return s, s.validate()
+	if err == nil {
+		err = s.validate()
+	}
+	if err != nil {
+		fmt.Fprintln(out, "rls serve:", err)
+	}
+	return s, err
 }
 
 // EnvName is the environment variable of a flag: redis-timeout →

@@ -165,7 +165,7 @@ start_redis() {
 		done
 		stop "$pid" # port taken, or too slow: try another port
 	done
-	redis_reason="redis-server did not start (see its log)"
+	redis_reason="redis-server did not start: $(tail -n 1 "$tmp/redis.log" 2>/dev/null)"
 	return 1
 }
 if start_redis; then
@@ -221,13 +221,16 @@ sluice() {
 		set -- --redis "redis://127.0.0.1:$redis_port/0" --redis-timeout "$redis_timeout" "$@"
 	fi
 	env "${gc_env[@]}" "$tmp/rls" serve --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
-		--config "$tmp/rules/rules.yaml" "$@" 2>"$slog" &
+		--log-format text --config "$tmp/rules/rules.yaml" "$@" 2>"$slog" &
 	pid=$!
 	pids+=("$pid")
 	if ! line=$(wait_serving "$slog" "$pid") || [ "$(field "$line" backend)" != "$backend" ]; then
 		why=$(grep -m 1 -E 'level=(ERROR|WARN)|rls:' "$slog" || tail -n 1 "$slog" || true)
-		stop "$pid"
-		failed "$backend" "$mix" "$tag" "rls serve did not serve: ${why:-no output}"
+		local rc=0
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || rc=$?
+		forget "$pid"
+		failed "$backend" "$mix" "$tag" "rls serve did not serve (exit $rc): ${why:-no output}"
 		return 0
 	fi
 	load "$backend" "$mix" "$tag" "$(field "$line" grpc_addr)" "$pid" \

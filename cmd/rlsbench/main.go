@@ -120,6 +120,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // output is the JSON line of one load run. Per-request figures are absent
 // when not sampled.
 type output struct {
+	// Backend and Tag are the -backend and -tag labels; Mix, Domain, C,
+	// Conns, DurationSec and WarmupSec are the run's settings.
 	Backend     string  `json:"backend,omitempty"`
 	Tag         string  `json:"tag,omitempty"`
 	Mix         string  `json:"mix"`
@@ -128,27 +130,37 @@ type output struct {
 	Conns       int     `json:"conns"`
 	DurationSec float64 `json:"duration_s"`
 	WarmupSec   float64 `json:"warmup_s"`
-	QPS         float64 `json:"qps"`
-	P50         float64 `json:"p50_ms"`
-	P90         float64 `json:"p90_ms"`
-	P99         float64 `json:"p99_ms"`
-	P999        float64 `json:"p999_ms"`
-	Max         float64 `json:"max_ms"`
-	Total       uint64  `json:"total"`
-	OK          uint64  `json:"ok"`
-	OverLimit   uint64  `json:"over_limit"`
-	Errors      uint64  `json:"error"`
-	WarmupCalls uint64  `json:"warmup_calls"`
-	FirstError  string  `json:"first_error,omitempty"`
 
-	ServerCPUMicros *float64 `json:"server_cpu_us_per_req,omitempty"`
-	// GeneratorCPUMicros is rlsbench's own CPU time per request (sampled
-	// with -server-pid).
+	// QPS is answers per second in the measured window; P50 to Max are
+	// latency percentiles in milliseconds.
+	QPS  float64 `json:"qps"`
+	P50  float64 `json:"p50_ms"`
+	P90  float64 `json:"p90_ms"`
+	P99  float64 `json:"p99_ms"`
+	P999 float64 `json:"p999_ms"`
+	Max  float64 `json:"max_ms"`
+
+	// Total is the calls started in the measured window: OK, OverLimit or
+	// Errors (with FirstError's message). WarmupCalls were not measured.
+	Total       uint64 `json:"total"`
+	OK          uint64 `json:"ok"`
+	OverLimit   uint64 `json:"over_limit"`
+	Errors      uint64 `json:"error"`
+	WarmupCalls uint64 `json:"warmup_calls"`
+	FirstError  string `json:"first_error,omitempty"`
+
+	// ServerCPUMicros is the server's CPU time per request, and
+	// GeneratorCPUMicros rlsbench's own (both sampled with -server-pid).
+	ServerCPUMicros    *float64 `json:"server_cpu_us_per_req,omitempty"`
 	GeneratorCPUMicros *float64 `json:"generator_cpu_us_per_req,omitempty"`
 	// OtherCPUCores is the CPU the rest of the machine used during the
 	// window (busy time of all CPUs minus the server's, the generator's and
 	// Redis'), in cores: anything above ~0.1 means other work skewed the run.
-	OtherCPUCores   *float64 `json:"other_cpu_cores,omitempty"`
+	OtherCPUCores *float64 `json:"other_cpu_cores,omitempty"`
+
+	// RedisCommands (all commands Redis ran, those inside scripts
+	// included), RedisScripts (EVALSHA and EVAL calls), RedisRoundTrips
+	// (socket reads) and RedisCPUMicros are per request, sampled with -redis.
 	RedisCommands   *float64 `json:"redis_cmds_per_req,omitempty"`
 	RedisScripts    *float64 `json:"redis_scripts_per_req,omitempty"`
 	RedisRoundTrips *float64 `json:"redis_round_trips_per_req,omitempty"`

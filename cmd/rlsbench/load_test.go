@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startTestNoop serves the no-op RLS on a free loopback port for one test.
+func startTestNoop(t *testing.T) string {
+	t.Helper()
+	addr, stop, err := startNoop("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return addr
+}
+
+func TestRunLoadAgainstNoop(t *testing.T) {
+	addr := startTestNoop(t)
+	pool, err := buildPool(poolOptions{Mix: mixEnvoy, Domain: "edge", Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var edges []bool
+	res, err := runLoad(context.Background(), loadOptions{
+		Addr:     addr,
+		Callers:  4,
+		Conns:    2,
+		Warmup:   50 * time.Millisecond,
+		Duration: 300 * time.Millisecond,
+		Pool:     pool,
+		Window:   func(start bool) { edges = append(edges, start) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := summarize(settings{callers: 4, conns: 2, pool: poolOptions{Mix: mixEnvoy}}, res)
+	if out.QPS <= 0 {
+		t.Errorf("qps = %v, want > 0", out.QPS)
+	}
+	if res.errors != 0 {
+		t.Errorf("errors = %d (first: %v), want 0", res.errors, res.firstError)
+	}
+	if res.ok != res.total() || res.total() == 0 {
+		t.Errorf("ok = %d of %d calls, want all of at least one", res.ok, res.total())
+	}
+	if res.hist.n != res.total() {
+		t.Errorf("histogram holds %d latencies, want one per call (%d)", res.hist.n, res.total())
+	}
+	if out.P50 <= 0 || out.P50 > out.P99 || out.P99 > out.P999 || out.P999 > out.Max {
+		t.Errorf("percentiles p50 %v, p99 %v, p99.9 %v, max %v: want 0 < p50 ≤ p99 ≤ p99.9 ≤ max", out.P50, out.P99, out.P999, out.Max)
+	}
+	if want := []bool{true, false}; len(edges) != 2 || edges[0] != want[0] || edges[1] != want[1] {
+		t.Errorf("window edges = %v, want %v", edges, want)
+	}
+}
+
+func TestRunPrintsOneJSONLine(t *testing.T) {
+	addr := startTestNoop(t)
+	args := []string{"-addr", addr, "-c", "4", "-conns", "2", "-d", "300ms", "-warmup", "50ms",
+		"-mix", "hot", "-backend", "noop", "-tag", "t"}
+	onLinux := runtime.GOOS == "linux"
+	if onLinux { // the no-op serves in this process: its CPU is ours
+		args = append(args, "-server-pid", strconv.Itoa(os.Getpid()))
+	}
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("run(%q) = %v; stderr: %s", args, err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("run printed %d lines, want 1:\n%s", len(lines), stdout.String())
+	}
+	var o output
+	if err := json.Unmarshal([]byte(lines[0]), &o); err != nil {
+		t.Fatalf("output %q: %v", lines[0], err)
+	}
+	if o.Mix != "hot" || o.Backend != "noop" || o.Tag != "t" || o.C != 4 || o.Conns != 2 || o.DurationSec != 0.3 {
+		t.Errorf("output labels = %+v, want mix hot, backend noop, tag t, c 4, conns 2, duration 0.3s", o)
+	}
+	if o.QPS <= 0 || o.Errors != 0 || o.OK != o.Total || o.WarmupCalls == 0 {
+		t.Errorf("output = qps %v, errors %d, ok %d of %d, warmup %d; want qps > 0, no errors, all ok, warmup calls",
+			o.QPS, o.Errors, o.OK, o.Total, o.WarmupCalls)
+	}
+	if onLinux && (o.ServerCPUMicros == nil || *o.ServerCPUMicros <= 0 || o.OtherCPUCores == nil) {
+		t.Errorf("server_cpu_us_per_req = %v, other_cpu_cores = %v; want > 0 and set", o.ServerCPUMicros, o.OtherCPUCores)
+	}
+}
+
+func TestRunLoadFailsFastWhenNothingListens(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	pool, _ := buildPool(poolOptions{Mix: mixHot})
+	_, err = runLoad(ctx, loadOptions{Addr: addr, Callers: 1, Conns: 1, Duration: time.Second, Pool: pool})
+	if err == nil || !strings.Contains(err.Error(), "connect to "+addr) {
+		t.Errorf("runLoad against a closed port = %v, want a connect error", err)
+	}
+}
+
+func TestServeNoopLogsAndStops(t *testing.T) {
+	var log bytes.Buffer
+	err := serveNoop(context.Background(), "127.0.0.1:0", 50*time.Millisecond, slog.New(slog.NewTextHandler(&log, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "msg=serving grpc_addr=127.0.0.1:") {
+		t.Errorf("log = %q, want msg=serving grpc_addr=127.0.0.1:PORT", log.String())
+	}
+}
