@@ -16,7 +16,7 @@ import (
 
 // inlineStatuses is how many descriptor statuses a response carries in its
 // own allocation; Envoy routes rarely send more.
-const inlineStatuses = 4
+const inlineStatuses = 3
 
 // statusParts are the messages of one descriptor status, allocated together.
 type statusParts struct {
