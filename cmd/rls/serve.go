@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -107,7 +108,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	if err != nil {
 		return err
 	}
-	grpcServer := grpc.NewServer(creds...)
+	// Stream workers are reused goroutines whose stacks have already grown
+	// to what a decision with a Redis call needs; a fresh goroutine per
+	// call spent ~9% of the CPU growing its stack (profiled under load).
+	grpcOpts := append(creds, grpc.NumStreamWorkers(streamWorkers()))
+	grpcServer := grpc.NewServer(grpcOpts...)
 	rlsv3.RegisterRateLimitServiceServer(grpcServer, srv)
 	healthServer := health.NewServer()
 	healthpb.RegisterHealthServer(grpcServer, healthServer)
@@ -169,6 +174,11 @@ func reloadOn(ctx context.Context, hup <-chan os.Signal, r *config.Reloader) {
 		}
 	}
 }
+
+// streamWorkers sizes gRPC's worker pool: callers block on Redis, so it
+// needs about as many workers as concurrent calls; beyond the pool, gRPC
+// starts a goroutine per call as it would without one.
+func streamWorkers() uint32 { return uint32(64 * runtime.GOMAXPROCS(0)) }
 
 // stopGRPC lets in-flight calls finish for up to timeout, then cuts the rest.
 func stopGRPC(s *grpc.Server, timeout time.Duration) {
