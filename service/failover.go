@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sluice-rls/sluice/descriptors"
 )
 
@@ -258,79 +256,4 @@ func ParseFailureMode(s string) (FailureMode, bool) {
 		}
 	}
 	return FailShare, false
-}
-
-// FailoverMetrics are the Redis and fallback metrics of DESIGN.md.
-type FailoverMetrics struct {
-	active      prometheus.Gauge
-	transitions *prometheus.CounterVec
-	duration    prometheus.Observer
-	errors      *prometheus.CounterVec
-}
-
-// NewFailoverMetrics creates and registers ratelimit_fallback_active,
-// ratelimit_fallback_transitions_total, ratelimit_redis_duration_seconds
-// and ratelimit_redis_errors_total on reg.
-func NewFailoverMetrics(reg prometheus.Registerer) *FailoverMetrics {
-	m := &FailoverMetrics{
-		active: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "ratelimit_fallback_active",
-			Help: "1 while this node answers global rules from its fallback because Redis failed.",
-		}),
-		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelimit_fallback_transitions_total",
-			Help: "Switches between Redis and the fallback, by the state switched to.",
-		}, []string{"to"}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelimit_redis_errors_total",
-			Help: "Failed Redis calls, by kind.",
-		}, []string{"kind"}),
-	}
-	durations := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "ratelimit_redis_duration_seconds",
-		Help:    "Time of Redis calls, by operation.",
-		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .02, .05, .1},
-	}, []string{"op"})
-	m.duration = durations.WithLabelValues("hit")
-	for _, to := range []string{"fallback", "redis"} {
-		m.transitions.WithLabelValues(to)
-	}
-	for _, k := range []string{"timeout", "connection", "script", "other"} {
-		m.errors.WithLabelValues(k)
-	}
-	reg.MustRegister(m.active, m.transitions, m.errors, durations)
-	return m
-}
-
-func (m *FailoverMetrics) observe(d time.Duration, err error, classify func(error) string) {
-	if m == nil {
-		return
-	}
-	m.duration.Observe(d.Seconds())
-	if err != nil {
-		m.errors.WithLabelValues(classify(err)).Inc()
-	}
-}
-
-func (m *FailoverMetrics) transition(toFallback bool) {
-	if m == nil {
-		return
-	}
-	m.setActive(toFallback)
-	if toFallback {
-		m.transitions.WithLabelValues("fallback").Inc()
-	} else {
-		m.transitions.WithLabelValues("redis").Inc()
-	}
-}
-
-func (m *FailoverMetrics) setActive(on bool) {
-	if m == nil {
-		return
-	}
-	if on {
-		m.active.Set(1)
-	} else {
-		m.active.Set(0)
-	}
 }
