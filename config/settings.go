@@ -17,6 +17,7 @@ type Settings struct {
 	Config   string // rule file or directory; empty = embedded example
 
 	Redis         string
+	RedisCA       string // PEM bundle trusted for rediss:// (default: the system roots)
 	RedisTimeout  time.Duration
 	RedisFailure  string // share | local | allow | deny
 	FallbackNodes int
@@ -62,6 +63,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Setti
 	fs.StringVar(&s.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /json, /metrics, /rlconfig)")
 	fs.StringVar(&s.Config, "config", "", "rule file or directory of *.yaml (default: the embedded example)")
 	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
+	fs.StringVar(&s.RedisCA, "redis-ca", "", "CA bundle (PEM) to verify Redis' TLS certificate with rediss:// (default: the system roots)")
 	fs.DurationVar(&s.RedisTimeout, "redis-timeout", 10*time.Millisecond, "deadline of every Redis call")
 	fs.StringVar(&s.RedisFailure, "redis-failure", FailureShare, "when Redis fails: share | local | allow | deny")
 	fs.IntVar(&s.FallbackNodes, "fallback-nodes", 0, "node count N for the fallback share rate/N (0: live count from Redis heartbeats)")

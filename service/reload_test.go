@@ -82,3 +82,37 @@ descriptors:
 		t.Errorf("responses saw set A %d times and set B %d times; want both", seenA.Load(), seenB.Load())
 	}
 }
+
+// TestReloadKeepsBucketsOfUnchangedRules: a reload builds new rule objects,
+// but a rule whose limits did not change keeps its buckets (its keys are
+// derived from what the rule says, not from the object); a changed rule
+// starts with a full bucket.
+func TestReloadKeepsBucketsOfUnchangedRules(t *testing.T) {
+	before := `
+domain: d
+descriptors:
+  - key: same
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: changed
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+	after := `
+domain: d
+descriptors:
+  - key: same
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: changed
+    rate_limit: {unit: minute, requests_per_unit: 6}
+`
+	store := config.NewStore(mustRules(t, before))
+	h := newHarness(t, before, func(o *service.Options) { o.Rules = store })
+	h.admitted(t, 5, request("d", desc("same=x")))
+	h.admitted(t, 5, request("d", desc("changed=x")))
+	store.Swap(mustRules(t, after))
+	if got := h.admitted(t, 3, request("d", desc("same=x"))); got != 0 {
+		t.Errorf("unchanged rule admitted %d after the reload, want 0 (its bucket is still empty)", got)
+	}
+	if got := h.admitted(t, 10, request("d", desc("changed=x"))); got != 6 {
+		t.Errorf("changed rule admitted %d after the reload, want 6 (a fresh bucket)", got)
+	}
+}

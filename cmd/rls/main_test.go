@@ -5,10 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the server goroutine and the test.
@@ -97,5 +101,21 @@ func TestRunErrors(t *testing.T) {
 				t.Errorf("usage error exits %d, want 2", exitCode(err))
 			}
 		})
+	}
+}
+
+func TestTrustCA(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.pem")
+	if err := os.WriteFile(bad, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := redisbackend.ParseURL("redis://127.0.0.1:6379/0", time.Second)
+	if err := trustCA(plain, bad); err == nil || !strings.Contains(err.Error(), "TLS URL") {
+		t.Errorf("trustCA on redis://: %v, want an error asking for a TLS URL", err)
+	}
+	tlsOpts, _ := redisbackend.ParseURL("rediss://127.0.0.1:6379/0", time.Second)
+	if err := trustCA(tlsOpts, bad); err == nil || !strings.Contains(err.Error(), "no PEM") {
+		t.Errorf("trustCA with a bad bundle: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,6 +24,11 @@ func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, r
 	opts, err := redisbackend.ParseURL(st.Redis, st.RedisTimeout)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("--redis: %w", err)
+	}
+	if st.RedisCA != "" {
+		if err := trustCA(opts, st.RedisCA); err != nil {
+			return nil, "", nil, err
+		}
 	}
 	// go-redis logs through a package-level logger; route it to ours so its
 	// lines follow --log-format and --log-level.
@@ -79,4 +85,22 @@ type redisLogger struct{ log *slog.Logger }
 // reports are already visible as failed calls, fallback and metrics.
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.Debug("go-redis: " + fmt.Sprintf(format, v...))
+}
+
+// trustCA makes a rediss:// connection verify Redis' certificate against
+// the PEM bundle in file instead of the system roots.
+func trustCA(opts *goredis.UniversalOptions, file string) error {
+	if opts.TLSConfig == nil {
+		return fmt.Errorf("--redis-ca needs a TLS URL (rediss:// or sentinels://)")
+	}
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("--redis-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("--redis-ca %s: no PEM certificates", file)
+	}
+	opts.TLSConfig.RootCAs = pool
+	return nil
 }
