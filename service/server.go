@@ -122,6 +122,3 @@ func (s *Server) GlobalState() string {
 	}
 	return "redis"
 }
-
-// Rules returns the rule set the server currently decides with.
-func (s *Server) Rules() *descriptors.Config { return s.opts.Rules.Rules() }
