@@ -25,19 +25,22 @@ func TestServeEmbeddedDefault(t *testing.T) {
 	}
 	// Per-node burst of 20 for one address, then refusals from the local layer.
 	ok := 0
-	var last *rlsv3.RateLimitResponse
+	start := time.Now()
+	var refusal *rlsv3.RateLimitResponse
 	for range 30 {
-		last = p.Check(t, "edge", "remote_address=10.0.0.1")
-		if last.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+		resp := p.Check(t, "edge", "remote_address=10.0.0.1")
+		if resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
 			ok++
+		} else {
+			refusal = resp
 		}
 	}
-	// Refill during the loop (50/s) may add a token or two.
-	if ok < 20 || ok > 23 {
-		t.Errorf("remote_address admitted %d of 30, want about the local burst of 20", ok)
+	// The local bucket: burst 20, refilling 50/s during the loop.
+	if most := 20 + int(50*time.Since(start).Seconds()) + 1; ok < 20 || ok > most {
+		t.Errorf("remote_address admitted %d of 30, want between the local burst of 20 and %d", ok, most)
 	}
-	if !hasHeader(last, "x-ratelimit-layer", "local") {
-		t.Errorf("refusal headers %v, want x-ratelimit-layer: local", last.GetResponseHeadersToAdd())
+	if refusal == nil || !hasHeader(refusal, "x-ratelimit-layer", "local") {
+		t.Errorf("refusal %v, want one with x-ratelimit-layer: local", refusal.GetResponseHeadersToAdd())
 	}
 	// The orders rule replaces the per-user one.
 	resp := p.Check(t, "edge", "route=/api/orders/1,user_id=u1", "user_id=u1")
