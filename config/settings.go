@@ -59,6 +59,10 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Setti
 	var s Settings
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(out, "usage: rls serve [flags]\n\nEvery flag has an environment variable RLS_<FLAG> (--redis-timeout: RLS_REDIS_TIMEOUT);\na flag on the command line wins.\n\n")
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&s.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService v3 and grpc.health.v1)")
 	fs.StringVar(&s.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /json, /metrics, /rlconfig)")
 	fs.StringVar(&s.Config, "config", "", "rule file or directory of *.yaml (default: the embedded example)")
