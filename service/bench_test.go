@@ -18,10 +18,12 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		name           string
 		metrics        bool
 		globalInMemory bool
+		one            bool // one descriptor (remote_address) instead of three
 	}{
-		{"sharedkeys/metrics=off", false, false},
-		{"sharedkeys/metrics=on", true, false},
-		{"nodekeys/metrics=on", true, true},
+		{"sharedkeys/metrics=off", false, false, false},
+		{"sharedkeys/metrics=on", true, false, false},
+		{"nodekeys/metrics=on", true, true, false},
+		{"nodekeys/metrics=on/1descriptor", true, true, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			h := newHarness(b, `
@@ -46,6 +48,9 @@ descriptors:
 				o.GlobalInMemory = bc.globalInMemory
 			})
 			req := request("edge", desc("remote_address=10.1.2.3"), desc("user_id=alice"), desc("route=/api/orders/42", "user_id=alice"))
+			if bc.one {
+				req = request("edge", desc("remote_address=10.1.2.3"))
+			}
 			ctx := context.Background()
 			b.ReportAllocs()
 			b.ResetTimer()

@@ -14,10 +14,6 @@ import (
 	"github.com/sluice-rls/sluice/descriptors"
 )
 
-// inlineStatuses is how many descriptor statuses a response carries in its
-// own allocation; Envoy routes rarely send more.
-const inlineStatuses = 3
-
 // statusParts are the messages of one descriptor status, allocated together.
 type statusParts struct {
 	status rlsv3.RateLimitResponse_DescriptorStatus
@@ -25,14 +21,28 @@ type statusParts struct {
 	reset  durationpb.Duration
 }
 
-// responseBlock lets a response of up to inlineStatuses descriptors cost a
-// single allocation: the response, its status pointers and every status'
-// messages live in one object that the response keeps alive.
-type responseBlock struct {
-	resp  rlsv3.RateLimitResponse
-	ptrs  [inlineStatuses]*rlsv3.RateLimitResponse_DescriptorStatus
-	parts [inlineStatuses]statusParts
-}
+// The response blocks let a response of up to three descriptors (Envoy
+// routes rarely send more) cost a single allocation sized to it: the
+// response, its status pointers and every status' messages live in one
+// object that the response keeps alive. One size would do, but a request of
+// one descriptor would then allocate and clear three times what it uses.
+type (
+	responseBlock1 struct {
+		resp  rlsv3.RateLimitResponse
+		ptrs  [1]*rlsv3.RateLimitResponse_DescriptorStatus
+		parts [1]statusParts
+	}
+	responseBlock2 struct {
+		resp  rlsv3.RateLimitResponse
+		ptrs  [2]*rlsv3.RateLimitResponse_DescriptorStatus
+		parts [2]statusParts
+	}
+	responseBlock3 struct {
+		resp  rlsv3.RateLimitResponse
+		ptrs  [3]*rlsv3.RateLimitResponse_DescriptorStatus
+		parts [3]statusParts
+	}
+)
 
 // newResponse returns a response with n statuses, each with code OK.
 func newResponse(n int) (*rlsv3.RateLimitResponse, []statusParts) {
@@ -40,11 +50,20 @@ func newResponse(n int) (*rlsv3.RateLimitResponse, []statusParts) {
 		resp  *rlsv3.RateLimitResponse
 		parts []statusParts
 	)
-	if n <= inlineStatuses {
-		b := new(responseBlock)
-		resp, parts = &b.resp, b.parts[:n]
-		resp.Statuses = b.ptrs[:n]
-	} else {
+	switch n {
+	case 1:
+		b := new(responseBlock1)
+		resp, parts = &b.resp, b.parts[:]
+		resp.Statuses = b.ptrs[:]
+	case 2:
+		b := new(responseBlock2)
+		resp, parts = &b.resp, b.parts[:]
+		resp.Statuses = b.ptrs[:]
+	case 3:
+		b := new(responseBlock3)
+		resp, parts = &b.resp, b.parts[:]
+		resp.Statuses = b.ptrs[:]
+	default:
 		resp, parts = new(rlsv3.RateLimitResponse), make([]statusParts, n)
 		resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
 	}
