@@ -640,18 +640,7 @@ func TestTimeout(t *testing.T) {
 		}
 	}
 	s.Resume()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		states := make([]descriptors.BucketState, 1)
-		_, err := f.l.Hit(context.Background(), []descriptors.Hit{{Key: k, Limit: slow, Cost: 0}}, states)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Hit after Resume still fails after 5s: %v", err)
-		}
-		time.Sleep(time.Millisecond) // poll interval, bounded by the deadline
-	}
+	waitHitOK(t, f.l, k, slow)
 }
 
 func TestKilled(t *testing.T) {
@@ -711,5 +700,23 @@ func testManyHits(t *testing.T, e env) {
 		if got := f.remaining(f.key(i), slow); got != 4 {
 			t.Errorf("bucket %d after the refusal: %d tokens, want 4", i, got)
 		}
+	}
+}
+
+// waitHitOK polls a check-only Hit on key until Redis answers again, for at
+// most 5 s.
+func waitHitOK(t *testing.T, l *redisbackend.Limiter, key descriptors.Key, limit descriptors.Limit) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		states := make([]descriptors.BucketState, 1)
+		_, err := l.Hit(context.Background(), []descriptors.Hit{{Key: key, Limit: limit, Cost: 0}}, states)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Hit after Resume still fails after 5s: %v", err)
+		}
+		time.Sleep(time.Millisecond) // poll interval, bounded by the deadline
 	}
 }
