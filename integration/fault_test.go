@@ -103,13 +103,7 @@ func TestFaultRedisKilled(t *testing.T) {
 	back := waitGlobal(t, p, probe)
 	checkBackCounted(t, p)
 	hold(500 * time.Millisecond)
-	as := load.stop()
-	settled(t, p)
-
-	all := summarize(as)
-	if all.errors > 0 {
-		t.Errorf("%d gRPC errors of %d answers, want 0; first: %v", all.errors, len(as), all.firstErr)
-	}
+	as, all := finishLoad(t, p, load)
 	outage := restarting.Sub(killed)
 	out := summarize(between(as, killed, restarting))
 	base := summarize(between(as, time.Time{}, killed))
@@ -185,13 +179,7 @@ func stallUnderLoad(t *testing.T, p *rlsProcess, d time.Duration, stall, resume 
 	back := waitGlobal(t, p, probe)
 	checkBackCounted(t, p)
 	hold(500 * time.Millisecond)
-	as := load.stop()
-	settled(t, p)
-
-	all := summarize(as)
-	if all.errors > 0 {
-		t.Errorf("%d gRPC errors of %d answers, want 0; first: %v", all.errors, len(as), all.firstErr)
-	}
+	as, all := finishLoad(t, p, load)
 	st := summarize(between(as, start, over))
 	base := summarize(between(as, time.Time{}, start))
 	bound := faultBurst + faultRate*stalled.Seconds() // N = 1: this node alone
@@ -239,13 +227,7 @@ func TestFaultClusterMasterDown(t *testing.T) {
 	waitGlobal(t, p, probe)
 	back := time.Since(restarting)
 	hold(500 * time.Millisecond)
-	as := load.stop()
-	settled(t, p)
-
-	all := summarize(as)
-	if all.errors > 0 {
-		t.Errorf("%d gRPC errors of %d answers, want 0; first: %v", all.errors, len(as), all.firstErr)
-	}
+	as, _ := finishLoad(t, p, load)
 	out := summarize(between(as, killed, restarting))
 	base := summarize(between(as, time.Time{}, killed))
 	t.Logf("master 1 of 3 killed for %v: node in fallback after %v (the whole node, for every bucket); %d answers, latency %s (healthy before: %s)",
@@ -376,6 +358,19 @@ func checkBackCounted(t *testing.T, p *rlsProcess) {
 	if v := metricValue(t, p, toRedisSeries); v < 1 {
 		t.Errorf("%s = %v after recovery, want ≥ 1", toRedisSeries, v)
 	}
+}
+
+// finishLoad stops the load, waits for p to settle on the global layer and
+// checks that no answer of the whole run was a gRPC error.
+func finishLoad(t *testing.T, p *rlsProcess, load *loadRun) ([]answer, loadStats) {
+	t.Helper()
+	as := load.stop()
+	settled(t, p)
+	all := summarize(as)
+	if all.errors > 0 {
+		t.Errorf("%d gRPC errors of %d answers, want 0; first: %v", all.errors, len(as), all.firstErr)
+	}
+	return as, all
 }
 
 // settled checks that p, its load stopped, stays on (or returns within the
