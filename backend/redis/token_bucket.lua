@@ -1,8 +1,11 @@
 -- token_bucket.lua: refill + check + take for sluice's global token buckets.
 --
 -- Representation (GCRA). A bucket is one string value: its "theoretical
--- arrival time" TAT, in microseconds of Redis' own clock (TIME), written with
--- %.17g so a double round-trips exactly. With interval = period / requests
+-- arrival time" TAT, in microseconds of Redis' own clock (TIME), as the 8
+-- bytes of a little-endian IEEE 754 double (struct.pack '<d'): exact, and
+-- about 1 µs per bucket cheaper than printing and parsing it with %.17g
+-- (glibc's exact float formatting dominated the script's profile). Any
+-- other value reads as a full bucket. With interval = period / requests
 -- (microseconds per token) and tau = burst * interval, a bucket at time now
 -- holds burst - max(TAT - now, 0) / interval tokens. A missing key is a full
 -- bucket. Taking c tokens moves TAT to max(TAT, now) + c * interval; giving c
@@ -22,7 +25,7 @@
 --   6i-2      burst: capacity in tokens
 --   6i-1      cost: tokens to take, or to give back; 0 = check only (allowed
 --             when at least one token is left, takes nothing)
---   6i        flags: 0 = take, 1 = give back, 2 = independent take,
+--   6i        flags, one digit: 0 = take, 1 = give back, 2 = independent take,
 --             3 = independent give back
 --
 -- Semantics, per decision: the takes (flags 0) are all-or-nothing: they take
@@ -54,8 +57,14 @@ if redis.replicate_commands then
   redis.replicate_commands() -- Redis < 5: replicate effects, as TIME requires
 end
 
+-- Written for speed: Redis runs this for every bucket of every request, so
+-- the per-key path avoids helper calls, parses each argument once and
+-- formats integers only with %d (tonumber and %.17g go through glibc's
+-- exact, slow float conversions).
 local EPS = 1 -- microseconds of slack that absorb floating-point rounding
 local MAXINT = 9007199254740991 -- 2^53 - 1: larger replies would overflow
+local floor, ceil, fmt = math.floor, math.ceil, string.format
+local pack, unpack = struct.pack, struct.unpack
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -63,68 +72,69 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local n = #KEYS
 local tats = {} -- committed TAT per key, read once
 local dirty = {}
-local reply = {}
+local out = {} -- the reply of key k, five integers
+local granted = {} -- whether key k's last report allowed it
 
 local function committed(key)
   local v = tats[key]
   if v == nil then
-    v = tonumber(redis.call('GET', key) or '') or 0
+    local s = redis.call('GET', key)
+    if s and #s == 8 then v = unpack('<d', s) else v = 0 end
     tats[key] = v
   end
   return v
 end
 
-local function clamp(x, hi)
-  if x ~= x or x < 0 then return 0 end -- x ~= x: NaN
-  if x > hi then return hi end
-  return x
-end
-
-local function param(i)
-  local a = 6 * (i - 1)
-  return tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
-    tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
-end
-
--- report fills the reply of key i for a bucket at tat.
-local function report(i, allowed, retry, tat, interval, tau, burst)
-  local debt = math.max(tat - now, 0)
-  local remaining = clamp(math.floor((tau - debt + EPS) / interval), burst)
+-- report fills the reply of key k for a bucket at tat.
+local function report(k, allowed, retry, tat, interval, tau, burst)
+  local debt = tat - now
+  if debt < 0 then debt = 0 end
+  local remaining = floor((tau - debt + EPS) / interval)
+  if remaining > burst then remaining = burst end
   local nxt = 0
-  if remaining < 1 then
-    nxt = clamp(math.floor(debt + interval - tau - EPS), MAXINT)
+  if not (remaining >= 1) then -- also NaN
+    if not (remaining >= 0) then remaining = 0 end
+    nxt = floor(debt + interval - tau - EPS)
+    if not (nxt >= 0) then nxt = 0 elseif nxt > MAXINT then nxt = MAXINT end
+  elseif remaining > MAXINT then
+    remaining = MAXINT
   end
-  local o = 5 * (i - 1)
-  reply[o + 1] = allowed and 1 or 0
-  reply[o + 2] = clamp(remaining, MAXINT)
-  reply[o + 3] = clamp(math.ceil(retry), MAXINT)
-  reply[o + 4] = clamp(math.ceil(debt), MAXINT)
-  reply[o + 5] = nxt
+  retry, debt = ceil(retry), ceil(debt)
+  if retry > MAXINT then retry = MAXINT end
+  if debt > MAXINT then debt = MAXINT end
+  granted[k] = allowed
+  out[k] = fmt('%d %d %d %d %d', allowed and 1 or 0, remaining, retry, debt, nxt)
 end
 
--- decide applies key i to a bucket at tat, fills its reply and returns
+-- decide applies key k to a bucket at tat, fills its reply and returns
 -- whether it is allowed and the bucket's TAT if it is.
-local function decide(i, tat)
-  local period, requests, burst, cost, flags = param(i)
-  local give = flags % 2 == 1
+local function decide(k, tat, give)
+  local a = 6 * k
+  local period, requests = tonumber(ARGV[a - 4]), tonumber(ARGV[a - 3])
+  local burst, cost = tonumber(ARGV[a - 2]), tonumber(ARGV[a - 1])
   if requests <= 0 then
-    local o = 5 * (i - 1)
-    reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4], reply[o + 5] =
-      give and 1 or 0, 0, give and 0 or period, give and 0 or period,
-      give and 0 or period
+    granted[k] = give
+    if give then
+      out[k] = '1 0 0 0 0'
+    else
+      out[k] = fmt('0 0 %d %d %d', period, period, period)
+    end
     return give, tat
   end
   local interval = period / requests
   local tau = burst * interval
-  local base = math.max(tat, now)
+  local base = tat
+  if base < now then base = now end
   local allowed, retry = true, 0
   local new = tat
   if give then
-    new = math.max(base - cost * interval, now)
+    new = base - cost * interval
+    if new < now then new = now end
   elseif cost > burst then
     allowed, retry = false, base - now
   else
-    local need = math.max(cost, 1)
+    local need = cost
+    if need < 1 then need = 1 end
     local wait = base + need * interval - tau - now -- > 0: tokens missing
     if wait > EPS then
       allowed, retry = false, wait
@@ -135,46 +145,51 @@ local function decide(i, tat)
   if new <= now and tat <= now then
     new = tat -- full before and after: nothing to write
   end
-  report(i, allowed, retry, new, interval, tau, burst)
+  report(k, allowed, retry, new, interval, tau, burst)
   return allowed, new
 end
 
 local i = 1
 while i <= n do
-  local d = ARGV[6 * (i - 1) + 1]
+  local d = ARGV[6 * i - 5]
   local j = i
   while j < n and ARGV[6 * j + 1] == d do j = j + 1 end
 
-  -- The takes of decision d, all-or-nothing, on a scratch copy.
+  -- The takes of decision d (flags 0), all-or-nothing, on a scratch copy.
   local scratch, ok = {}, true
   for k = i, j do
-    if tonumber(ARGV[6 * k]) == 0 then
+    if ARGV[6 * k] == '0' then
       local key = KEYS[k]
-      local allowed, new = decide(k, scratch[key] or committed(key))
+      local tat = scratch[key]
+      if tat == nil then tat = committed(key) end
+      local allowed, new = decide(k, tat, false)
       if allowed then scratch[key] = new else ok = false end
     end
   end
-  if ok then
-    for key, tat in pairs(scratch) do
-      if tat ~= tats[key] then tats[key], dirty[key] = tat, true end
-    end
-  else
-    -- Nothing taken: allowed takes report the untouched bucket.
-    for k = i, j do
-      if tonumber(ARGV[6 * k]) == 0 and reply[5 * (k - 1) + 1] == 1 then
-        local period, requests, burst = param(k)
+  for k = i, j do
+    if ARGV[6 * k] == '0' then
+      local key = KEYS[k]
+      if ok then
+        local tat = scratch[key]
+        if tat ~= tats[key] then tats[key], dirty[key] = tat, true end
+      elseif granted[k] then
+        -- Nothing taken: allowed takes report the untouched bucket.
+        local a = 6 * k
+        local period, requests = tonumber(ARGV[a - 4]), tonumber(ARGV[a - 3])
+        local burst = tonumber(ARGV[a - 2])
         local interval = period / requests
-        report(k, true, 0, committed(KEYS[k]), interval, burst * interval, burst)
+        report(k, true, 0, committed(key), interval, burst * interval, burst)
       end
     end
   end
 
   -- Gives and independent takes, each decided alone.
   for k = i, j do
-    if tonumber(ARGV[6 * k]) ~= 0 then
+    local f = ARGV[6 * k]
+    if f ~= '0' then
       local key = KEYS[k]
       local tat = committed(key)
-      local allowed, new = decide(k, tat)
+      local allowed, new = decide(k, tat, f == '1' or f == '3')
       if allowed and new ~= tat then tats[key], dirty[key] = new, true end
     end
   end
@@ -186,15 +201,10 @@ for k = 1, n do
   if dirty[key] then
     dirty[key] = nil
     local tat = tats[key]
-    local ttl = math.max(math.ceil((tat - now) / 1000), 1)
-    redis.call('SET', key, string.format('%.17g', tat), 'PX', ttl)
+    local ttl = ceil((tat - now) / 1000)
+    if ttl < 1 then ttl = 1 end
+    redis.call('SET', key, pack('<d', tat), 'PX', fmt('%d', ttl))
   end
 end
 
-local out = {}
-for k = 1, n do
-  local o = 5 * (k - 1)
-  out[k] = string.format('%d %d %d %d %d',
-    reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4], reply[o + 5])
-end
 return table.concat(out, ' ')
