@@ -18,6 +18,7 @@ type sender struct {
 	batch []*part  // the parts to send, taken from a queue
 	calls []call   // one per script call
 	args  []any    // every call's command arguments, back to back
+	blob  []byte   // every call's ARGV[1], back to back
 	nkeys []uint64 // every call's key count (numkeys)
 }
 
@@ -49,7 +50,7 @@ func (l *Limiter) send(ctx context.Context, s *sender, batch []*part) {
 			return cmp.Or(cmp.Compare(a.slot, b.slot), bytes.Compare(a.bucket[:], b.bucket[:]))
 		})
 	}
-	s.calls, s.args = s.calls[:0], s.args[:0]
+	s.calls, s.args, s.blob = s.calls[:0], s.args[:0], s.blob[:0]
 	start := 0
 	for i := 1; i <= len(live); i++ {
 		if i == len(live) || live[i].slot != live[start].slot || live[i].bucket != live[start].bucket {
@@ -109,14 +110,14 @@ func (s *sender) build(ctx context.Context, l *Limiter, i int, eval bool) *gored
 			s.args = append(s.args, &p.keys[j])
 		}
 	}
+	// Earlier calls' slices of s.blob stay valid when append moves it.
+	b := len(s.blob)
 	for d, p := range c.parts {
 		for j := 0; j < len(p.args); j += argsPerKey {
-			p.args[j] = uint64(d + 1)
-		}
-		for j := range p.args {
-			s.args = append(s.args, &p.args[j])
+			s.blob = appendArgs(s.blob, uint64(d+1), p.args[j:j+argsPerKey])
 		}
 	}
+	s.args = append(s.args, s.blob[b:len(s.blob):len(s.blob)])
 	end := len(s.args)
 	cmd := goredis.NewCmd(ctx, s.args[start:end:end]...)
 	cmd.SetFirstKeyPos(3) // Redis Cluster routes by the first key

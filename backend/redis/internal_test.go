@@ -2,9 +2,11 @@ package redis
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"strings"
 	"syscall"
@@ -26,19 +28,28 @@ func TestSlot(t *testing.T) {
 	}
 }
 
+// packReply builds a token_bucket.lua reply of the given values.
+func packReply(vals ...float64) string {
+	var b []byte
+	for _, v := range vals {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	return string(b)
+}
+
 func TestParseReply(t *testing.T) {
 	t.Parallel()
-	good := "1 4 0 1000 0"
+	good := packReply(1, 4, 0, 1000, 0)
 	out := make([]keyReply, 1)
 	if err := parseReply(good, out); err != nil {
-		t.Fatalf("parseReply(%q): %v", good, err)
+		t.Fatalf("parseReply(1 4 0 1000 0): %v", err)
 	}
 	want := keyReply{allowed: true, remaining: 4, reset: time.Millisecond}
 	if out[0] != want {
-		t.Errorf("parseReply(%q) = %+v, want %+v", good, out[0], want)
+		t.Errorf("parseReply(1 4 0 1000 0) = %+v, want %+v", out[0], want)
 	}
 	two := make([]keyReply, 2)
-	if err := parseReply("0 0 7 9007199254740991 3 1 1 0 0 0", two); err != nil {
+	if err := parseReply(packReply(0, 0, 7, 1<<53-1, 3, 1, 1, 0, 0, 0), two); err != nil {
 		t.Fatalf("parseReply of two keys: %v", err)
 	}
 	if want := (keyReply{retry: 7 * time.Microsecond, reset: (1<<53 - 1) * time.Microsecond, next: 3 * time.Microsecond}); two[0] != want {
@@ -49,13 +60,15 @@ func TestParseReply(t *testing.T) {
 	}
 	for _, bad := range []any{
 		nil, int64(1), []any{int64(1), int64(4), int64(0), int64(1000), int64(0)},
-		"", "1 4 0 1000", "1 4 0 1000 0 ", "1 4 0 1000 0 1", " 1 4 0 1000 0", "1  4 0 1000 0",
-		"2 4 0 1000 0", "1 -4 0 1000 0", "1 4.5 0 1000 0", "1 x 0 1000 0",
-		"1 4 0 9007199254740992 0", "1 4 0 99999999999999999999999 0",
+		"", "1 4 0 1000 0", packReply(1, 4, 0, 1000), packReply(1, 4, 0, 1000, 0, 1),
+		good + "x", good[:len(good)-1],
+		packReply(2, 4, 0, 1000, 0), packReply(1, -4, 0, 1000, 0), packReply(1, 4.5, 0, 1000, 0),
+		packReply(1, math.NaN(), 0, 1000, 0), packReply(1, 4, math.Inf(1), 1000, 0),
+		packReply(1, 4, 0, 1<<53, 0), packReply(1, 4, 0, 1e30, 0),
 	} {
 		err := parseReply(bad, make([]keyReply, 1))
 		if !errors.Is(err, ErrScript) || !strings.Contains(err.Error(), "token_bucket.lua") {
-			t.Errorf("parseReply(%#v) = %v, want ErrScript naming token_bucket.lua", bad, err)
+			t.Errorf("parseReply(%q) = %v, want ErrScript naming token_bucket.lua", bad, err)
 		}
 	}
 }
@@ -63,13 +76,13 @@ func TestParseReply(t *testing.T) {
 func TestReadReplies(t *testing.T) {
 	t.Parallel()
 	a, b := &part{replies: make([]keyReply, 1)}, &part{replies: make([]keyReply, 2)}
-	if err := readReplies("1 4 0 1 0 0 0 5 6 7 1 2 0 3 0", []*part{a, b}); err != nil {
+	if err := readReplies(packReply(1, 4, 0, 1, 0, 0, 0, 5, 6, 7, 1, 2, 0, 3, 0), []*part{a, b}); err != nil {
 		t.Fatalf("readReplies of 1 + 2 keys: %v", err)
 	}
 	if a.replies[0].remaining != 4 || b.replies[0].retry != 5*time.Microsecond || b.replies[1].remaining != 2 {
 		t.Errorf("readReplies: %+v %+v, want parts filled in order", a.replies, b.replies)
 	}
-	if err := readReplies("1 4 0 1 0 0 0 5 6 7", []*part{a, b}); !errors.Is(err, ErrScript) {
+	if err := readReplies(packReply(1, 4, 0, 1, 0, 0, 0, 5, 6, 7), []*part{a, b}); !errors.Is(err, ErrScript) {
 		t.Errorf("readReplies of a short reply: %v, want ErrScript", err)
 	}
 }

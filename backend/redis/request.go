@@ -75,7 +75,7 @@ type part struct {
 	bucket descriptors.Key // the only bucket (routeKey)
 
 	keys    []string   // substrings of req.keys
-	args    []uint64   // argsPerKey per key; the writer sets the decision numbers
+	args    []uint64   // argsPerKey per key
 	refs    []int      // index of each key's hit in its decision
 	replies []keyReply // written by the writer
 
@@ -129,7 +129,7 @@ func (r *request) newPart() *part {
 func (p *part) add(key string, h *descriptors.Hit, ref, flags int) {
 	period := max(uint64(h.Limit.Period/time.Microsecond), 1)
 	p.keys = append(p.keys, key)
-	p.args = append(p.args, 0, period, h.Limit.Requests, h.Limit.Burst, h.Cost, uint64(flags))
+	p.args = append(p.args, period, h.Limit.Requests, h.Limit.Burst, h.Cost, uint64(flags))
 	p.refs = append(p.refs, ref)
 	p.replies = append(p.replies, keyReply{})
 }
