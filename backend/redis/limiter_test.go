@@ -395,21 +395,44 @@ func testTTL(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	ctx := context.Background()
 	lim := slow
-	for i, cost := range []uint64{1, 3, 5} {
-		k := f.key(i)
-		_, st := f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: cost})
+	pttl := func(k descriptors.Key) time.Duration {
+		t.Helper()
 		key := redisKey(f.prefix, k)
-		pttl, err := f.client.PTTL(ctx, key).Result()
+		d, err := f.client.PTTL(ctx, key).Result()
 		if err != nil {
 			t.Fatalf("PTTL %s: %v", key, err)
 		}
+		return d
+	}
+	// The TTL rule: a key outlives its bucket's refill by at most 1 s.
+	const slack = time.Second
+	for i, cost := range []uint64{1, 3, 5} {
+		k := f.key(i)
+		_, st := f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: cost})
+		got := pttl(k)
 		want := time.Duration(cost) * time.Second
-		if !near(pttl, want, 200*time.Millisecond) || !near(pttl, st[0].ResetAfter, 200*time.Millisecond) {
-			t.Errorf("cost %d: PTTL %v, want ≈ %v = ResetAfter %v", cost, pttl, want, st[0].ResetAfter)
+		if !near(st[0].ResetAfter, want, 200*time.Millisecond) || got < st[0].ResetAfter-5*time.Millisecond || got > st[0].ResetAfter+slack+5*time.Millisecond {
+			t.Errorf("cost %d: PTTL %v, want ResetAfter %v (≈ %v) up to %v more", cost, got, st[0].ResetAfter, want, slack)
 		}
 	}
+	// A write whose refill ends before the key's expiry keeps the TTL; one
+	// that ends after it sets a new one.
+	k := f.key(0) // 1 token taken: full in 1 s, the key lives 2 s
+	before := pttl(k)
+	_, st := f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 1, Give: true})
+	if !st[0].Allowed || st[0].ResetAfter != 0 {
+		t.Fatalf("give back: %+v, want allowed and full", st[0])
+	}
+	if got := pttl(k); got > before || got < before-200*time.Millisecond {
+		t.Errorf("after a give: PTTL %v, want kept (%v)", got, before)
+	}
+	_, st = f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 4})
+	if got := pttl(k); got < st[0].ResetAfter-5*time.Millisecond || got > st[0].ResetAfter+slack+5*time.Millisecond || got <= before {
+		t.Errorf("after taking 4: PTTL %v, want a new TTL of ResetAfter %v up to %v more", got, st[0].ResetAfter, slack)
+	}
+
 	// A check-only hit writes nothing; a refilled bucket's key expires.
-	k := f.key(10)
+	k = f.key(10)
 	f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 0})
 	if n, err := f.client.Exists(ctx, redisKey(f.prefix, k)).Result(); err != nil || n != 0 {
 		t.Errorf("check-only on a new bucket: EXISTS = %d, %v; want 0", n, err)

@@ -1,11 +1,11 @@
 -- token_bucket.lua: refill + check + take for sluice's global token buckets.
 --
 -- Representation (GCRA). A bucket is one string value: its "theoretical
--- arrival time" TAT, in microseconds of Redis' own clock (TIME), as the 8
--- bytes of a little-endian IEEE 754 double (struct.pack '<d'): exact, and
--- about 1 µs per bucket cheaper than printing and parsing it with %.17g
--- (glibc's exact float formatting dominated the script's profile). Any
--- other value reads as a full bucket. With interval = period / requests
+-- arrival time" TAT, in microseconds of Redis' own clock (TIME), then the
+-- key's expiry (below), in milliseconds, as two little-endian IEEE 754
+-- doubles (struct.pack '<dd', 16 bytes): exact, and cheaper than printing
+-- and parsing the TAT with %.17g (glibc's exact float conversions dominated
+-- the script's profile). Any other value reads as a full bucket. With interval = period / requests
 -- (microseconds per token) and tau = burst * interval, a bucket at time now
 -- holds burst - max(TAT - now, 0) / interval tokens. A missing key is a full
 -- bucket. Taking c tokens moves TAT to max(TAT, now) + c * interval; giving c
@@ -52,8 +52,13 @@
 --             rounded down (the caller caches empty buckets until then); 0
 --             otherwise
 --
--- TTL rule: every key written gets PX = its time to refill fully, in
--- milliseconds, rounded up, at least 1. Keys only read are not written.
+-- TTL rule: a key outlives its bucket's refill (its TAT) by at most SLACK
+-- milliseconds. A write keeps the key's TTL (KEEPTTL) when the expiry it
+-- records is still at or after the new TAT, and otherwise sets PX to TAT +
+-- SLACK: a bucket in use changes its TTL about once per SLACK instead of on
+-- every write (setting a TTL was a third of a write's cost). The expiry
+-- recorded is 1 ms earlier than the one set, as Redis may count PX from a
+-- millisecond before TIME. Keys only read are not written.
 
 if redis.replicate_commands then
   redis.replicate_commands() -- Redis < 5: replicate effects, as TIME requires
@@ -64,6 +69,7 @@ end
 -- from text (glibc's exact float conversions behind tonumber, %.17g and
 -- Redis' own formatting of number arguments dominated the profile).
 local EPS = 1 -- microseconds of slack that absorb floating-point rounding
+local SLACK = 1000 -- milliseconds a key may outlive its bucket's refill
 local MAXINT = 9007199254740991 -- 2^53 - 1: larger replies would overflow
 local floor, ceil, fmt = math.floor, math.ceil, string.format
 local A = ARGV[1] or ''
@@ -71,12 +77,14 @@ local pack, unpack = struct.pack, struct.unpack
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local nowms = floor(now / 1000)
 
 local n = #KEYS
 if #A ~= 48 * n then
   return redis.error_reply('token_bucket.lua: ARGV[1] has ' .. #A .. ' bytes, want 48 per key')
 end
 local tats = {} -- committed TAT per key, read once
+local exps = {} -- the expiry a key's value records, when it has one
 local dirty = {}
 local out = {} -- the reply of key k, five packed integers
 local granted = {} -- whether key k's last report allowed it
@@ -85,7 +93,7 @@ local function committed(key)
   local v = tats[key]
   if v == nil then
     local s = redis.call('GET', key)
-    if s and #s == 8 then v = unpack('<d', s) else v = 0 end
+    if s and #s == 16 then v, exps[key] = unpack('<dd', s) else v = 0 end
     tats[key] = v
   end
   return v
@@ -203,9 +211,14 @@ for k = 1, n do
   if dirty[key] then
     dirty[key] = nil
     local tat = tats[key]
-    local ttl = ceil((tat - now) / 1000)
-    if ttl < 1 then ttl = 1 end
-    redis.call('SET', key, pack('<d', tat), 'PX', fmt('%d', ttl))
+    local full = ceil(tat / 1000) -- ms
+    local exp = exps[key]
+    if exp and exp >= full then
+      redis.call('SET', key, pack('<dd', tat, exp), 'KEEPTTL')
+    else
+      local px = full + SLACK - nowms
+      redis.call('SET', key, pack('<dd', tat, nowms + px - 1), 'PX', fmt('%d', px))
+    end
   end
 end
 
