@@ -8,8 +8,11 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// DefaultWriters is Options.Writers when it is 0.
-const DefaultWriters = 2
+// DefaultWriters is Options.Writers when it is 0. One call in flight per
+// server makes the largest batches: against 2, under the envoy mix at c=64
+// (two runs each) server CPU 20.5 -> 19.7 µs and Redis CPU 12.1 -> 11.5 µs
+// per request, round trips 0.085 -> 0.05, p99 unchanged.
+const DefaultWriters = 1
 
 // maxCallKeys bounds the keys of the script calls one writer sends at once
 // (a single decision with more goes alone): a script call blocks Redis while
