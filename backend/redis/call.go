@@ -22,8 +22,8 @@ type sender struct {
 	nkeys []uint64 // every call's key count (numkeys)
 }
 
-// call is one script call: the parts of one slot (or bucket) in a batch,
-// each its own decision.
+// call is one script call: the parts of one slot, bucket or master
+// (anySlot) in a batch, each its own decision.
 type call struct {
 	parts []*part
 	cmd   *goredis.Cmd
@@ -94,21 +94,25 @@ func (l *Limiter) send(ctx context.Context, s *sender, batch []*part) {
 // with the keys and arguments of its parts, numbered as decisions 1, 2, ...
 func (s *sender) build(ctx context.Context, l *Limiter, i int, eval bool) *goredis.Cmd {
 	c := &s.calls[i]
+	merged := c.parts[0].slot == anySlot
 	keys := 0
 	for _, p := range c.parts {
 		keys += len(p.keys)
 	}
 	s.nkeys[i] = uint64(keys)
+	if merged {
+		s.nkeys[i] = 1 // KEYS[1] routes; the bucket keys follow ARGV[1]
+	}
 	start := len(s.args)
 	if eval {
 		s.args = append(s.args, "eval", l.srcArg, &s.nkeys[i])
 	} else {
 		s.args = append(s.args, "evalsha", l.shaArg, &s.nkeys[i])
 	}
-	for _, p := range c.parts {
-		for j := range p.keys {
-			s.args = append(s.args, &p.keys[j])
-		}
+	if merged {
+		s.args = append(s.args, &c.parts[0].keys[0])
+	} else {
+		s.args = appendKeys(s.args, c.parts)
 	}
 	// Earlier calls' slices of s.blob stay valid when append moves it.
 	b := len(s.blob)
@@ -118,10 +122,23 @@ func (s *sender) build(ctx context.Context, l *Limiter, i int, eval bool) *gored
 		}
 	}
 	s.args = append(s.args, s.blob[b:len(s.blob):len(s.blob)])
+	if merged {
+		s.args = appendKeys(s.args, c.parts)
+	}
 	end := len(s.args)
 	cmd := goredis.NewCmd(ctx, s.args[start:end:end]...)
 	cmd.SetFirstKeyPos(3) // Redis Cluster routes by the first key
 	return cmd
+}
+
+// appendKeys appends the bucket keys of parts to args.
+func appendKeys(args []any, parts []*part) []any {
+	for _, p := range parts {
+		for j := range p.keys {
+			args = append(args, &p.keys[j])
+		}
+	}
+	return args
 }
 
 // exec runs the commands of calls (only those to retry, when retry is set):
@@ -151,9 +168,12 @@ func (l *Limiter) exec(ctx context.Context, calls []call, retry bool) {
 // failed call fails every part with the same error.
 func (l *Limiter) answerCall(ctx context.Context, c *call) {
 	err := c.cmd.Err()
-	if err != nil {
+	switch {
+	case err != nil && isNotLocal(err):
+		err = fmt.Errorf("backend/redis: token_bucket.lua: %w: %w", errNotLocal, err)
+	case err != nil:
 		err = classify(ctx, "token_bucket.lua", err)
-	} else {
+	default:
 		err = readReplies(c.cmd.Val(), c.parts)
 	}
 	for _, p := range c.parts {

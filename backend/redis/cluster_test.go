@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,7 +24,9 @@ func TestCluster(t *testing.T) {
 		t.Run("CrossSlotRefund", func(t *testing.T) { t.Parallel(); testCrossSlotRefund(t, e) })
 	})
 	// Alone, as it flushes the scripts.
-	t.Run("OneMasterPipeline", func(t *testing.T) { testOneMasterPipeline(t, e) })
+	t.Run("OneMasterOneCall", func(t *testing.T) { testOneMasterOneCall(t, e) })
+	// Alone, as it moves a slot.
+	t.Run("StaleSlotMap", func(t *testing.T) { testStaleSlotMap(t, e, cl) })
 	// Last, as it takes a master down.
 	t.Run("MasterDown", func(t *testing.T) { testMasterDown(t, e, cl) })
 }
@@ -156,9 +157,9 @@ func testMasterDown(t *testing.T, e env, cl *redistest.Cluster) {
 	}
 }
 
-// testOneMasterPipeline: a decision over two slots of one master sends its
-// two script calls in one pipeline, which recovers from NOSCRIPT too.
-func testOneMasterPipeline(t *testing.T, e env) {
+// testOneMasterOneCall: a decision over two slots of one master is one
+// script call, all-or-nothing across the slots, and recovers from NOSCRIPT.
+func testOneMasterOneCall(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	ctx := context.Background()
 	cc := f.client.(*goredis.ClusterClient)
@@ -186,12 +187,12 @@ func testOneMasterPipeline(t *testing.T, e env) {
 	if len(keys) < 2 {
 		t.Fatalf("found %d keys in different slots of one master, want 2", len(keys))
 	}
-	pipelines := &pipelineCounter{}
-	f.client.AddHook(pipelines)
+	// Round 1 after SCRIPT FLUSH: EVALSHA (NOSCRIPT), then EVAL, uncounted.
 	for round, want := range []uint64{4, 3} {
 		if round == 1 {
 			flushScripts(t, f.client)
 		}
+		before := f.calls.Load()
 		ok, st := f.hit(
 			descriptors.Hit{Key: keys[0], Limit: slow, Cost: 1},
 			descriptors.Hit{Key: keys[1], Limit: slow, Cost: 1},
@@ -199,25 +200,79 @@ func testOneMasterPipeline(t *testing.T, e env) {
 		if !ok || st[0].Remaining != want || st[1].Remaining != want {
 			t.Errorf("round %d: %v %+v, want allowed with %d left in each", round, ok, st, want)
 		}
+		if n := f.calls.Load() - before; n != 1 {
+			t.Errorf("round %d: two slots of one master: %d EVALSHA calls, want 1", round, n)
+		}
 	}
-	// Round 0: one pipeline; round 1: the EVALSHA pipeline, then the EVAL one.
-	if n := pipelines.n.Load(); n != 3 {
-		t.Errorf("two decisions over two slots of one master: %d pipelines, want 3", n)
+	// Refused in one slot: nothing taken in the other, and no refund call.
+	before := f.calls.Load()
+	ok, st := f.hit(
+		descriptors.Hit{Key: keys[0], Limit: slow, Cost: 1},
+		descriptors.Hit{Key: keys[1], Limit: slow, Cost: 5},
+	)
+	if ok || !st[0].Allowed || st[1].Allowed {
+		t.Errorf("cost 5 on a bucket of 3: %v %+v, want refused by the second hit", ok, st)
+	}
+	if n := f.calls.Load() - before; n != 1 {
+		t.Errorf("refused decision on one master: %d script calls, want 1 (no refund)", n)
+	}
+	if got := f.remaining(keys[0], slow); got != 3 {
+		t.Errorf("first bucket after the refusal: %d tokens, want 3 (nothing taken)", got)
 	}
 }
 
-// pipelineCounter counts pipelines of script calls.
-type pipelineCounter struct{ n atomic.Int64 }
-
-func (*pipelineCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-
-func (*pipelineCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
-
-func (h *pipelineCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		if len(cmds) > 0 && (cmds[0].Name() == "evalsha" || cmds[0].Name() == "eval") {
-			h.n.Add(1)
+// testStaleSlotMap: a call built on a stale slot map reaches a master that
+// no longer serves one of its buckets; the decision is then made slot by
+// slot, and no token is taken twice.
+func testStaleSlotMap(t *testing.T, e env, cl *redistest.Cluster) {
+	f := e.fixture(t, redisbackend.Options{Timeout: time.Second})
+	ctx := context.Background()
+	cc := f.client.(*goredis.ClusterClient)
+	// Two buckets of one master in different slots; the second's slot empty,
+	// so that it can move.
+	var keys []descriptors.Key
+	var slots []int
+	owner := -1
+	for i := 0; len(keys) < 2 && i < 1000; i++ {
+		k := f.key(i)
+		s, err := cc.ClusterKeySlot(ctx, redisKey(f.prefix, k)).Result()
+		if err != nil {
+			t.Fatalf("CLUSTER KEYSLOT: %v", err)
 		}
-		return next(ctx, cmds)
+		m := cl.MasterOfSlot(int(s))
+		if owner == -1 {
+			owner = m
+		}
+		if m != owner || (len(slots) > 0 && slots[0] == int(s)) {
+			continue
+		}
+		if n, err := cl.Master(m).Client().ClusterCountKeysInSlot(ctx, int(s)).Result(); err != nil || (len(keys) == 1 && n != 0) {
+			continue
+		}
+		keys, slots = append(keys, k), append(slots, int(s))
+	}
+	if len(keys) < 2 {
+		t.Fatalf("found %d keys in two slots of one master, want 2", len(keys))
+	}
+	// The client learns the slot map, then the second slot moves.
+	if ok, st := f.hit(descriptors.Hit{Key: keys[0], Limit: slow, Cost: 1}); !ok {
+		t.Fatalf("first hit: refused %+v", st)
+	}
+	to := (owner + 1) % 3
+	cl.MoveSlot(slots[1], to)
+	before := f.calls.Load()
+	ok, st := f.hit(
+		descriptors.Hit{Key: keys[0], Limit: slow, Cost: 1},
+		descriptors.Hit{Key: keys[1], Limit: slow, Cost: 2},
+	)
+	if !ok || st[0].Remaining != 3 || st[1].Remaining != 3 {
+		t.Errorf("hit across a moved slot: %v %+v, want allowed with 3 and 3 left", ok, st)
+	}
+	t.Logf("%d script calls (the refused merged one, then one per slot)", f.calls.Load()-before)
+	if got := f.remaining(keys[0], slow); got != 3 {
+		t.Errorf("bucket on the old master: %d tokens, want 3 (taken once)", got)
+	}
+	if n, err := cl.Master(to).Client().Exists(ctx, redisKey(f.prefix, keys[1])).Result(); err != nil || n != 1 {
+		t.Errorf("moved bucket on its new master: EXISTS = %d, %v; want 1", n, err)
 	}
 }

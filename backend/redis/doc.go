@@ -8,8 +8,8 @@
 //
 // A Limiter decides the hits of one request all-or-nothing, with Redis' own
 // clock, under a deadline for every Redis call. Against Redis Cluster it runs
-// one script per slot, concurrently, and gives back the tokens of the slots
-// that took them when another slot refused. A bucket Redis reported empty is
+// one script per master, concurrently, and gives back the tokens of the
+// masters that took them when another master refused. A bucket Redis reported empty is
 // remembered on the node until its next token is due, so a key under attack
 // costs no Redis traffic. Errors are classified (ErrorKind) so the caller can
 // count them and fail open.
@@ -17,8 +17,8 @@
 // Concurrent requests share round trips without waiting for each other: a
 // request that finds its Redis server idle is sent at once; requests that
 // arrive while calls to it are in flight queue, and the next call carries
-// them all, each its own all-or-nothing decision in one script call per
-// slot. Every caller still waits at most the Timeout. Writer goroutines
+// them all, each its own all-or-nothing decision, in one script call.
+// Every caller still waits at most the Timeout. Writer goroutines
 // live only while there is queued work; Close stops the Limiter.
 //
 // The package imports descriptors (for its types) and go-redis only; never

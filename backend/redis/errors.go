@@ -35,6 +35,20 @@ const (
 	KindOther = "other"
 )
 
+// errNotLocal wraps the error of a script call that reached a cluster
+// master which does not serve one of its buckets (the client's slot map was
+// stale): the script failed before writing anything, and Hit goes again
+// slot by slot.
+var errNotLocal = errors.New("a bucket is not on this master")
+
+// isNotLocal reports Redis' refusal of a script that touches a key of a slot
+// the node does not serve ("Script attempted to access a non local key in a
+// cluster node", Redis 6 and 7).
+func isNotLocal(err error) bool {
+	var re goredis.Error
+	return errors.As(err, &re) && strings.Contains(re.Error(), "non local key")
+}
+
 // ErrorKind classifies an error returned by Limiter.Hit for metrics:
 // KindTimeout when it wraps context.DeadlineExceeded, KindScript for
 // ErrScript, KindConnection for ErrConnection, KindOther for anything else

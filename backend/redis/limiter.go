@@ -51,7 +51,7 @@ type routing int
 
 const (
 	routeOne  routing = iota // one server (or a sentinel master): one call
-	routeSlot                // Redis Cluster: one call per hash slot
+	routeSlot                // Redis Cluster: one call per master (per slot after a stale slot map)
 	routeKey                 // a go-redis Ring shards by hash tag: one call per key
 )
 
@@ -68,14 +68,19 @@ var errAbandoned = errors.New("backend/redis: caller gave up")
 // Concurrent calls to Hit share round trips: each Redis server (each master
 // of a Redis Cluster) has a queue, and the requests that arrive while
 // Options.Writers script calls to it are in flight wait there and go out
-// together, several decisions in one script call per slot (several calls
-// in one pipeline when they span slots of one master). There is no fixed
-// wait: a request that finds the server idle is sent at once, in its own
-// call. A Hit so costs at most one script call per Redis Cluster slot
-// touched (one in total on a single Redis or sentinel master), plus one more
-// per slot when a cluster decision is refused after some slots took tokens,
-// and usually far less than one round trip under load; a decision refused
-// from the empty-bucket cache costs none.
+// together, several decisions in one script call, whatever slots of that
+// master their buckets hash to. There is no fixed wait: a request that
+// finds the server idle is sent at once, in its own call. A Hit so costs at
+// most one script call per Redis Cluster master touched (one in total on a
+// single Redis or sentinel master), plus one more per master when a cluster
+// decision is refused after some masters took tokens, and usually far less
+// than one round trip under load; a decision refused from the empty-bucket
+// cache costs none.
+//
+// When a call reaches a master that no longer serves one of its buckets
+// (the client's slot map is stale while slots move), the script fails
+// before writing anything, and its requests go again one call per slot,
+// which go-redis redirects (MOVED, ASK) like any single-slot command.
 //
 // The writers are goroutines that exit when their queue is empty; Close
 // stops the Limiter and waits for them.
@@ -176,10 +181,10 @@ func (l *Limiter) Close() {
 // Independent hits are still applied in Redis.
 //
 // Gives and Independent hits are applied whatever the decision. In Redis
-// Cluster, takes are grouped by slot, one script call per slot runs
-// concurrently, and when any slot refuses, the slots that took tokens get
-// them back through a second call; the states of those hits then report the
-// buckets after the refund.
+// Cluster, takes are grouped by master, one script call per master runs
+// concurrently, and when any master refuses, the masters that took tokens
+// get them back through a second call; the states of those hits then report
+// the buckets after the refund.
 //
 // Hit waits for its answer at most the Timeout (less when ctx ends first),
 // even when the script call carrying it is still in flight. On error, states
@@ -211,13 +216,24 @@ func (l *Limiter) Hit(ctx context.Context, hits []descriptors.Hit, states []desc
 func (l *Limiter) hit(ctx context.Context, r *request, start time.Time) (bool, error) {
 	d := &r.dec
 	allowed := l.decideLocally(d, start)
-	if err := l.split(ctx, r); err != nil {
+	if err := l.split(ctx, r, false); err != nil {
 		return false, err
 	}
 	if len(r.parts) == 0 {
 		return allowed, nil
 	}
-	if err := l.do(ctx, r); err != nil {
+	err := l.do(ctx, r)
+	if errors.Is(err, errNotLocal) {
+		// A stale slot map: nothing was written where a bucket was not
+		// served. Undo what other masters took, then go slot by slot.
+		l.giveBack(ctx, r, false)
+		l.cluster.ReloadState(ctx)
+		r.parts = r.parts[:0]
+		if err = l.split(ctx, r, true); err == nil {
+			err = l.do(ctx, r)
+		}
+	}
+	if err != nil {
 		l.giveBack(ctx, r, false) // best effort: the caller falls back
 		return false, err
 	}
@@ -226,7 +242,6 @@ func (l *Limiter) hit(ctx context.Context, r *request, start time.Time) (bool, e
 			allowed = false
 		}
 	}
-	var err error
 	if !allowed && len(r.parts) > 1 {
 		err = l.giveBack(ctx, r, true)
 	}
@@ -288,8 +303,9 @@ func cachedState(h *descriptors.Hit, e emptyEntry, now time.Time) descriptors.Bu
 }
 
 // split turns the hits not decided locally into r's parts, one per script
-// call, and finds each part's queue.
-func (l *Limiter) split(ctx context.Context, r *request) error {
+// call, each with its queue: in Redis Cluster, one per master, or one per
+// slot when bySlot is set.
+func (l *Limiter) split(ctx context.Context, r *request, bySlot bool) error {
 	d := &r.dec
 	remote := false
 	for i := range d.hits {
@@ -314,15 +330,11 @@ func (l *Limiter) split(ctx context.Context, r *request) error {
 		}
 		h := &d.hits[i]
 		key := r.keys[i*l.keyLen : (i+1)*l.keyLen]
-		p := l.partFor(r, key, h.Key)
-		p.add(key, h, i, flags(h))
-	}
-	for _, p := range r.parts {
-		t, err := l.targetFor(ctx, p)
+		p, err := l.partFor(ctx, r, key, h.Key, bySlot)
 		if err != nil {
 			return err
 		}
-		p.target = t
+		p.add(key, h, i, flags(h))
 	}
 	return nil
 }
@@ -341,24 +353,31 @@ func (l *Limiter) appendKey(b []byte, k descriptors.Key) []byte {
 }
 
 // partFor returns the part of r that takes key (of bucket k): the only one
-// on a single Redis, the one of its slot in a cluster, of its bucket in a
-// Ring.
-func (l *Limiter) partFor(r *request, key string, k descriptors.Key) *part {
-	var s int
+// on a single Redis, the one of its master (or slot, when bySlot is set) in
+// a cluster, of its bucket in a Ring.
+func (l *Limiter) partFor(ctx context.Context, r *request, key string, k descriptors.Key, bySlot bool) (*part, error) {
+	t, s := l.one, 0
 	if l.route == routeSlot {
-		s = slot([]byte(key[len(l.prefix)+2 : len(key)-1])) // the hash tag
+		var err error
+		if t, err = l.targetFor(ctx, key); err != nil {
+			return nil, err
+		}
+		s = anySlot
+		if bySlot {
+			s = slot([]byte(key[len(l.prefix)+2 : len(key)-1])) // the hash tag
+		}
 	}
 	if l.route != routeKey {
 		k = descriptors.Key{}
 	}
 	for _, p := range r.parts {
-		if p.slot == s && p.bucket == k {
-			return p
+		if p.target == t && p.slot == s && p.bucket == k {
+			return p, nil
 		}
 	}
 	p := r.newPart()
-	p.slot, p.bucket = s, k
-	return p
+	p.target, p.slot, p.bucket = t, s, k
+	return p, nil
 }
 
 // giveBack gives back the tokens of r's parts that took them: after the

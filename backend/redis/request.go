@@ -65,13 +65,14 @@ func (d *decision) isLocal(i int) bool {
 	return d.many[i]
 }
 
-// part is the hits of one request for one script call: all in one cluster
-// slot (routeSlot) or one bucket (routeKey). In a call, several requests'
-// parts follow each other, each its own all-or-nothing decision.
+// part is the hits of one request for one script call: all on one cluster
+// master, in any slot or in one (routeSlot), or one bucket (routeKey). In a
+// call, several requests' parts follow each other, each its own
+// all-or-nothing decision.
 type part struct {
 	req    *request
 	target *target         // the queue it goes through
-	slot   int             // cluster slot of every key (routeSlot)
+	slot   int             // cluster slot of every key, or anySlot (routeSlot)
 	bucket descriptors.Key // the only bucket (routeKey)
 
 	keys    []string   // substrings of req.keys

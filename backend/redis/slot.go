@@ -3,6 +3,10 @@ package redis
 // slotCount is the number of Redis Cluster hash slots.
 const slotCount = 16384
 
+// anySlot is the slot of a part whose keys may hash to any slot of its
+// master: its call names the bucket keys in ARGV (token_bucket.lua).
+const anySlot = -1
+
 // slot returns the Redis Cluster hash slot of a key whose hash tag is tag:
 // CRC16-CCITT (XMODEM) of the tag, modulo 16384, as the Redis Cluster
 // specification defines it. go-redis keeps its implementation in an internal

@@ -210,23 +210,20 @@ func (l *Limiter) enqueue(r *request) {
 	}
 }
 
-// targetFor returns the queue of the server that holds p's keys.
-func (l *Limiter) targetFor(ctx context.Context, p *part) (*target, error) {
-	if l.cluster == nil {
-		return l.one, nil
-	}
+// targetFor returns the queue of the cluster master that holds key.
+func (l *Limiter) targetFor(ctx context.Context, key string) (*target, error) {
 	var m *goredis.Client
 	var err error
 	if l.routed.Load() {
 		// The slot map is loaded: finding the master asks nothing of Redis.
-		m, err = l.cluster.MasterForKey(ctx, p.keys[0])
+		m, err = l.cluster.MasterForKey(ctx, key)
 		if err != nil {
 			err = classify(ctx, "cluster slots", err)
 		}
 	} else {
 		// The first lookup loads the slot map: under the deadline.
 		cctx, cancel := context.WithTimeout(ctx, l.timeout)
-		m, err = l.cluster.MasterForKey(cctx, p.keys[0])
+		m, err = l.cluster.MasterForKey(cctx, key)
 		if err != nil {
 			err = classify(cctx, "cluster slots", err)
 		} else {

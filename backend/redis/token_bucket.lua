@@ -13,8 +13,13 @@
 -- timestamp hash) keeps each bucket to one GET and one SET, and the refill
 -- needs no write: time passing is the refill.
 --
--- KEYS[i]     bucket key i (i = 1..n); in Redis Cluster all keys of a call
---             share one slot.
+-- KEYS[i]     bucket key i (i = 1..n), all in one slot in Redis Cluster.
+--             Or, when ARGV has more than one value, KEYS[1] only routes the
+--             call and the bucket keys are ARGV[2..n+1]: in Redis Cluster,
+--             one call then serves buckets of every slot of one master
+--             (Redis allows scripts without flags to touch undeclared keys
+--             of other slots on the node; a key the node does not serve
+--             fails the call before anything is written).
 -- ARGV[1]    48 bytes per key: six little-endian IEEE 754 doubles (binary,
 --             not decimal text: parsing 6n decimal arguments with strtod was
 --             a tenth of the script's CPU, and formatting them a cost to the
@@ -79,7 +84,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local nowms = floor(now / 1000)
 
-local n = #KEYS
+local K, o = KEYS, 0 -- bucket key k is K[k + o]
+if #ARGV > 1 then K, o = ARGV, 1 end
+local n = #K - o
 if #A ~= 48 * n then
   return redis.error_reply('token_bucket.lua: ARGV[1] has ' .. #A .. ' bytes, want 48 per key')
 end
@@ -171,7 +178,7 @@ while i <= n do
   local scratch, ok = {}, true
   for k = i, j do
     if unpack('<d', A, 48 * k - 7) == 0 then
-      local key = KEYS[k]
+      local key = K[k + o]
       local tat = scratch[key]
       if tat == nil then tat = committed(key) end
       local allowed, new = decide(k, tat, false)
@@ -180,7 +187,7 @@ while i <= n do
   end
   for k = i, j do
     if unpack('<d', A, 48 * k - 7) == 0 then
-      local key = KEYS[k]
+      local key = K[k + o]
       if ok then
         local tat = scratch[key]
         if tat ~= tats[key] then tats[key], dirty[key] = tat, true end
@@ -197,7 +204,7 @@ while i <= n do
   for k = i, j do
     local f = unpack('<d', A, 48 * k - 7)
     if f ~= 0 then
-      local key = KEYS[k]
+      local key = K[k + o]
       local tat = committed(key)
       local allowed, new = decide(k, tat, f % 2 == 1)
       if allowed and new ~= tat then tats[key], dirty[key] = new, true end
@@ -207,7 +214,7 @@ while i <= n do
 end
 
 for k = 1, n do
-  local key = KEYS[k]
+  local key = K[k + o]
   if dirty[key] then
     dirty[key] = nil
     local tat = tats[key]

@@ -188,3 +188,47 @@ func nodeOK(ctx context.Context, addr string, masters int) error {
 	}
 	return nil
 }
+
+// MoveSlot gives slot, which must hold no keys, to master to, as the last
+// step of a resharding does, and waits until every master agrees. Clients
+// keep their slot map until a MOVED reply (or a reload) updates it.
+func (c *Cluster) MoveSlot(slot, to int) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	dst := c.masters[to].Client()
+	id, err := dst.ClusterMyID(ctx).Result()
+	if err != nil {
+		c.t.Fatalf("redistest: CLUSTER MYID: %v", err)
+	}
+	// The new owner's epoch must be the highest for its claim to win.
+	if err := dst.Do(ctx, "CLUSTER", "BUMPEPOCH").Err(); err != nil {
+		c.t.Fatalf("redistest: CLUSTER BUMPEPOCH: %v", err)
+	}
+	order := []*Server{c.masters[to]} // the new owner first
+	for i, s := range c.masters {
+		if i != to {
+			order = append(order, s)
+		}
+	}
+	for _, s := range order {
+		if err := s.Client().Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", id).Err(); err != nil {
+			c.t.Fatalf("redistest: CLUSTER SETSLOT %d NODE on %s: %v", slot, s.Addr(), err)
+		}
+	}
+	err = waitFor(ctx, clusterTimeout, func(context.Context) error {
+		for _, s := range c.masters {
+			owner, err := slotOwner(s.Addr(), slot)
+			if err != nil {
+				return err
+			}
+			if owner != c.masters[to].Port() {
+				return fmt.Errorf("%s sees slot %d on port %d, want %d", s.Addr(), slot, owner, c.masters[to].Port())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		c.t.Fatalf("redistest: slot %d not moved within %v: %v", slot, clusterTimeout, err)
+	}
+}
