@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -65,7 +66,8 @@ func countWire(c goredis.UniversalClient, w wireCounter) {
 // redis-server (and a 3-master cluster): par=1 runs GOMAXPROCS callers,
 // par=32 runs 32×GOMAXPROCS (64 at -cpu 2). Buckets never run out, so every
 // hit reaches Redis. calls/op is script calls per Hit, trips/op Redis round
-// trips per Hit (a pipeline to one server is one).
+// trips per Hit (a pipeline to one server is one), redis-µs/op the CPU time
+// Redis spent (INFO cpu, every master) per Hit.
 func BenchmarkHitParallel(b *testing.B) {
 	b.Run("single", func(b *testing.B) {
 		benchHit(b, "redis://"+redistest.Start(b).Addr())
@@ -112,6 +114,7 @@ func benchHitN(b *testing.B, url string, keys, par int) {
 	}
 	trips.Store(0)
 	scripts.Store(0)
+	cpu0 := redisCPU(b, c)
 	var next atomic.Int64
 	var failed atomic.Int64
 	b.SetParallelism(par)
@@ -137,4 +140,43 @@ func benchHitN(b *testing.B, url string, keys, par int) {
 	}
 	b.ReportMetric(float64(scripts.Load())/float64(b.N), "calls/op")
 	b.ReportMetric(float64(trips.Load())/float64(b.N), "trips/op")
+	b.ReportMetric((redisCPU(b, c)-cpu0).Seconds()*1e6/float64(b.N), "redis-µs/op")
+}
+
+// redisCPU returns the CPU time (user + system) the Redis servers behind c
+// have used, summed over the masters of a cluster.
+func redisCPU(b *testing.B, c goredis.UniversalClient) time.Duration {
+	b.Helper()
+	ctx := context.Background()
+	var total atomic.Int64
+	read := func(ctx context.Context, r *goredis.Client) error {
+		info, err := r.Info(ctx, "cpu").Result()
+		if err != nil {
+			return err
+		}
+		for line := range strings.SplitSeq(info, "\n") {
+			k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+			if k == "used_cpu_user" || k == "used_cpu_sys" {
+				sec, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return fmt.Errorf("INFO cpu %s: %w", k, err)
+				}
+				total.Add(int64(sec * 1e9))
+			}
+		}
+		return nil
+	}
+	var err error
+	switch r := c.(type) {
+	case *goredis.ClusterClient:
+		err = r.ForEachMaster(ctx, read)
+	case *goredis.Client:
+		err = read(ctx, r)
+	default:
+		err = fmt.Errorf("redisCPU: client %T", c)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(total.Load())
 }
