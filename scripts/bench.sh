@@ -242,6 +242,16 @@ sluice() {
 	stop "$pid"
 }
 
+# same_qps MIX: the no-op paced (-rate) at the QPS the Redis run of MIX just
+# reached: the baseline of CPU per request at equal throughput.
+same_qps() {
+	local qps
+	qps=$(tail -n 1 "$results" | sed -n 's/^{"backend":"redis","mix":"'"$1"'",.*"qps":\([0-9.]*\),.*/\1/p')
+	if [ -n "$qps" ]; then
+		load noop "$1" "at the Redis QPS" "$noop_addr" "$noop_pid" -rate "$qps"
+	fi
+}
+
 # --- the matrix: runs interleaved, so drift hits every backend alike --------
 log "load average before: $(loadavg) (other work on the machine skews every row)"
 for run in $(seq "$runs"); do
@@ -252,6 +262,7 @@ for run in $(seq "$runs"); do
 	for backend in memory redis; do
 		for mix in spread hot envoy; do
 			sluice "$backend" "$mix" ""
+			if [ "$backend" = redis ]; then same_qps "$mix"; fi
 		done
 		sluice "$backend" hot over-limit -hot-value 10.0.0.2
 	done

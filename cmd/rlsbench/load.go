@@ -28,6 +28,11 @@ type loadOptions struct {
 	Warmup   time.Duration
 	Duration time.Duration
 	Pool     []*rlsv3.RateLimitRequest
+	// Rate, when positive, caps the calls per second of all callers
+	// together: each caller starts its calls Callers/Rate seconds apart
+	// (sooner never; later when an answer takes longer). Zero is a plain
+	// closed loop.
+	Rate float64
 	// Window, when set, is called (on its own goroutine) at the start and
 	// at the end of the measured window, with start true then false.
 	Window func(start bool)
@@ -50,17 +55,20 @@ func (r *loadResult) total() uint64 { return r.ok + r.overLimit + r.errors }
 type caller struct {
 	loadResult
 	client rlsv3.RateLimitServiceClient
-	next   int // index of its next request in the pool
+	next   int           // index of its next request in the pool
+	every  time.Duration // with a rate: time between its starts
+	due    time.Time     // with a rate: when its next call may start
 }
 
 // runLoad runs o.Callers closed-loop callers, spread round-robin over
 // o.Conns gRPC connections, for o.Warmup then o.Duration, and merges their
 // tallies. Each caller sends its next pre-built request as soon as the
-// previous answer arrives. A call counts in the window it starts in; one
-// still running grace after the end is cancelled.
+// previous answer arrives (and, with o.Rate, its next start is due). A call
+// counts in the window it starts in; one still running grace after the end
+// is cancelled.
 func runLoad(ctx context.Context, o loadOptions) (loadResult, error) {
-	if o.Callers < 1 || o.Conns < 1 || len(o.Pool) == 0 || o.Duration <= 0 || o.Warmup < 0 {
-		return loadResult{}, fmt.Errorf("need callers, connections and requests ≥ 1, a positive duration and a non-negative warmup")
+	if o.Callers < 1 || o.Conns < 1 || len(o.Pool) == 0 || o.Duration <= 0 || o.Warmup < 0 || o.Rate < 0 {
+		return loadResult{}, fmt.Errorf("need callers, connections and requests ≥ 1, a positive duration, a non-negative warmup and rate")
 	}
 	conns, err := dial(ctx, o.Addr, o.Conns)
 	if err != nil {
@@ -85,6 +93,10 @@ func runLoad(ctx context.Context, o loadOptions) (loadResult, error) {
 			loadResult: loadResult{hist: newHistogram()},
 			client:     rlsv3.NewRateLimitServiceClient(conns[i%len(conns)]),
 			next:       i * len(o.Pool) / o.Callers,
+		}
+		if o.Rate > 0 {
+			c.every = time.Duration(float64(o.Callers) / o.Rate * float64(time.Second))
+			c.due = t0.Add(c.every * time.Duration(i) / time.Duration(o.Callers)) // staggered
 		}
 		callers[i] = c
 		wg.Go(func() { c.loop(ctx, o.Pool, warmEnd, end) })
@@ -111,6 +123,13 @@ func runLoad(ctx context.Context, o loadOptions) (loadResult, error) {
 // loop is one caller: call, time, tally, until the window ends.
 func (c *caller) loop(ctx context.Context, pool []*rlsv3.RateLimitRequest, warmEnd, end time.Time) {
 	for {
+		if c.every > 0 {
+			if wait := time.Until(c.due); wait > 0 {
+				time.Sleep(wait) // pacing: at most until the next start is due
+			}
+			// A late caller starts at once, without a burst to catch up.
+			c.due = later(c.due.Add(c.every), time.Now())
+		}
 		start := time.Now()
 		if !start.Before(end) || ctx.Err() != nil {
 			return
@@ -137,6 +156,14 @@ func (c *caller) loop(ctx context.Context, pool []*rlsv3.RateLimitRequest, warmE
 			c.fail(fmt.Errorf("overall code %v", resp.GetOverallCode()))
 		}
 	}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (c *caller) fail(err error) {

@@ -65,6 +65,30 @@ func TestRunLoadAgainstNoop(t *testing.T) {
 	}
 }
 
+// TestRunLoadPaced: with a rate, the callers together start at most that
+// many calls per second (unpaced, the no-op answers thousands in the window).
+func TestRunLoadPaced(t *testing.T) {
+	addr := startTestNoop(t)
+	pool, err := buildPool(poolOptions{Mix: mixHot, Domain: "edge"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rate, callers = 100.0, 4
+	window := 500 * time.Millisecond
+	res, err := runLoad(context.Background(), loadOptions{
+		Addr: addr, Callers: callers, Conns: 1, Warmup: 50 * time.Millisecond, Duration: window, Pool: pool, Rate: rate,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if max := uint64(rate*window.Seconds()) + callers; res.total() == 0 || res.total() > max || res.errors != 0 {
+		t.Errorf("paced at %v/s for %v: %d calls (%d errors), want 1 to %d and no errors", rate, window, res.total(), res.errors, max)
+	}
+	if _, err := runLoad(context.Background(), loadOptions{Addr: addr, Callers: 1, Conns: 1, Duration: window, Pool: pool, Rate: -1}); err == nil {
+		t.Errorf("runLoad with a negative rate: no error")
+	}
+}
+
 func TestRunPrintsOneJSONLine(t *testing.T) {
 	addr := startTestNoop(t)
 	args := []string{"-addr", addr, "-c", "4", "-conns", "2", "-d", "300ms", "-warmup", "50ms",

@@ -63,6 +63,8 @@ type settings struct {
 	redisAddr string
 	metrics   string
 
+	rate float64
+
 	noop     bool
 	listen   string
 	lifetime time.Duration
@@ -79,6 +81,7 @@ func parse(args []string, stderr io.Writer) (settings, error) {
 	fs.IntVar(&s.conns, "conns", 4, "gRPC connections; callers are spread over them round-robin")
 	fs.DurationVar(&s.duration, "d", 10*time.Second, "measured duration")
 	fs.DurationVar(&s.warmup, "warmup", time.Second, "unmeasured warmup before the measured duration")
+	fs.Float64Var(&s.rate, "rate", 0, "cap on calls per second, all callers together (0: as fast as answers come); to compare CPU per request at equal throughput")
 	fs.StringVar(&s.pool.Mix, "mix", mixEnvoy, "requests: spread (1 descriptor, many addresses), hot (1 descriptor, one key) or envoy (remote_address, user_id, route+user_id)")
 	fs.StringVar(&s.pool.Domain, "domain", "edge", "rate-limit domain of the requests")
 	fs.IntVar(&s.pool.Keys, "keys", 1<<17, "distinct remote_address values of the spread mix")
@@ -130,6 +133,8 @@ type output struct {
 	Conns       int     `json:"conns"`
 	DurationSec float64 `json:"duration_s"`
 	WarmupSec   float64 `json:"warmup_s"`
+	// Rate is the -rate cap, when set.
+	Rate float64 `json:"rate,omitempty"`
 
 	// QPS is answers per second in the measured window; P50 to Max are
 	// latency percentiles in milliseconds.
@@ -196,6 +201,7 @@ func load(ctx context.Context, s settings, stdout io.Writer) error {
 		Warmup:   s.warmup,
 		Duration: s.duration,
 		Pool:     pool,
+		Rate:     s.rate,
 		Window:   p.edge,
 	})
 	if err != nil {
@@ -228,6 +234,7 @@ func summarize(s settings, r loadResult) output {
 		Conns:       s.conns,
 		DurationSec: r.window.Seconds(),
 		WarmupSec:   s.warmup.Seconds(),
+		Rate:        s.rate,
 		QPS:         round(float64(r.total())/r.window.Seconds(), 1),
 		P50:         ms(0.50),
 		P90:         ms(0.90),
