@@ -5,11 +5,12 @@
 -- key's expiry (below), in milliseconds, as two little-endian IEEE 754
 -- doubles (struct.pack '<dd', 16 bytes): exact, and cheaper than printing
 -- and parsing the TAT with %.17g (glibc's exact float conversions dominated
--- the script's profile). Any other value reads as a full bucket. With interval = period / requests
--- (microseconds per token) and tau = burst * interval, a bucket at time now
--- holds burst - max(TAT - now, 0) / interval tokens. A missing key is a full
--- bucket. Taking c tokens moves TAT to max(TAT, now) + c * interval; giving c
--- back moves it to max(TAT - c * interval, now). One value (not a tokens +
+-- the script's profile). Any other value reads as a full bucket. With
+-- interval = period / requests (microseconds per token) and tau = burst *
+-- interval, a bucket at time now holds burst - max(TAT - now, 0) / interval
+-- tokens. A missing key is a full bucket. Taking c tokens moves TAT to
+-- max(TAT, now) + c * interval; giving c back moves it to
+-- max(TAT - c * interval, now). One value (not a tokens +
 -- timestamp hash) keeps each bucket to one GET and one SET, and the refill
 -- needs no write: time passing is the refill.
 --
@@ -20,7 +21,7 @@
 --             (Redis allows scripts without flags to touch undeclared keys
 --             of other slots on the node; a key the node does not serve
 --             fails the call before anything is written).
--- ARGV[1]    48 bytes per key: six little-endian IEEE 754 doubles (binary,
+-- ARGV[1]     48 bytes per key: six little-endian IEEE 754 doubles (binary,
 --             not decimal text: parsing 6n decimal arguments with strtod was
 --             a tenth of the script's CPU, and formatting them a cost to the
 --             client). For key i, at byte 48(i-1) + 1:
@@ -62,8 +63,9 @@
 -- records is still at or after the new TAT, and otherwise sets PX to TAT +
 -- SLACK: a bucket in use changes its TTL about once per SLACK instead of on
 -- every write (setting a TTL was a third of a write's cost). The expiry
--- recorded is 1 ms earlier than the one set, as Redis may count PX from a
--- millisecond before TIME. Keys only read are not written.
+-- recorded is MARGIN earlier than the one set: Redis may count PX from the
+-- script's start (7.2 and later), a little before TIME, and a call of
+-- maxCallKeys buckets runs under 2 ms. Keys only read are not written.
 
 if redis.replicate_commands then
   redis.replicate_commands() -- Redis < 5: replicate effects, as TIME requires
@@ -75,6 +77,7 @@ end
 -- Redis' own formatting of number arguments dominated the profile).
 local EPS = 1 -- microseconds of slack that absorb floating-point rounding
 local SLACK = 1000 -- milliseconds a key may outlive its bucket's refill
+local MARGIN = 5 -- milliseconds between the expiry set and the one recorded
 local MAXINT = 9007199254740991 -- 2^53 - 1: larger replies would overflow
 local floor, ceil, fmt = math.floor, math.ceil, string.format
 local A = ARGV[1] or ''
@@ -224,7 +227,7 @@ for k = 1, n do
       redis.call('SET', key, pack('<dd', tat, exp), 'KEEPTTL')
     else
       local px = full + SLACK - nowms
-      redis.call('SET', key, pack('<dd', tat, nowms + px - 1), 'PX', fmt('%d', px))
+      redis.call('SET', key, pack('<dd', tat, nowms + px - MARGIN), 'PX', fmt('%d', px))
     end
   end
 end
