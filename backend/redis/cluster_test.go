@@ -223,7 +223,8 @@ func testOneMasterOneCall(t *testing.T, e env) {
 
 // testStaleSlotMap: a call built on a stale slot map reaches a master that
 // no longer serves one of its buckets; the decision is then made slot by
-// slot, and no token is taken twice.
+// slot, and no token is taken twice, on that master or on another one whose
+// call had succeeded.
 func testStaleSlotMap(t *testing.T, e env, cl *redistest.Cluster) {
 	f := e.fixture(t, redisbackend.Options{Timeout: time.Second})
 	ctx := context.Background()
@@ -254,6 +255,17 @@ func testStaleSlotMap(t *testing.T, e env, cl *redistest.Cluster) {
 	if len(keys) < 2 {
 		t.Fatalf("found %d keys in two slots of one master, want 2", len(keys))
 	}
+	var other descriptors.Key // a bucket on another master
+	for i := 1000; i < 2000; i++ {
+		s, err := cc.ClusterKeySlot(ctx, redisKey(f.prefix, f.key(i))).Result()
+		if err != nil {
+			t.Fatalf("CLUSTER KEYSLOT: %v", err)
+		}
+		if cl.MasterOfSlot(int(s)) != owner {
+			other = f.key(i)
+			break
+		}
+	}
 	// The client learns the slot map, then the second slot moves.
 	if ok, st := f.hit(descriptors.Hit{Key: keys[0], Limit: slow, Cost: 1}); !ok {
 		t.Fatalf("first hit: refused %+v", st)
@@ -264,13 +276,17 @@ func testStaleSlotMap(t *testing.T, e env, cl *redistest.Cluster) {
 	ok, st := f.hit(
 		descriptors.Hit{Key: keys[0], Limit: slow, Cost: 1},
 		descriptors.Hit{Key: keys[1], Limit: slow, Cost: 2},
+		descriptors.Hit{Key: other, Limit: slow, Cost: 1},
 	)
-	if !ok || st[0].Remaining != 3 || st[1].Remaining != 3 {
-		t.Errorf("hit across a moved slot: %v %+v, want allowed with 3 and 3 left", ok, st)
+	if !ok || st[0].Remaining != 3 || st[1].Remaining != 3 || st[2].Remaining != 4 {
+		t.Errorf("hit across a moved slot: %v %+v, want allowed with 3, 3 and 4 left", ok, st)
 	}
-	t.Logf("%d script calls (the refused merged one, then one per slot)", f.calls.Load()-before)
+	t.Logf("%d script calls (merged: one refused, one taken then refunded; then one per slot)", f.calls.Load()-before)
 	if got := f.remaining(keys[0], slow); got != 3 {
 		t.Errorf("bucket on the old master: %d tokens, want 3 (taken once)", got)
+	}
+	if got := f.remaining(other, slow); got != 4 {
+		t.Errorf("bucket on another master: %d tokens, want 4 (taken, given back, taken again)", got)
 	}
 	if n, err := cl.Master(to).Client().Exists(ctx, redisKey(f.prefix, keys[1])).Result(); err != nil || n != 1 {
 		t.Errorf("moved bucket on its new master: EXISTS = %d, %v; want 1", n, err)
