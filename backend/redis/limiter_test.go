@@ -439,6 +439,12 @@ func testTTL(t *testing.T, e env) {
 	}
 	fast := descriptors.Limit{Requests: 1, Period: 20 * time.Millisecond, Burst: 1}
 	f.hit(descriptors.Hit{Key: k, Limit: fast, Cost: 1})
+	// The slack of a bucket that refills in 20 ms is at most 20 ms: short-
+	// lived keys stay short-lived (a flat second made Redis expire them in
+	// bulk, blocking it for milliseconds).
+	if got := pttl(k); got > 45*time.Millisecond {
+		t.Errorf("bucket refilling in 20ms: PTTL %v, want at most 40ms", got)
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		n, err := f.client.Exists(ctx, redisKey(f.prefix, k)).Result()
