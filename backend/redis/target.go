@@ -27,11 +27,11 @@ const maxCallKeys = 512
 // pipelines) to the server are in flight at once. A caller that finds a
 // free slot and nobody queued sends its own call at once, in its own
 // goroutine (inline). Otherwise it queues, and a writer takes everything
-// queued (up to maxCallKeys keys) into one script call (one per slot
-// after a stale cluster slot map): the
-// requests that arrive while calls are in flight share the next one. A
-// writer is a goroutine started when work is queued and a slot is free; it
-// exits when it finds the queue empty, so an idle Limiter runs none.
+// queued (up to maxCallKeys keys) into one script call (one per slot after
+// a stale cluster slot map): the requests that arrive while calls are in
+// flight share the next one. A writer is a goroutine started when work is
+// queued and a slot is free; it exits when it finds the queue empty, so an
+// idle Limiter runs none.
 type target struct {
 	l      *Limiter
 	mu     sync.Mutex
