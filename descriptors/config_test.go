@@ -8,14 +8,6 @@ import (
 
 func TestNewAcrossFiles(t *testing.T) {
 	t.Parallel()
-	parse := func(name, data string) *File {
-		t.Helper()
-		f, err := Parse(name, []byte(data))
-		if err != nil {
-			t.Fatalf("Parse(%s): %v", name, err)
-		}
-		return f
-	}
 	const a = "domain: d\ndescriptors:\n  - key: route\n    value: /a\n    descriptors:\n      - key: user\n        rate_limit: {unit: second, requests_per_unit: 1, name: base}\n"
 	const b = "# team b\ndomain: d\ndescriptors:\n  - key: route\n    value: /a\n    descriptors:\n      - key: ip\n        rate_limit: {unit: second, requests_per_unit: 2, replaces: [{name: base}]}\n"
 	const c = "domain: d\ndescriptors:\n  - key: route\n    value: /a\n    descriptors:\n      - key: user\n        rate_limit: {unit: second, requests_per_unit: 3}\n"
@@ -27,19 +19,19 @@ func TestNewAcrossFiles(t *testing.T) {
 		wantErr string // empty: success
 		rules   int
 	}{
-		{name: "duplicate domain blames second file", files: []*File{parse("a.yaml", a), parse("b.yaml", b)},
+		{name: "duplicate domain blames second file", files: []*File{mustParse(t, "a.yaml", a), mustParse(t, "b.yaml", b)},
 			wantErr: `b.yaml:2:9: duplicate domain "d" (first defined in a.yaml:1:9); merging is off`},
-		{name: "merge shares intermediate nodes", files: []*File{parse("a.yaml", a), parse("b.yaml", b)},
+		{name: "merge shares intermediate nodes", files: []*File{mustParse(t, "a.yaml", a), mustParse(t, "b.yaml", b)},
 			opts: Options{MergeDomains: true}, rules: 2},
-		{name: "merge rejects two rate limits on one node", files: []*File{parse("a.yaml", a), parse("c.yaml", c)},
+		{name: "merge rejects two rate limits on one node", files: []*File{mustParse(t, "a.yaml", a), mustParse(t, "c.yaml", c)},
 			opts: Options{MergeDomains: true}, wantErr: `c.yaml:6:14: duplicate descriptor key "user" with a rate_limit (first at a.yaml:6:14)`},
-		{name: "merge rejects conflicting level flags", files: []*File{parse("a.yaml", a), parse("e.yaml", e)},
+		{name: "merge rejects conflicting level flags", files: []*File{mustParse(t, "a.yaml", a), mustParse(t, "e.yaml", e)},
 			opts: Options{MergeDomains: true}, wantErr: `e.yaml:3:10: descriptor key "route" value "/a" disagrees on value_to_metric or share_threshold with a.yaml:3:10`},
-		{name: "replaces resolved across merged files", files: []*File{parse("b.yaml", b), parse("a.yaml", a)},
+		{name: "replaces resolved across merged files", files: []*File{mustParse(t, "b.yaml", b), mustParse(t, "a.yaml", a)},
 			opts: Options{MergeDomains: true}, rules: 2},
-		{name: "replaces unknown without the other file", files: []*File{parse("b.yaml", b)},
+		{name: "replaces unknown without the other file", files: []*File{mustParse(t, "b.yaml", b)},
 			wantErr: `b.yaml:8:76: replaces "base", but no rate_limit in domain "d" has that name`},
-		{name: "nil files skipped", files: []*File{nil, parse("a.yaml", a)}, rules: 1},
+		{name: "nil files skipped", files: []*File{nil, mustParse(t, "a.yaml", a)}, rules: 1},
 		{name: "hand-built file is validated", files: []*File{{Name: "hand", Descriptors: []Descriptor{{Key: "k"}}}},
 			wantErr: "hand: domain is required"},
 	}
@@ -65,17 +57,9 @@ func TestNewAcrossFiles(t *testing.T) {
 
 func TestConfigRulesSorted(t *testing.T) {
 	t.Parallel()
-	parse := func(name, data string) *File {
-		t.Helper()
-		f, err := Parse(name, []byte(data))
-		if err != nil {
-			t.Fatalf("Parse(%s): %v", name, err)
-		}
-		return f
-	}
 	c, err := New([]*File{
-		parse("z.yaml", "domain: zeta\ndescriptors:\n  - {key: b, rate_limit: {unit: second, requests_per_unit: 1}}\n  - {key: a, descriptors: [{key: x}]}\n"),
-		parse("a.yaml", "domain: alpha\ndescriptors:\n  - {key: z, rate_limit: {unlimited: true}}\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1}}\n"),
+		mustParse(t, "z.yaml", "domain: zeta\ndescriptors:\n  - {key: b, rate_limit: {unit: second, requests_per_unit: 1}}\n  - {key: a, descriptors: [{key: x}]}\n"),
+		mustParse(t, "a.yaml", "domain: alpha\ndescriptors:\n  - {key: z, rate_limit: {unlimited: true}}\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1}}\n"),
 	}, Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -5,14 +5,20 @@ import (
 	"testing"
 )
 
+// mustParse parses one rule file or fails the test.
+func mustParse(t testing.TB, name, yamlText string) *File {
+	t.Helper()
+	f, err := Parse(name, []byte(yamlText))
+	if err != nil {
+		t.Fatalf("Parse(%s): %v", name, err)
+	}
+	return f
+}
+
 // mustConfig parses and builds one rule file or fails the test.
 func mustConfig(t testing.TB, yamlText string) *Config {
 	t.Helper()
-	f, err := Parse("test.yaml", []byte(yamlText))
-	if err != nil {
-		t.Fatalf("Parse: %v", err)
-	}
-	c, err := New([]*File{f}, Options{})
+	c, err := New([]*File{mustParse(t, "test.yaml", yamlText)}, Options{})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
