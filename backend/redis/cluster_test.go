@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -31,35 +32,67 @@ func TestCluster(t *testing.T) {
 	t.Run("MasterDown", func(t *testing.T) { testMasterDown(t, e, cl) })
 }
 
+// place is where bucket key i of a fixture lives, as its client sees it.
+type place struct {
+	key    descriptors.Key
+	slot   int
+	master string // address
+}
+
+func placeOf(t *testing.T, f *fixture, i int) place {
+	t.Helper()
+	ctx := context.Background()
+	cc := f.client.(*goredis.ClusterClient)
+	k := f.key(i)
+	slot, err := cc.ClusterKeySlot(ctx, redisKey(f.prefix, k)).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER KEYSLOT: %v", err)
+	}
+	m, err := cc.MasterForKey(ctx, redisKey(f.prefix, k))
+	if err != nil {
+		t.Fatalf("MasterForKey: %v", err)
+	}
+	return place{key: k, slot: int(slot), master: m.Options().Addr}
+}
+
 // keysOnMasters returns bucket keys of f on n different masters, with their
 // slots.
 func keysOnMasters(t *testing.T, f *fixture, n int) ([]descriptors.Key, []int64) {
 	t.Helper()
-	ctx := context.Background()
-	cc := f.client.(*goredis.ClusterClient)
 	var keys []descriptors.Key
 	var slots []int64
 	seen := map[string]bool{}
 	for i := 0; len(keys) < n && i < 1000; i++ {
-		k := f.key(i)
-		slot, err := cc.ClusterKeySlot(ctx, redisKey(f.prefix, k)).Result()
-		if err != nil {
-			t.Fatalf("CLUSTER KEYSLOT: %v", err)
-		}
-		m, err := cc.MasterForKey(ctx, redisKey(f.prefix, k))
-		if err != nil {
-			t.Fatalf("MasterForKey: %v", err)
-		}
-		if !seen[m.Options().Addr] {
-			seen[m.Options().Addr] = true
-			keys = append(keys, k)
-			slots = append(slots, slot)
+		if p := placeOf(t, f, i); !seen[p.master] {
+			seen[p.master] = true
+			keys = append(keys, p.key)
+			slots = append(slots, int64(p.slot))
 		}
 	}
 	if len(keys) < n {
 		t.Fatalf("found keys on %d masters, want %d", len(keys), n)
 	}
 	return keys, slots
+}
+
+// oneMaster returns n buckets of f in different slots of one master, each
+// one that ok accepts (nil: any).
+func oneMaster(t *testing.T, f *fixture, n int, ok func(place) bool) []place {
+	t.Helper()
+	var ps []place
+	slots := map[int]bool{}
+	for i := 0; len(ps) < n && i < 1000; i++ {
+		p := placeOf(t, f, i)
+		if (len(ps) > 0 && p.master != ps[0].master) || slots[p.slot] || (ok != nil && !ok(p)) {
+			continue
+		}
+		slots[p.slot] = true
+		ps = append(ps, p)
+	}
+	if len(ps) < n {
+		t.Fatalf("found %d keys in different slots of one master, want %d", len(ps), n)
+	}
+	return ps
 }
 
 func testSlots(t *testing.T, e env) {
@@ -161,32 +194,8 @@ func testMasterDown(t *testing.T, e env, cl *redistest.Cluster) {
 // script call, all-or-nothing across the slots, and recovers from NOSCRIPT.
 func testOneMasterOneCall(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
-	ctx := context.Background()
-	cc := f.client.(*goredis.ClusterClient)
-	var keys []descriptors.Key
-	var master string
-	slots := map[int64]bool{}
-	for i := 0; len(keys) < 2 && i < 1000; i++ {
-		k := f.key(i)
-		slot, err := cc.ClusterKeySlot(ctx, redisKey(f.prefix, k)).Result()
-		if err != nil {
-			t.Fatalf("CLUSTER KEYSLOT: %v", err)
-		}
-		m, err := cc.MasterForKey(ctx, redisKey(f.prefix, k))
-		if err != nil {
-			t.Fatalf("MasterForKey: %v", err)
-		}
-		if master == "" {
-			master = m.Options().Addr
-		}
-		if m.Options().Addr == master && !slots[slot] {
-			slots[slot] = true
-			keys = append(keys, k)
-		}
-	}
-	if len(keys) < 2 {
-		t.Fatalf("found %d keys in different slots of one master, want 2", len(keys))
-	}
+	ps := oneMaster(t, f, 2, nil)
+	keys := []descriptors.Key{ps[0].key, ps[1].key}
 	// Round 1 after SCRIPT FLUSH: EVALSHA (NOSCRIPT), then EVAL, uncounted.
 	for round, want := range []uint64{4, 3} {
 		if round == 1 {
@@ -228,41 +237,18 @@ func testOneMasterOneCall(t *testing.T, e env) {
 func testStaleSlotMap(t *testing.T, e env, cl *redistest.Cluster) {
 	f := e.fixture(t, redisbackend.Options{Timeout: time.Second})
 	ctx := context.Background()
-	cc := f.client.(*goredis.ClusterClient)
-	// Two buckets of one master in different slots; the second's slot empty,
-	// so that it can move.
-	var keys []descriptors.Key
-	var slots []int
-	owner := -1
-	for i := 0; len(keys) < 2 && i < 1000; i++ {
-		k := f.key(i)
-		s, err := cc.ClusterKeySlot(ctx, redisKey(f.prefix, k)).Result()
-		if err != nil {
-			t.Fatalf("CLUSTER KEYSLOT: %v", err)
-		}
-		m := cl.MasterOfSlot(int(s))
-		if owner == -1 {
-			owner = m
-		}
-		if m != owner || (len(slots) > 0 && slots[0] == int(s)) {
-			continue
-		}
-		if n, err := cl.Master(m).Client().ClusterCountKeysInSlot(ctx, int(s)).Result(); err != nil || (len(keys) == 1 && n != 0) {
-			continue
-		}
-		keys, slots = append(keys, k), append(slots, int(s))
-	}
-	if len(keys) < 2 {
-		t.Fatalf("found %d keys in two slots of one master, want 2", len(keys))
-	}
-	var other descriptors.Key // a bucket on another master
+	master := func(addr string) int { return slices.Index(cl.Addrs(), addr) }
+	// Two buckets of one master in different slots, both empty so that the
+	// second can move; and one bucket on another master.
+	ps := oneMaster(t, f, 2, func(p place) bool {
+		n, err := cl.Master(master(p.master)).Client().ClusterCountKeysInSlot(ctx, p.slot).Result()
+		return err == nil && n == 0
+	})
+	keys, slots, owner := []descriptors.Key{ps[0].key, ps[1].key}, []int{ps[0].slot, ps[1].slot}, master(ps[0].master)
+	var other descriptors.Key
 	for i := 1000; i < 2000; i++ {
-		s, err := cc.ClusterKeySlot(ctx, redisKey(f.prefix, f.key(i))).Result()
-		if err != nil {
-			t.Fatalf("CLUSTER KEYSLOT: %v", err)
-		}
-		if cl.MasterOfSlot(int(s)) != owner {
-			other = f.key(i)
+		if p := placeOf(t, f, i); p.master != ps[0].master {
+			other = p.key
 			break
 		}
 	}
