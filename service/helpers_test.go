@@ -3,7 +3,6 @@ package service_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,33 +13,14 @@ import (
 	"github.com/sluice-rls/sluice/backend/memory"
 	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/internal/clocktest"
 	"github.com/sluice-rls/sluice/service"
 )
-
-// fakeClock is a settable clock shared by the server and its backends.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // harness is a Server on memory backends and a fake clock.
 type harness struct {
 	srv    *service.Server
-	clock  *fakeClock
+	clock  *clocktest.Clock // shared by the server and its backends
 	reg    *prometheus.Registry
 	local  *memory.Limiter
 	global service.Limiter
@@ -66,7 +46,7 @@ func mustRules(t testing.TB, yamls ...string) *descriptors.Config {
 // newHarness serves rules with opts applied on top of the defaults.
 func newHarness(t testing.TB, rules string, opts ...func(*service.Options)) *harness {
 	t.Helper()
-	h := &harness{clock: newClock(), reg: prometheus.NewRegistry()}
+	h := &harness{clock: clocktest.New(time.Unix(1_700_000_000, 0)), reg: prometheus.NewRegistry()}
 	h.local = memory.New(memory.Options{Now: h.clock.Now})
 	h.global = memory.New(memory.Options{Now: h.clock.Now})
 	o := service.Options{

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/internal/clocktest"
 	"go.uber.org/goleak"
 )
 
@@ -20,13 +21,6 @@ func TestMain(m *testing.M) {
 
 // t0 is the fake clocks' start: any instant works.
 var t0 = time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC)
-
-// fakeClock is a clock that moves only when told. It is safe for concurrent
-// use.
-type fakeClock struct{ ns atomic.Int64 }
-
-func (c *fakeClock) Now() time.Time          { return t0.Add(time.Duration(c.ns.Load())) }
-func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // key returns a distinct test key for n.
 func key(n uint64) descriptors.Key {
@@ -297,7 +291,7 @@ func TestHitAtManyHits(t *testing.T) {
 
 func TestHitUsesClock(t *testing.T) {
 	t.Parallel()
-	var clock fakeClock
+	clock := clocktest.New(t0)
 	l := New(Options{Now: clock.Now})
 	hits := []descriptors.Hit{{Key: key(1), Limit: tenPerSecond, Cost: 10}}
 	states := make([]descriptors.BucketState, 1)
@@ -365,7 +359,7 @@ func TestHitAtConcurrent(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var clock fakeClock
+			clock := clocktest.New(t0)
 			l := New(Options{Now: clock.Now})
 			keys := keysInDistinctShards(t, l, 6) // 3 hot, 3 roomy
 			var admitted atomic.Uint64
@@ -391,7 +385,7 @@ func TestHitAtConcurrent(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			elapsed := time.Duration(clock.ns.Load())
+			elapsed := clock.Elapsed()
 			// Each goroutine's hot key is one of three buckets, each with
 			// its own burst and refill.
 			limit := 3 * (hot.Burst + uint64(elapsed*time.Duration(hot.Requests)/hot.Period))

@@ -15,6 +15,7 @@ import (
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/internal/clocktest"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -493,26 +494,8 @@ func flushScripts(t *testing.T, c goredis.UniversalClient) {
 	}
 }
 
-// clock is a settable node clock for the empty-bucket cache.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 func testEmptyCache(t *testing.T, e env) {
-	clk := &clock{now: time.Unix(1_000_000, 0)}
+	clk := clocktest.New(time.Unix(1_000_000, 0))
 	f := e.fixture(t, redisbackend.Options{Now: clk.Now, CacheSize: 1000})
 	k := f.key(0)
 	lim := descriptors.Limit{Requests: 1, Period: 10 * time.Second, Burst: 2}
