@@ -103,6 +103,7 @@ local exps = {} -- the expiry a key's value records, when it has one
 local dirty = {}
 local out = {} -- the reply of key k, five packed integers
 local granted = {} -- whether key k's last report allowed it
+local flags = {} -- key k's flags, read once
 
 local function committed(key)
   local v = tats[key]
@@ -180,12 +181,16 @@ local i = 1
 while i <= n do
   local d = unpack('<d', A, 48 * i - 47)
   local j = i
-  while j < n and unpack('<d', A, 48 * j + 1) == d do j = j + 1 end
+  flags[i] = unpack('<d', A, 48 * i - 7)
+  while j < n and unpack('<d', A, 48 * j + 1) == d do
+    j = j + 1
+    flags[j] = unpack('<d', A, 48 * j - 7)
+  end
 
   -- The takes of decision d (flags 0), all-or-nothing, on a scratch copy.
   local scratch, ok = {}, true
   for k = i, j do
-    if unpack('<d', A, 48 * k - 7) == 0 then
+    if flags[k] == 0 then
       local key = K[k + o]
       local tat = scratch[key]
       if tat == nil then tat = committed(key) end
@@ -194,7 +199,7 @@ while i <= n do
     end
   end
   for k = i, j do
-    if unpack('<d', A, 48 * k - 7) == 0 then
+    if flags[k] == 0 then
       local key = K[k + o]
       if ok then
         local tat = scratch[key]
@@ -210,7 +215,7 @@ while i <= n do
 
   -- Gives and independent takes, each decided alone.
   for k = i, j do
-    local f = unpack('<d', A, 48 * k - 7)
+    local f = flags[k]
     if f ~= 0 then
       local key = K[k + o]
       local tat = committed(key)
