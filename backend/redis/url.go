@@ -271,8 +271,35 @@ func checkHostPort(s string) error {
 	return nil
 }
 
-// redact hides the passwords in s: "user:pass@" becomes "user:xxxxx@".
+// redact hides the passwords in s: "user:pass@" becomes "user:xxxxx@", and
+// "sentinel_password=pass" becomes "sentinel_password=xxxxx".
 func redact(s string) string {
+	s = redactUserinfo(s)
+	q := strings.IndexByte(s, '?')
+	if q < 0 {
+		return s
+	}
+	b := []byte(s[:q])
+	for rest := s[q:]; rest != ""; {
+		i := strings.Index(rest, "password=")
+		if i < 0 {
+			b = append(b, rest...)
+			break
+		}
+		i += len("password=")
+		b = append(append(b, rest[:i]...), "xxxxx"...)
+		rest = rest[i:]
+		if end := strings.IndexAny(rest, "&,"); end >= 0 {
+			rest = rest[end:]
+		} else {
+			rest = ""
+		}
+	}
+	return string(b)
+}
+
+// redactUserinfo hides the passwords of the userinfo parts of s.
+func redactUserinfo(s string) string {
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {
 		return s // bare host:port lists carry no password

@@ -113,6 +113,10 @@ func TestParseURLErrors(t *testing.T) {
 		{"sentinel://m@s1:1?pool=1", "unknown sentinel parameter"},
 		{"rediss://user:hunter2@h:1/x", "user:xxxxx@h:1"},
 		{"sentinel://user:hunter2@m@s1:1/x", "user:xxxxx@m@s1:1"},
+		{"sentinel://m@s1:1/x?sentinel_password=hunter2", "sentinel_password=xxxxx"},
+		{"sentinel://m@s1:1?sentinel_password=hunter2&pool=1", "unknown sentinel parameter"},
+		{"sentinel://m@s1:1?sentinel_password=hunter%32&pool=1", "sentinel_password=xxxxx"},
+		{"sentinel://m@s1:1?sentinel_password=a&sentinel_password=hunter2&pool=1", "sentinel_password=xxxxx&sentinel_password=xxxxx&pool"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
