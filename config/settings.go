@@ -77,7 +77,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Setti
 	fs.BoolVar(&s.RateLimitHeaders, "ratelimit-headers", false, "add draft-03 RateLimit-Limit/Remaining/Reset headers to every response")
 	fs.IntVar(&s.MaxDescriptors, "max-descriptors", 256, "most descriptors in one request")
 	fs.IntVar(&s.MaxEntries, "max-entries", 32, "most entries in one descriptor")
-	fs.IntVar(&s.MaxValueBytes, "max-value-bytes", 1024, "longest key or value, in bytes")
+	fs.IntVar(&s.MaxValueBytes, "max-value-bytes", 1024, "keys and values longer than this (bytes) are limited by their SHA-256 digest")
 	fs.IntVar(&s.MaxBuckets, "max-buckets", 1<<20, "most in-memory buckets per memory backend")
 	fs.StringVar(&s.LogLevel, "log-level", "info", "debug | info | warn | error")
 	fs.StringVar(&s.LogFormat, "log-format", "text", "text | json")

@@ -22,8 +22,7 @@ type metricSpec struct {
 }
 
 // designMetrics are the metric names and labels of DESIGN.md (a contract;
-// docs/metrics.md documents them). ratelimit_memory_buckets carries a
-// backend label (docs/metrics.md).
+// docs/metrics.md documents them), and those docs/metrics.md adds.
 var designMetrics = map[string]metricSpec{
 	"ratelimit_requests_total":                        {labels: []string{"domain", "code"}},
 	"ratelimit_decisions_total":                       {labels: []string{"domain", "rule", "layer", "result"}},
@@ -37,6 +36,8 @@ var designMetrics = map[string]metricSpec{
 	"ratelimit_config_last_success_timestamp_seconds": {},
 	"ratelimit_unknown_domain_requests_total":         {},
 	"ratelimit_memory_buckets":                        {labels: []string{"backend"}},
+	"ratelimit_invalid_requests_total":                {},
+	"ratelimit_malformed_parts_total":                 {labels: []string{"kind"}},
 }
 
 // targetLabels are the labels Prometheus adds to every scraped series.
@@ -153,6 +154,8 @@ func TestPrometheusRules(t *testing.T) {
 		{"SluiceRedisErrors", "ratelimit_redis_errors_total"},
 		{"SluiceRedisSlow", "ratelimit_redis_duration_seconds_bucket"},
 		{"SluiceConfigLoadFailed", `ratelimit_config_loads_total{result="error"}`},
+		{"SluiceInvalidRequests", "ratelimit_invalid_requests_total"},
+		{"SluiceMalformedRequests", "ratelimit_malformed_parts_total"},
 	} {
 		if expr, ok := alerts[want.alert]; !ok || !strings.Contains(expr, want.uses) {
 			t.Errorf("alert %s missing or not on %s: %q", want.alert, want.uses, expr)

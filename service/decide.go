@@ -2,8 +2,10 @@ package service
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
-	"time"
+	"fmt"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -173,6 +175,7 @@ func (s *Server) match(sc *scratch, dom *descriptors.Domain, req *rlsv3.RateLimi
 		ds.end = len(sc.entries)
 		if ds.end > ds.start {
 			ds.rule = dom.Match(sc.entries[ds.start:ds.end])
+			s.digestLong(sc.entries[ds.start:ds.end])
 		}
 		if ds.rule != nil && len(ds.rule.Replaces) > 0 {
 			replacing = true
@@ -182,6 +185,31 @@ func (s *Server) match(sc *scratch, dom *descriptors.Domain, req *rlsv3.RateLimi
 	if replacing {
 		dropReplaced(sc.descs)
 	}
+}
+
+// digestLong replaces every key or value longer than MaxValueBytes, once
+// matched, by a digest of it: the descriptor is still limited, in a bucket
+// of its own per value, while bucket keys, logs and metric labels stay
+// bounded. Refusing such a request instead would let Envoy pass it
+// unlimited, by every one of its descriptors.
+func (s *Server) digestLong(entries []descriptors.Entry) {
+	for i := range entries {
+		e := &entries[i]
+		if len(e.Key) > s.opts.MaxValueBytes {
+			e.Key = digest(e.Key)
+			s.opts.Metrics.malformed(malformedLongValue)
+		}
+		if len(e.Value) > s.opts.MaxValueBytes {
+			e.Value = digest(e.Value)
+			s.opts.Metrics.malformed(malformedLongValue)
+		}
+	}
+}
+
+// digest names a long key or value: "sha256:" and 64 hex digits.
+func digest(v string) string {
+	sum := sha256.Sum256([]byte(v))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // dropReplaced forgets the rules whose name another matched rule replaces.
@@ -219,7 +247,13 @@ func (s *Server) buildHits(sc *scratch, req *rlsv3.RateLimitRequest, gray bool) 
 		}
 		entries := sc.entries[ds.start:ds.end]
 		rule := ds.rule
-		override, hasOverride := overrideLimit(d.GetLimit())
+		override, hasOverride, err := overrideLimit(d.GetLimit())
+		if err != nil {
+			// Refusing the request would make Envoy let all of it through:
+			// the rule decides as if Envoy had sent no override.
+			s.opts.Metrics.malformed(malformedOverride)
+			s.log.Debug("ignoring the limit override of a descriptor", "domain", domain, "err", err)
+		}
 		if rule != nil && rule.Unlimited && !hasOverride {
 			ds.unlimited = true
 			continue
@@ -276,20 +310,22 @@ func cost(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) uint64 {
 	return 1
 }
 
-// overrideLimit converts Envoy's per-descriptor limit override.
-func overrideLimit(o *commonv3.RateLimitDescriptor_RateLimitOverride) (descriptors.Limit, bool) {
+// overrideLimit converts Envoy's per-descriptor limit override. An override
+// sluice cannot honour (an unknown unit, a period or refill time beyond the
+// bounds of rule files) is an error; the caller ignores it.
+func overrideLimit(o *commonv3.RateLimitDescriptor_RateLimitOverride) (descriptors.Limit, bool, error) {
 	if o == nil {
-		return descriptors.Limit{}, false
+		return descriptors.Limit{}, false, nil
 	}
-	period, ok := unitDuration(o.GetUnit())
+	u, ok := unitOf(o.GetUnit())
 	if !ok {
-		return descriptors.Limit{}, false
+		return descriptors.Limit{}, false, fmt.Errorf("limit override has unknown unit %v", o.GetUnit())
 	}
-	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
-		period *= time.Duration(m.GetValue())
+	l, err := descriptors.NewLimit(u, o.GetRequestsPerUnit(), o.GetUnitMultiplier().GetValue())
+	if err != nil {
+		return descriptors.Limit{}, false, fmt.Errorf("limit override: %w", err)
 	}
-	n := uint64(o.GetRequestsPerUnit())
-	return descriptors.Limit{Requests: n, Period: period, Burst: n}, true
+	return l, true, nil
 }
 
 // grow returns s with length n, keeping its contents and reusing its array

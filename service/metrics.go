@@ -32,6 +32,16 @@ const (
 	resShadow
 )
 
+// Indexes into malformedKinds: request parts decided despite a problem.
+const (
+	malformedLongValue = iota
+	malformedOverride
+	malformedUTF8
+)
+
+// malformedKinds are the kind label values of ratelimit_malformed_parts_total.
+var malformedKinds = [...]string{"long_value", "bad_override", "invalid_utf8"}
+
 // overrideRule is the rule label of descriptors limited only by Envoy's
 // per-descriptor limit override.
 const overrideRule = "_override"
@@ -46,6 +56,7 @@ type Metrics struct {
 	unknownDomains prometheus.Counter
 	invalid        prometheus.Counter
 	globalErrors   prometheus.Counter
+	malformedParts [len(malformedKinds)]prometheus.Counter
 
 	// WithLabelValues allocates and hashes on every call, so the hot path
 	// uses counters cached per domain and per rule of the current rule set.
@@ -97,7 +108,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Global-layer calls that failed with no fallback to answer; the local layer decided.",
 		}),
 	}
-	reg.MustRegister(m.requests, m.decisions, m.duration, m.unknownDomains, m.invalid, m.globalErrors)
+	malformed := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratelimit_malformed_parts_total",
+		Help: "Malformed request parts decided without refusing the request, by kind: long_value (limited by a digest of the value), bad_override (Envoy's limit override ignored, the rule decides), invalid_utf8 (invalid bytes escaped).",
+	}, []string{"kind"})
+	for i, k := range malformedKinds {
+		m.malformedParts[i] = malformed.WithLabelValues(k)
+	}
+	reg.MustRegister(m.requests, m.decisions, m.duration, m.unknownDomains, m.invalid, m.globalErrors, malformed)
 	return m
 }
 
@@ -175,6 +193,12 @@ func (m *Metrics) unknownDomain() {
 func (m *Metrics) invalidRequest() {
 	if m != nil {
 		m.invalid.Inc()
+	}
+}
+
+func (m *Metrics) malformed(kind int) {
+	if m != nil {
+		m.malformedParts[kind].Inc()
 	}
 }
 

@@ -145,8 +145,12 @@ func (s *Server) respond(sc *scratch, req *rlsv3.RateLimitRequest, out *outcome)
 			result = resOverLimit
 			p.status.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			if c.state.RetryAfter >= retry {
-				refused, refusedIdx, retry = c, i, c.state.RetryAfter
+			wait := c.state.RetryAfter
+			if c.hit.Limit.Requests > 0 && c.hit.Cost > c.hit.Limit.Burst {
+				wait = never // no wait refills more than the burst
+			}
+			if wait >= retry {
+				refused, refusedIdx, retry = c, i, wait
 			}
 		case c.state.Remaining*5 < c.hit.Limit.Burst:
 			result = resNearLimit
@@ -182,26 +186,40 @@ func fillStatus(p *statusParts, c chosen, name string) {
 	p.status.DurationUntilReset = &p.reset
 }
 
-// addRefusal adds the retry headers and the JSON body of an OVER_LIMIT answer.
+// never is the retry time of a refusal no wait can cure: a cost above the
+// bucket's burst.
+const never = time.Duration(math.MaxInt64)
+
+// addRefusal adds the retry headers and the JSON body of an OVER_LIMIT
+// answer. A refusal that never passes has no retry header and no
+// retry_after_ms: telling a client to retry would only bring it back.
 func (s *Server) addRefusal(resp *rlsv3.RateLimitResponse, c chosen, retry time.Duration, gray bool) {
 	ms := ceilDiv(retry, time.Millisecond)
-	secs := max(ceilDiv(retry, time.Second), 1)
-	resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-		header("retry-after", strconv.FormatInt(secs, 10)),
-		header("x-ratelimit-retry-after-ms", strconv.FormatInt(ms, 10)),
-		header("x-ratelimit-layer", layers[c.layer]),
-	)
+	if retry != never {
+		secs := max(ceilDiv(retry, time.Second), 1)
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+			header("retry-after", strconv.FormatInt(secs, 10)),
+			header("x-ratelimit-retry-after-ms", strconv.FormatInt(ms, 10)),
+		)
+	}
+	resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header("x-ratelimit-layer", layers[c.layer]))
 	if gray {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header("x-ratelimit-gray", "true"))
 	}
 	// The body has only numbers and fixed words, so appending beats
 	// encoding/json's reflection on the path a flood of refusals takes.
 	b := make([]byte, 0, 128)
-	b = append(b, `{"code":429,"message":"Too Many Requests","retry_after_ms":`...)
-	b = strconv.AppendInt(b, ms, 10)
-	b = append(b, `,"limit":`...)
+	b = append(b, `{"code":429,"message":"Too Many Requests",`...)
+	if retry != never {
+		b = append(b, `"retry_after_ms":`...)
+		b = strconv.AppendInt(b, ms, 10)
+		b = append(b, ',')
+	}
+	b = append(b, `"limit":`...)
 	b = strconv.AppendUint(b, c.hit.Limit.Requests, 10)
-	b = append(b, `,"remaining":0,"layer":"`...)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendUint(b, uint64(clamp32(c.state.Remaining)), 10)
+	b = append(b, `,"layer":"`...)
 	b = append(b, layers[c.layer]...)
 	b = append(b, `"}`...)
 	resp.RawBody = b

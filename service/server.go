@@ -101,6 +101,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	start := s.now()
 	if err := s.checkRequest(req); err != nil {
 		s.opts.Metrics.invalidRequest()
+		s.log.Debug("invalid request: answered InvalidArgument, which Envoy lets through", "err", err)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	resp, err := s.decide(ctx, req)

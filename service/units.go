@@ -9,21 +9,21 @@ import (
 	"github.com/sluice-rls/sluice/descriptors"
 )
 
-// unitDuration returns the length of an Envoy limit-override unit.
-func unitDuration(u typev3.RateLimitUnit) (time.Duration, bool) {
+// unitOf returns the rule-file unit of an Envoy limit-override unit.
+func unitOf(u typev3.RateLimitUnit) (descriptors.Unit, bool) {
 	switch u {
 	case typev3.RateLimitUnit_SECOND:
-		return descriptors.Second.Duration(), true
+		return descriptors.Second, true
 	case typev3.RateLimitUnit_MINUTE:
-		return descriptors.Minute.Duration(), true
+		return descriptors.Minute, true
 	case typev3.RateLimitUnit_HOUR:
-		return descriptors.Hour.Duration(), true
+		return descriptors.Hour, true
 	case typev3.RateLimitUnit_DAY:
-		return descriptors.Day.Duration(), true
+		return descriptors.Day, true
 	case typev3.RateLimitUnit_MONTH:
-		return descriptors.Month.Duration(), true
+		return descriptors.Month, true
 	case typev3.RateLimitUnit_YEAR:
-		return descriptors.Year.Duration(), true
+		return descriptors.Year, true
 	}
 	return 0, false
 }

@@ -111,7 +111,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	// Stream workers are reused goroutines whose stacks have already grown
 	// to what a decision with a Redis call needs; a fresh goroutine per
 	// call spent ~9% of the CPU growing its stack (profiled under load).
-	grpcOpts := append(creds, grpc.NumStreamWorkers(streamWorkers()))
+	// srv.Codec decodes values that are not UTF-8 instead of refusing them.
+	grpcOpts := append(creds, grpc.NumStreamWorkers(streamWorkers()), grpc.ForceServerCodecV2(srv.Codec()))
 	grpcServer := grpc.NewServer(grpcOpts...)
 	rlsv3.RegisterRateLimitServiceServer(grpcServer, srv)
 	healthServer := health.NewServer()
