@@ -31,6 +31,8 @@ type Settings struct {
 	MaxEntries     int
 	MaxValueBytes  int
 	MaxBuckets     int
+	// MaxMetricValues caps the rule labels carrying request values.
+	MaxMetricValues int
 
 	LogLevel    string
 	LogFormat   string
@@ -79,6 +81,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Setti
 	fs.IntVar(&s.MaxEntries, "max-entries", 32, "most entries in one descriptor")
 	fs.IntVar(&s.MaxValueBytes, "max-value-bytes", 1024, "keys and values longer than this (bytes) are limited by their SHA-256 digest")
 	fs.IntVar(&s.MaxBuckets, "max-buckets", 1<<20, "most in-memory buckets per memory backend")
+	fs.IntVar(&s.MaxMetricValues, "max-metric-values", 1000, "most rule labels carrying request values (detailed_metric, value_to_metric); more are counted as <rule>:overflow")
 	fs.StringVar(&s.LogLevel, "log-level", "info", "debug | info | warn | error")
 	fs.StringVar(&s.LogFormat, "log-format", "text", "text | json")
 	fs.IntVar(&s.LogRefusals, "log-refusals", 100, "log one refused request in N, with domain, rule and descriptor values (0: none)")
@@ -135,7 +138,7 @@ func (s Settings) validate() error {
 	if s.TLSClientCA != "" && s.TLSCert == "" {
 		return fmt.Errorf("--tls-client-ca needs --tls-cert and --tls-key")
 	}
-	if s.FallbackNodes < 0 || s.MaxDescriptors < 1 || s.MaxEntries < 1 || s.MaxValueBytes < 1 || s.MaxBuckets < 1 || s.LogRefusals < 0 {
+	if s.FallbackNodes < 0 || s.MaxDescriptors < 1 || s.MaxEntries < 1 || s.MaxValueBytes < 1 || s.MaxBuckets < 1 || s.MaxMetricValues < 1 || s.LogRefusals < 0 {
 		return fmt.Errorf("--fallback-nodes must be ≥ 0 and --max-* flags ≥ 1")
 	}
 	return nil

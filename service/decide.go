@@ -62,6 +62,7 @@ type outcome struct {
 // decide runs the two layers for a checked request and builds the response.
 func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	cfg := s.opts.Rules.Rules()
+	s.opts.Metrics.useRules(cfg)
 	dom := cfg.Domain(req.GetDomain())
 	if dom == nil {
 		s.opts.Metrics.unknownDomain()

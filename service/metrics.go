@@ -62,6 +62,65 @@ type Metrics struct {
 	// uses counters cached per domain and per rule of the current rule set.
 	okReqs sync.Map // domain string → *[2]prometheus.Counter
 	rules  atomic.Pointer[ruleCounters]
+
+	values valueLabels
+}
+
+// DefaultMaxMetricValues is the default cap on rule labels that carry
+// request values (Options.MaxMetricValues).
+const DefaultMaxMetricValues = 1000
+
+// overflowSuffix ends the rule label that counts, for a rule with
+// detailed_metric or value_to_metric, the values beyond the cap. A label
+// built from values always has '_' or '.' after the rule's key, so
+// "<rule path>:overflow" names no value.
+const overflowSuffix = ":overflow"
+
+// valueLabels tracks the rule labels that carry request values, so that
+// they stay bounded and go with their rule.
+type valueLabels struct {
+	mu     sync.Mutex
+	max    int
+	n      int
+	byRule map[ruleID]map[string]struct{}
+}
+
+// ruleID names a rule across reloads.
+type ruleID struct{ domain, path string }
+
+// admit returns label if it is tracked or fits under the cap, else the
+// rule's overflow label.
+func (v *valueLabels) admit(r *descriptors.Rule, label string) string {
+	id := ruleID{r.Domain, r.Path}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	set := v.byRule[id]
+	if _, ok := set[label]; ok {
+		return label
+	}
+	if v.n >= v.max {
+		return r.Path + overflowSuffix
+	}
+	if set == nil {
+		if v.byRule == nil {
+			v.byRule = make(map[ruleID]map[string]struct{})
+		}
+		set = make(map[string]struct{})
+		v.byRule[id] = set
+	}
+	set[label] = struct{}{}
+	v.n++
+	return label
+}
+
+// forget stops tracking the labels of rule id and returns them.
+func (v *valueLabels) forget(id ruleID) map[string]struct{} {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	set := v.byRule[id]
+	v.n -= len(set)
+	delete(v.byRule, id)
+	return set
 }
 
 // ruleCounters caches decision counters for the rules of one rule set; a
@@ -148,23 +207,62 @@ func (m *Metrics) decision(cfg *descriptors.Config, domain string, r *descriptor
 	}
 	if label := r.MetricLabel(entries); label != r.Path {
 		// detailed_metric or value_to_metric: labels carry request values.
+		label = m.values.admit(r, label)
 		m.decisions.WithLabelValues(domain, label, layers[layer], results[result]).Inc()
 		return
 	}
 	m.ruleCounters(cfg, r)[layer][result].Inc()
 }
 
-// ruleCounters returns r's cached counters, creating them on first use.
-func (m *Metrics) ruleCounters(cfg *descriptors.Config, r *descriptors.Rule) *decisionCounters {
+// useRules notes the rule set a request is decided with. The first request
+// after a reload starts a new counter cache and deletes the series of the
+// rules and domains the reload removed, so they neither linger in /metrics
+// nor grow without bound across reloads. (A request still deciding on the
+// old rules may recreate one; it then stays until the next reload.)
+func (m *Metrics) useRules(cfg *descriptors.Config) {
+	if m == nil {
+		return
+	}
 	rc := m.rules.Load()
-	if rc == nil || rc.cfg != cfg {
-		fresh := &ruleCounters{cfg: cfg}
-		if m.rules.CompareAndSwap(rc, fresh) {
-			rc = fresh
-		} else {
-			rc = m.rules.Load()
+	if rc != nil && rc.cfg == cfg {
+		return
+	}
+	if m.rules.CompareAndSwap(rc, &ruleCounters{cfg: cfg}) && rc != nil {
+		m.deleteRemoved(rc.cfg, cfg)
+	}
+}
+
+// deleteRemoved deletes the series of the rules and domains of old that cur
+// does not have.
+func (m *Metrics) deleteRemoved(old, cur *descriptors.Config) {
+	kept := make(map[ruleID]bool)
+	for _, r := range cur.Rules() {
+		kept[ruleID{r.Domain, r.Path}] = true
+	}
+	for _, r := range old.Rules() {
+		id := ruleID{r.Domain, r.Path}
+		if kept[id] {
+			continue
+		}
+		m.decisions.DeletePartialMatch(prometheus.Labels{"domain": r.Domain, "rule": r.Path})
+		m.decisions.DeletePartialMatch(prometheus.Labels{"domain": r.Domain, "rule": r.Path + overflowSuffix})
+		for label := range m.values.forget(id) {
+			m.decisions.DeletePartialMatch(prometheus.Labels{"domain": r.Domain, "rule": label})
 		}
 	}
+	for _, d := range old.Domains() {
+		if cur.Domain(d) == nil {
+			m.requests.DeletePartialMatch(prometheus.Labels{"domain": d})
+			m.decisions.DeletePartialMatch(prometheus.Labels{"domain": d})
+			m.okReqs.Delete(d)
+		}
+	}
+}
+
+// ruleCounters returns r's cached counters, creating them on first use.
+func (m *Metrics) ruleCounters(cfg *descriptors.Config, r *descriptors.Rule) *decisionCounters {
+	m.useRules(cfg)
+	rc := m.rules.Load()
 	if v, ok := rc.m.Load(r); ok {
 		return v.(*decisionCounters)
 	}
@@ -193,6 +291,14 @@ func (m *Metrics) unknownDomain() {
 func (m *Metrics) invalidRequest() {
 	if m != nil {
 		m.invalid.Inc()
+	}
+}
+
+func (m *Metrics) capValues(n int) {
+	if m != nil {
+		m.values.mu.Lock()
+		m.values.max = n
+		m.values.mu.Unlock()
 	}
 }
 

@@ -53,6 +53,11 @@ type Options struct {
 	MaxDescriptors int // per request; default 256
 	MaxEntries     int // per descriptor; default 32
 	MaxValueBytes  int // per key or value; default 1024
+
+	// MaxMetricValues caps the rule labels that carry request values
+	// (detailed_metric, value_to_metric) in Metrics; values beyond it are
+	// counted under "<rule path>:overflow". Default DefaultMaxMetricValues.
+	MaxMetricValues int
 }
 
 // Server implements rlsv3.RateLimitServiceServer. Build it with New.
@@ -82,6 +87,10 @@ func New(opts Options) *Server {
 	if opts.MaxValueBytes <= 0 {
 		opts.MaxValueBytes = DefaultMaxValueBytes
 	}
+	if opts.MaxMetricValues <= 0 {
+		opts.MaxMetricValues = DefaultMaxMetricValues
+	}
+	opts.Metrics.capValues(opts.MaxMetricValues)
 	s := &Server{opts: opts, log: opts.Logger, now: opts.Now, nodeKeys: descriptors.NewNodeHasher()}
 	s.failover, _ = opts.Global.(*Failover)
 	if s.log == nil {

@@ -102,6 +102,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		MaxDescriptors:   st.MaxDescriptors,
 		MaxEntries:       st.MaxEntries,
 		MaxValueBytes:    st.MaxValueBytes,
+		MaxMetricValues:  st.MaxMetricValues,
 	})
 
 	creds, err := serverCredentials(st)
