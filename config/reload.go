@@ -23,12 +23,13 @@ const settleDelay = 100 * time.Millisecond
 // Reloader reloads the rule set at Path into Store: on demand (SIGHUP) and
 // when the files change (Watch). A reload that fails keeps the running rules.
 type Reloader struct {
-	Path    string // file or directory, as --config
-	Options descriptors.Options
-	Store   *Store
-	Log     *slog.Logger
-	Metrics *ReloadMetrics   // nil records nothing
-	Now     func() time.Time // nil = time.Now
+	Path     string // file or directory, as --config
+	Options  descriptors.Options
+	MaxBytes int64 // cap on the rule files' bytes per load (--max-rule-bytes); 0 = DefaultMaxRuleBytes
+	Store    *Store
+	Log      *slog.Logger
+	Metrics  *ReloadMetrics   // nil records nothing
+	Now      func() time.Time // nil = time.Now
 }
 
 // Reload loads the rules again. On failure it logs every problem (with
@@ -36,7 +37,7 @@ type Reloader struct {
 // rules. On success it swaps the new rules in atomically, logs one line per
 // rule added, removed or whose limits changed, and records the time.
 func (r *Reloader) Reload() error {
-	cfg, err := Load(r.Path, r.Options)
+	cfg, err := LoadLimited(r.Path, r.Options, r.MaxBytes)
 	if err != nil {
 		r.Metrics.loaded(false, time.Time{})
 		r.Log.Error("rule reload failed; keeping the running rules", "path", r.Path, "err", err)
