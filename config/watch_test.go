@@ -158,6 +158,28 @@ func TestWatchFollowsConfigSymlinkSwap(t *testing.T) {
 	m.settle(t, "an edit behind the new link to load", func() bool { return limitOf(t, f.store) == 30 }, nil)
 }
 
+// TestWatchFollowsRuntimeRootSwap: envoyproxy/ratelimit's layout, where
+// the swapped link is a directory above --config
+// (RUNTIME_ROOT/current/ratelimit/config).
+func TestWatchFollowsRuntimeRootSwap(t *testing.T) {
+	base := t.TempDir()
+	for i, limit := range []int{10, 20} {
+		cfg := filepath.Join(base, "data-"+string(rune('1'+i)), "ratelimit", "config")
+		must(t, os.MkdirAll(cfg, 0o755))
+		writeRules(t, filepath.Join(cfg, "rules.yaml"), limit)
+	}
+	must(t, os.Symlink("data-1", filepath.Join(base, "current")))
+	f := newFixture(t, filepath.Join(base, "current", "ratelimit", "config"))
+	m := startWatch(t, f)
+
+	must(t, os.Symlink("data-2", filepath.Join(base, "current.tmp")))
+	must(t, os.Rename(filepath.Join(base, "current.tmp"), filepath.Join(base, "current")))
+	m.settle(t, "the swapped root to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
+
+	writeRules(t, filepath.Join(base, "data-2", "ratelimit", "config", "rules.yaml"), 30)
+	m.settle(t, "an edit under the new root to load", func() bool { return limitOf(t, f.store) == 30 }, nil)
+}
+
 // TestWatchFollowsRuleFileSymlinkSwap: --config is a symlink to a file in
 // another directory; after the link moves to a third directory, edits
 // there must still reload.
