@@ -1,14 +1,17 @@
 package config
 
 import (
+	"crypto/sha256"
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/sluice-rls/sluice/descriptors"
 )
@@ -16,6 +19,15 @@ import (
 // DefaultRulesName is the name the embedded example rule file reports in
 // errors, logs and /rlconfig.
 const DefaultRulesName = "embedded:default-rules.yaml"
+
+// DefaultMaxRuleBytes is the default of --max-rule-bytes: the most bytes
+// one load reads from all rule files together. Parsing needs several times
+// the file size in memory, so the cap bounds what a rule set can cost.
+const DefaultMaxRuleBytes = 16 << 20
+
+// ErrRulesTooLarge is the error (wrapped, naming the file that crossed the
+// cap) of a load whose rule files hold more than the cap.
+var ErrRulesTooLarge = errors.New("rule files exceed --max-rule-bytes")
 
 //go:embed default-rules.yaml
 var defaultRules []byte
@@ -25,9 +37,19 @@ var defaultRules []byte
 func DefaultRules() []byte { return defaultRules }
 
 // Load reads the rule files at path — one file, or every *.yaml and *.yml
-// file directly inside a directory — and builds the rule set. An empty path
-// loads the embedded example. Errors name file:line:column for each problem.
+// file directly inside a directory — and builds the rule set, reading at
+// most DefaultMaxRuleBytes. An empty path loads the embedded example. Errors
+// name file:line:column for each problem.
 func Load(path string, opts descriptors.Options) (*descriptors.Config, error) {
+	return LoadLimited(path, opts, DefaultMaxRuleBytes)
+}
+
+// LoadLimited is Load reading at most maxBytes from all the rule files
+// together (≤ 0: DefaultMaxRuleBytes). A rule file that cannot be read — a
+// dangling symlink, a file that is not a regular file (FIFO, device,
+// socket), a rule set over the cap — is an error naming the file: a load
+// never silently leaves a file out.
+func LoadLimited(path string, opts descriptors.Options, maxBytes int64) (*descriptors.Config, error) {
 	if path == "" {
 		f, err := descriptors.Parse(DefaultRulesName, defaultRules)
 		if err != nil {
@@ -35,21 +57,125 @@ func Load(path string, opts descriptors.Options) (*descriptors.Config, error) {
 		}
 		return descriptors.New([]*descriptors.File{f}, opts)
 	}
+	set, err := readRuleSet(path, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	return set.build(opts)
+}
+
+// ruleSet is the raw content of the rule files of one load.
+type ruleSet struct {
+	names []string
+	data  [][]byte
+}
+
+// readRuleSet reads every rule file path stands for, at most maxBytes in
+// all. Every unreadable file is reported, not only the first.
+func readRuleSet(path string, maxBytes int64) (*ruleSet, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxRuleBytes
+	}
 	names, err := RuleFiles(path)
 	if err != nil {
 		return nil, err
 	}
+	set := &ruleSet{names: names}
+	left := maxBytes
+	var errs []error
+	for _, name := range names {
+		data, err := readRuleFile(name, left, maxBytes)
+		if err != nil {
+			errs = append(errs, err)
+			if errors.Is(err, ErrRulesTooLarge) {
+				break // the later files cannot fit either
+			}
+			continue
+		}
+		left -= int64(len(data))
+		set.data = append(set.data, data)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return set, nil
+}
+
+// readRuleFile reads one rule file of at most left bytes (max is the whole
+// cap, for the message). It refuses anything but a regular file before
+// reading it: a FIFO would block the reader until a writer came, and a
+// device such as /dev/zero never ends.
+func readRuleFile(name string, left, max int64) ([]byte, error) {
+	st, err := os.Stat(name)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			if target, lerr := os.Readlink(name); lerr == nil {
+				return nil, fmt.Errorf("rule file %s: dangling symlink to %s: %w", name, target, err)
+			}
+		}
+		return nil, fmt.Errorf("rule file %s: %w", name, err)
+	}
+	if err := regular(name, st); err != nil {
+		return nil, err
+	}
+	// O_NONBLOCK: should the file have become a FIFO since the Stat, open
+	// returns at once instead of waiting for a writer; the Stat of the open
+	// file below then refuses it. It changes nothing for a regular file.
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("rule file %s: %w", name, err)
+	}
+	defer f.Close()
+	if st, err = f.Stat(); err != nil {
+		return nil, fmt.Errorf("rule file %s: %w", name, err)
+	}
+	if err := regular(name, st); err != nil {
+		return nil, err
+	}
+	if st.Size() > left {
+		return nil, fmt.Errorf("rule file %s: %d bytes: %w (%d bytes in all)", name, st.Size(), ErrRulesTooLarge, max)
+	}
+	// The file may grow after the Stat: read one byte past the cap at most.
+	data, err := io.ReadAll(io.LimitReader(f, left+1))
+	if err != nil {
+		return nil, fmt.Errorf("rule file %s: %w", name, err)
+	}
+	if int64(len(data)) > left {
+		return nil, fmt.Errorf("rule file %s: %w (%d bytes in all)", name, ErrRulesTooLarge, max)
+	}
+	return data, nil
+}
+
+// regular refuses a file that is not a regular file, saying what it is.
+func regular(name string, st fs.FileInfo) error {
+	m := st.Mode()
+	if m.IsRegular() {
+		return nil
+	}
+	kind := "special file"
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		kind = "named pipe (FIFO)"
+	case m&fs.ModeCharDevice != 0:
+		kind = "character device"
+	case m&fs.ModeDevice != 0:
+		kind = "block device"
+	case m&fs.ModeSocket != 0:
+		kind = "socket"
+	case m.IsDir():
+		kind = "directory"
+	}
+	return fmt.Errorf("rule file %s: not a regular file: a %s", name, kind)
+}
+
+// build parses the files and builds the rule set; errors name the file.
+func (s *ruleSet) build(opts descriptors.Options) (*descriptors.Config, error) {
 	var (
 		files []*descriptors.File
 		errs  []error
 	)
-	for _, name := range names {
-		data, err := os.ReadFile(name)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("read rule file: %w", err))
-			continue
-		}
-		f, err := descriptors.Parse(name, data)
+	for i, name := range s.names {
+		f, err := descriptors.Parse(name, s.data[i])
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -62,10 +188,25 @@ func Load(path string, opts descriptors.Options) (*descriptors.Config, error) {
 	return descriptors.New(files, opts)
 }
 
+// fingerprint identifies the content of a rule set, to tell whether the
+// files changed between two reads.
+func (s *ruleSet) fingerprint() [sha256.Size]byte {
+	h := sha256.New()
+	for i, name := range s.names {
+		fmt.Fprintf(h, "%d:%s:%d:", len(name), name, len(s.data[i]))
+		h.Write(s.data[i])
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
 // RuleFiles lists the rule files path stands for, sorted: path itself when it
-// is a file, else the *.yaml and *.yml files directly inside it. Names that
-// start with a dot are skipped, so a Kubernetes ConfigMap volume's ..data
-// directory and its timestamped twin are not read twice.
+// is not a directory, else the *.yaml and *.yml entries directly inside it
+// that are not directories. Names that start with a dot are skipped, so a
+// Kubernetes ConfigMap volume's ..data directory and its timestamped twin
+// are not read twice. A dangling symlink is listed, so that reading it fails
+// instead of its rules silently disappearing.
 func RuleFiles(path string) ([]string, error) {
 	info, err := os.Stat(path)
 	if err != nil {
@@ -86,10 +227,13 @@ func RuleFiles(path string) ([]string, error) {
 		}
 		full := filepath.Join(path, n)
 		// Follow symlinks (ConfigMap files are links into ..data).
-		if st, err := os.Stat(full); err != nil || st.IsDir() {
-			if err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("rule config: %w", err)
-			}
+		st, err := os.Stat(full)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// Listed: readRuleFile reports the dangling link.
+		case err != nil:
+			return nil, fmt.Errorf("rule config: %w", err)
+		case st.IsDir():
 			continue
 		}
 		names = append(names, full)

@@ -2,11 +2,10 @@ package config
 
 import (
 	"context"
+	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -16,27 +15,59 @@ import (
 )
 
 // settleDelay is how long the watcher waits after a file event for more
-// events before reloading, so that a ConfigMap update (several creates,
-// renames and removes) costs one reload.
+// events before reading the rules, and then again before reading them a
+// second time: a ConfigMap update (several creates, renames and removes)
+// costs one reload, and a file rewritten in place is loaded only once two
+// reads settleDelay apart agree.
 const settleDelay = 100 * time.Millisecond
+
+// maxSettleRounds bounds how many reads in a row may disagree (5 s at
+// settleDelay) before the watcher gives up until the next change.
+const maxSettleRounds = 50
 
 // Reloader reloads the rule set at Path into Store: on demand (SIGHUP) and
 // when the files change (Watch). A reload that fails keeps the running rules.
 type Reloader struct {
-	Path    string // file or directory, as --config
-	Options descriptors.Options
-	Store   *Store
-	Log     *slog.Logger
-	Metrics *ReloadMetrics   // nil records nothing
-	Now     func() time.Time // nil = time.Now
+	Path     string // file or directory, as --config
+	Options  descriptors.Options
+	MaxBytes int64 // cap on the rule files' bytes per load (--max-rule-bytes); 0 = DefaultMaxRuleBytes
+	Store    *Store
+	Log      *slog.Logger
+	Metrics  *ReloadMetrics   // nil records nothing
+	Now      func() time.Time // nil = time.Now
+	// After arms Watch's settle timer; nil = time.After. Tests fire it by hand.
+	After func(time.Duration) <-chan time.Time
 }
 
 // Reload loads the rules again. On failure it logs every problem (with
 // file:line:column), counts the error and returns it, keeping the running
 // rules. On success it swaps the new rules in atomically, logs one line per
 // rule added, removed or whose limits changed, and records the time.
-func (r *Reloader) Reload() error {
-	cfg, err := Load(r.Path, r.Options)
+func (r *Reloader) Reload() error { return r.apply(r.read()) }
+
+// snapshot is one read of the rule files: their content or the error.
+type snapshot struct {
+	set *ruleSet
+	err error
+	fp  [sha256.Size]byte
+}
+
+func (r *Reloader) read() snapshot {
+	set, err := readRuleSet(r.Path, r.MaxBytes)
+	if err != nil {
+		return snapshot{err: err, fp: sha256.Sum256([]byte("error\x00" + err.Error()))}
+	}
+	return snapshot{set: set, fp: set.fingerprint()}
+}
+
+// apply builds the rules read in snap and swaps them in, or logs and counts
+// why it cannot.
+func (r *Reloader) apply(snap snapshot) error {
+	err := snap.err
+	var cfg *descriptors.Config
+	if err == nil {
+		cfg, err = snap.set.build(r.Options)
+	}
 	if err != nil {
 		r.Metrics.loaded(false, time.Time{})
 		r.Log.Error("rule reload failed; keeping the running rules", "path", r.Path, "err", err)
@@ -56,27 +87,77 @@ func (r *Reloader) Reload() error {
 	return nil
 }
 
-// Watch reloads when anything changes in the directory holding the rules
-// (the rules directory itself, or a rule file's directory) until ctx is
-// done. Watching the directory, not the files, is what makes a Kubernetes
-// ConfigMap update work: the kubelet swaps the ..data symlink, and the
-// files' own watches would never fire.
+// Watch reloads when the rules change until ctx is done. It watches
+// directories, not files (see newWatchSet): the directory holding --config,
+// the rules directory, the directories really holding the rule files and
+// those holding every symlink on the way. Before each read it resolves the
+// path again and, when a symlink was swapped or a directory replaced, moves
+// its watches there (logged as "following rule files"). That is what makes
+// a Kubernetes ConfigMap update (the kubelet swaps the ..data symlink) and a
+// swapped --config symlink or directory work, then and on every later edit.
+//
+// After an event it waits settleDelay for more, reads the files, waits
+// settleDelay again and reads them again; it loads only when both reads
+// agree, so that a file rewritten in place is not loaded half-written.
 func (r *Reloader) Watch(ctx context.Context) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watch rules: %w", err)
+	after := r.After
+	if after == nil {
+		after = time.After
 	}
-	defer w.Close()
-	dir := r.Path
-	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
-		dir = filepath.Dir(dir)
+	var (
+		w   *fsnotify.Watcher
+		set watchSet
+	)
+	defer func() {
+		if w != nil {
+			w.Close()
+		}
+	}()
+	// rewatch moves the watches to where the rules are now. A new
+	// fsnotify.Watcher replaces the old one when the directories changed:
+	// re-adding a path whose directory was replaced would leave the old
+	// inotify watch behind.
+	rewatch := func() error {
+		next := newWatchSet(r.Path)
+		if w != nil && next.sameDirs(set) {
+			set = next
+			return nil
+		}
+		nw, err := fsnotify.NewWatcher()
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, dir := range next.dirs() {
+			if err := nw.Add(dir); err != nil {
+				errs = append(errs, err)
+				delete(next, dir)
+			}
+		}
+		if len(next) == 0 {
+			nw.Close()
+			return errors.Join(append(errs, errNothingToWatch)...)
+		}
+		if len(errs) > 0 {
+			r.Log.Warn("some rule directories are not watched", "err", errors.Join(errs...))
+		}
+		if w == nil {
+			r.Log.Info("watching rule files", "path", r.Path, "dirs", next.dirs())
+		} else {
+			w.Close()
+			r.Log.Info("following rule files", "path", r.Path, "dirs", next.dirs(), "was", set.dirs())
+		}
+		w, set = nw, next
+		return nil
 	}
-	if err := w.Add(dir); err != nil {
-		return fmt.Errorf("watch rules in %s: %w", dir, err)
+	if err := rewatch(); err != nil {
+		return fmt.Errorf("watch rules at %s: %w", r.Path, err)
 	}
-	settle := time.NewTimer(time.Hour)
-	settle.Stop()
-	defer settle.Stop()
+	var (
+		settle <-chan time.Time // nil: nothing pending
+		prev   *snapshot        // the last read, while waiting for the files to settle
+		rounds int
+	)
 	for {
 		select {
 		case <-ctx.Done():
@@ -85,34 +166,39 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			if !r.concerns(ev.Name) {
+			if !set.concerns(ev.Name) {
 				continue // e.g. a log file written next to the rules
 			}
-			r.Log.Debug("rule directory changed", "event", ev.String())
-			settle.Reset(settleDelay)
+			r.Log.Debug("rule files changed", "event", ev.String())
+			settle = after(settleDelay)
 		case err, ok := <-w.Errors:
 			if !ok {
 				return nil
 			}
 			r.Log.Warn("watching rules", "err", err)
-		case <-settle.C:
-			_ = r.Reload() // logged and counted by Reload
+		case <-settle:
+			settle = nil
+			// Watch first, then read: a change after this point is an event.
+			if err := rewatch(); err != nil {
+				r.Log.Warn("cannot move the rule watches; keeping the old ones", "path", r.Path, "err", err)
+			}
+			snap := r.read()
+			if prev != nil && snap.fp == prev.fp {
+				_ = r.apply(snap) // logged and counted by apply
+				prev, rounds = nil, 0
+				continue
+			}
+			if rounds++; rounds > maxSettleRounds {
+				r.Metrics.loaded(false, time.Time{})
+				r.Log.Error("rule files kept changing; not reloaded until they change again", "path", r.Path, "for", maxSettleRounds*settleDelay)
+				prev, rounds = nil, 0
+				continue
+			}
+			r.Log.Debug("rule files read; waiting for a second read to agree", "path", r.Path)
+			prev = &snap
+			settle = after(settleDelay)
 		}
 	}
-}
-
-// concerns reports whether a change to name can change the rules: a rule
-// file (the --config file itself, or a *.yaml / *.yml of the directory), or
-// the ..data link of a Kubernetes ConfigMap volume, which the kubelet swaps.
-func (r *Reloader) concerns(name string) bool {
-	base := filepath.Base(name)
-	if strings.HasPrefix(base, "..data") {
-		return true
-	}
-	if st, err := os.Stat(r.Path); err == nil && !st.IsDir() {
-		return base == filepath.Base(r.Path)
-	}
-	return isRuleFile(base)
 }
 
 // Change is one difference between two rule sets.

@@ -78,7 +78,7 @@ func newFixture(t *testing.T, path string) *fixture {
 	f.r = &config.Reloader{
 		Path:    path,
 		Store:   f.store,
-		Log:     slog.New(slog.NewTextHandler(f.log, nil)),
+		Log:     slog.New(slog.NewTextHandler(f.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics: config.NewReloadMetrics(f.reg),
 	}
 	return f

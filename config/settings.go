@@ -15,6 +15,8 @@ type Settings struct {
 	GRPCAddr string
 	HTTPAddr string
 	Config   string // rule file or directory; empty = embedded example
+	// MaxRuleBytes caps the bytes read from all rule files in one load.
+	MaxRuleBytes int64
 
 	Redis         string
 	RedisCA       string // PEM bundle trusted for rediss:// (default: the system roots)
@@ -68,6 +70,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Setti
 	fs.StringVar(&s.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService v3 and grpc.health.v1)")
 	fs.StringVar(&s.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /json, /metrics, /rlconfig)")
 	fs.StringVar(&s.Config, "config", "", "rule file or directory of *.yaml (default: the embedded example)")
+	fs.Int64Var(&s.MaxRuleBytes, "max-rule-bytes", DefaultMaxRuleBytes, "most bytes read from all rule files together in one load; a larger rule set is refused")
 	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
 	fs.StringVar(&s.RedisCA, "redis-ca", "", "CA bundle (PEM) to verify Redis' TLS certificate with rediss:// (default: the system roots)")
 	fs.DurationVar(&s.RedisTimeout, "redis-timeout", 10*time.Millisecond, "deadline of every Redis call")
@@ -138,7 +141,8 @@ func (s Settings) validate() error {
 	if s.TLSClientCA != "" && s.TLSCert == "" {
 		return fmt.Errorf("--tls-client-ca needs --tls-cert and --tls-key")
 	}
-	if s.FallbackNodes < 0 || s.MaxDescriptors < 1 || s.MaxEntries < 1 || s.MaxValueBytes < 1 || s.MaxBuckets < 1 || s.MaxMetricValues < 1 || s.LogRefusals < 0 {
+	if s.FallbackNodes < 0 || s.MaxDescriptors < 1 || s.MaxEntries < 1 || s.MaxValueBytes < 1 || s.MaxBuckets < 1 ||
+		s.MaxRuleBytes < 1 || s.MaxMetricValues < 1 || s.LogRefusals < 0 {
 		return fmt.Errorf("--fallback-nodes must be ≥ 0 and --max-* flags ≥ 1")
 	}
 	return nil

@@ -27,6 +27,9 @@ func TestParseServe(t *testing.T) {
 	if st.GRPCAddr != ":9100" {
 		t.Errorf("grpc addr %q: the flag must win over RLS_GRPC_ADDR", st.GRPCAddr)
 	}
+	if st.MaxRuleBytes != config.DefaultMaxRuleBytes || config.DefaultMaxRuleBytes != 16<<20 {
+		t.Errorf("--max-rule-bytes defaults to %d, want 16 MiB", st.MaxRuleBytes)
+	}
 	if st.MaxEntries != 8 || st.MaxDescriptors != 256 || st.HTTPAddr != ":8080" || st.RedisFailure != "share" {
 		t.Errorf("defaults or flags wrong: %+v", st)
 	}
@@ -42,6 +45,7 @@ func TestParseServeErrors(t *testing.T) {
 		{"bad failure mode", []string{"--redis-failure", "maybe"}, nil, "--redis-failure"},
 		{"bad env duration", nil, map[string]string{"RLS_REDIS_TIMEOUT": "soon"}, "RLS_REDIS_TIMEOUT"},
 		{"cert without key", []string{"--tls-cert", "c.pem"}, nil, "--tls-key"},
+		{"zero rule bytes", []string{"--max-rule-bytes", "0"}, nil, "--max-*"},
 		{"stray argument", []string{"extra"}, nil, "no arguments"},
 	}
 	for _, tt := range tests {

@@ -46,7 +46,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	if err != nil {
 		return err
 	}
-	rules, err := config.Load(st.Config, descriptors.Options{MergeDomains: st.MergeDomains})
+	rules, err := config.LoadLimited(st.Config, descriptors.Options{MergeDomains: st.MergeDomains}, st.MaxRuleBytes)
 	if err != nil {
 		return fmt.Errorf("loading rules: %w", err)
 	}
@@ -59,11 +59,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	reloadMetrics := config.NewReloadMetrics(reg)
 	reloadMetrics.Loaded(true, time.Now())
 	reloader := &config.Reloader{
-		Path:    st.Config,
-		Options: descriptors.Options{MergeDomains: st.MergeDomains},
-		Store:   store,
-		Log:     log,
-		Metrics: reloadMetrics,
+		Path:     st.Config,
+		Options:  descriptors.Options{MergeDomains: st.MergeDomains},
+		MaxBytes: st.MaxRuleBytes,
+		Store:    store,
+		Log:      log,
+		Metrics:  reloadMetrics,
 	}
 	// Registered before serving, so an early SIGHUP reloads instead of
 	// terminating the process.

@@ -1,0 +1,150 @@
+package config_test
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-rls/sluice/config"
+	"github.com/sluice-rls/sluice/descriptors"
+)
+
+// loadWithin runs load and fails the test if it has not returned within a
+// generous deadline: reading a FIFO or /dev/zero used to block or grow
+// memory without end.
+func loadWithin(t *testing.T, load func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- load() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("loading the rules did not return within 10s (blocked on a read?)")
+		return nil
+	}
+}
+
+func TestLoadDanglingSymlinkIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(rulesYAML(10)), 0o644))
+	must(t, os.Symlink("gone/b.yaml", filepath.Join(dir, "b.yaml")))
+	_, err := config.Load(dir, descriptors.Options{})
+	if err == nil {
+		t.Fatal("Load of a directory with a dangling b.yaml link succeeded; its domain would silently vanish")
+	}
+	if !strings.Contains(err.Error(), filepath.Join(dir, "b.yaml")) || !strings.Contains(err.Error(), "dangling symlink") {
+		t.Errorf("err = %v, want it to name b.yaml as a dangling symlink", err)
+	}
+}
+
+func TestReloadDanglingSymlinkKeepsRules(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "real.yml.d")
+	must(t, os.Mkdir(target, 0o755))
+	must(t, os.WriteFile(filepath.Join(target, "rules"), []byte(rulesYAML(10)), 0o644))
+	must(t, os.Symlink(filepath.Join(target, "rules"), filepath.Join(dir, "rules.yaml")))
+	f := newFixture(t, dir)
+	must(t, os.Remove(filepath.Join(target, "rules")))
+
+	if err := f.r.Reload(); err == nil {
+		t.Fatal("Reload with a dangling rules.yaml succeeded")
+	}
+	if got := limitOf(t, f.store); got != 10 {
+		t.Errorf("limit %d after the failed reload, want the running 10", got)
+	}
+	if got := f.loads(t, "error"); got != 1 {
+		t.Errorf("error loads = %v, want 1", got)
+	}
+	if !strings.Contains(f.log.String(), "dangling symlink") {
+		t.Errorf("log does not say why:\n%s", f.log)
+	}
+}
+
+func TestLoadRefusesNonRegularFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.yaml")
+	must(t, syscall.Mkfifo(fifo, 0o644))
+	zero := filepath.Join(dir, "zero.yaml")
+	must(t, os.Symlink("/dev/zero", zero))
+	for _, tt := range []struct{ path, kind string }{
+		{fifo, "named pipe"},
+		{zero, "device"},
+	} {
+		t.Run(filepath.Base(tt.path), func(t *testing.T) {
+			err := loadWithin(t, func() error {
+				_, err := config.Load(tt.path, descriptors.Options{})
+				return err
+			})
+			if err == nil || !strings.Contains(err.Error(), tt.path) || !strings.Contains(err.Error(), "not a regular file") || !strings.Contains(err.Error(), tt.kind) {
+				t.Errorf("Load(%s) = %v, want an error naming the file as not a regular file (%s)", tt.path, err, tt.kind)
+			}
+		})
+	}
+	// In a directory too: the FIFO is refused, not skipped or waited on.
+	must(t, os.Remove(zero))
+	must(t, os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte(rulesYAML(1)), 0o644))
+	err := loadWithin(t, func() error {
+		_, err := config.Load(dir, descriptors.Options{})
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), fifo) {
+		t.Errorf("Load(dir with a FIFO) = %v, want an error naming %s", err, fifo)
+	}
+}
+
+func TestLoadSizeCap(t *testing.T) {
+	dir := t.TempDir()
+	small := rulesYAML(10)
+	must(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(small), 0o644))
+	// A comment pads b.yaml so that the two files together pass the cap.
+	pad := "# " + strings.Repeat("x", 200) + "\n"
+	must(t, os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("domain: b\n"+pad), 0o644))
+	total := int64(len(small) + len("domain: b\n"+pad))
+
+	if _, err := config.LoadLimited(dir, descriptors.Options{}, total); err != nil {
+		t.Fatalf("rules of exactly the cap: %v", err)
+	}
+	_, err := config.LoadLimited(dir, descriptors.Options{}, total-1)
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "b.yaml")) || !strings.Contains(err.Error(), "--max-rule-bytes") {
+		t.Errorf("rules one byte over the cap: %v, want an error naming b.yaml and --max-rule-bytes", err)
+	}
+	if !errors.Is(err, config.ErrRulesTooLarge) {
+		t.Errorf("err %v is not ErrRulesTooLarge", err)
+	}
+}
+
+func TestLoadDefaultCapStopsABigFile(t *testing.T) {
+	// A sparse file: 1 GiB long, no disk used. Without the cap Load would
+	// read it all (and the parser would need several times as much).
+	path := filepath.Join(t.TempDir(), "big.yaml")
+	f, err := os.Create(path)
+	must(t, err)
+	must(t, f.Truncate(1<<30))
+	must(t, f.Close())
+	_, err = config.Load(path, descriptors.Options{})
+	if !errors.Is(err, config.ErrRulesTooLarge) || !strings.Contains(err.Error(), path) {
+		t.Errorf("Load of a 1 GiB file = %v, want ErrRulesTooLarge naming the file", err)
+	}
+}
+
+func TestRuleFilesListsDanglingAndSkipsDirs(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o755))
+	must(t, os.Symlink("nowhere.yaml", filepath.Join(dir, "x.yaml")))
+	names, err := config.RuleFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 1 || names[0] != filepath.Join(dir, "x.yaml") {
+		t.Errorf("RuleFiles = %v, want only the dangling x.yaml (so that reading it fails loudly)", names)
+	}
+	if _, err := os.Stat(names[0]); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("x.yaml should dangle: %v", err)
+	}
+}

@@ -1,0 +1,299 @@
+package config_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// manualTimer stands in for time.After in Reloader.After: the settle timer
+// fires only when the test says so.
+type manualTimer struct {
+	mu      sync.Mutex
+	pending []chan time.Time // armed and not yet taken by the test
+	armed   chan struct{}    // a token when something was armed
+}
+
+func newManualTimer() *manualTimer { return &manualTimer{armed: make(chan struct{}, 1)} }
+
+// After arms a timer. The watcher listens only to the latest one, so
+// firing an older one does nothing.
+func (m *manualTimer) After(time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	m.mu.Lock()
+	m.pending = append(m.pending, ch)
+	m.mu.Unlock()
+	select {
+	case m.armed <- struct{}{}:
+	default:
+	}
+	return ch
+}
+
+// take returns the timers armed since the last take.
+func (m *manualTimer) take() []chan time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pending
+	m.pending = nil
+	return p
+}
+
+func fire(chs []chan time.Time) {
+	for _, ch := range chs {
+		ch <- time.Time{} // buffered, fired once
+	}
+}
+
+// settle fires every timer the watcher arms until cond holds, checking
+// between fires that never (if given) stays false. It fails after a
+// deadline or too many fires.
+func (m *manualTimer) settle(t *testing.T, what string, cond, never func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	fires := 0
+	for !cond() {
+		if never != nil && never() {
+			t.Fatalf("while waiting for %s: a state that must never happen", what)
+		}
+		if time.Now().After(deadline) || fires > 50 {
+			t.Fatalf("timed out waiting for %s (%d fires)", what, fires)
+		}
+		if chs := m.take(); len(chs) > 0 {
+			fires += len(chs)
+			fire(chs)
+			continue
+		}
+		select {
+		case <-m.armed:
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// startWatch runs f.r.Watch with a manual timer until the test ends, and
+// waits until its watches are in place.
+func startWatch(t *testing.T, f *fixture) *manualTimer {
+	t.Helper()
+	m := newManualTimer()
+	f.r.After = m.After
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.r.Watch(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Watch did not return within 10s of its context's end (stuck in a read?)")
+		}
+	})
+	waitFor(t, "the watcher to start", func() bool { return strings.Contains(f.log.String(), "watching rule files") })
+	return m
+}
+
+func writeRules(t *testing.T, path string, limit int) {
+	t.Helper()
+	must(t, os.WriteFile(path, []byte(rulesYAML(limit)), 0o644))
+}
+
+// TestWatchFollowsDirectorySwap: the rules directory is replaced by
+// another (mv rules rules.old; mv rules.new rules). The old watch stays on
+// rules.old; the watcher must see the swap and the edits after it.
+func TestWatchFollowsDirectorySwap(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "rules")
+	must(t, os.Mkdir(dir, 0o755))
+	writeRules(t, filepath.Join(dir, "rules.yaml"), 10)
+	f := newFixture(t, dir)
+	m := startWatch(t, f)
+
+	must(t, os.Mkdir(filepath.Join(base, "rules.new"), 0o755))
+	writeRules(t, filepath.Join(base, "rules.new", "rules.yaml"), 20)
+	must(t, os.Rename(dir, filepath.Join(base, "rules.old")))
+	must(t, os.Rename(filepath.Join(base, "rules.new"), dir))
+	m.settle(t, "the swapped directory to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
+
+	writeRules(t, filepath.Join(dir, "rules.yaml"), 30)
+	m.settle(t, "an edit in the new directory to load", func() bool { return limitOf(t, f.store) == 30 }, nil)
+	if !strings.Contains(f.log.String(), "following rule files") {
+		t.Errorf("the log does not say the watches moved:\n%s", f.log)
+	}
+}
+
+// TestWatchFollowsConfigSymlinkSwap: --config is a symlink to a versioned
+// directory, swapped atomically to the next version (envoyproxy/ratelimit's
+// runtime root, or a release's "current" link).
+func TestWatchFollowsConfigSymlinkSwap(t *testing.T) {
+	base := t.TempDir()
+	for i, limit := range []int{10, 20} {
+		v := filepath.Join(base, "v"+string(rune('1'+i)))
+		must(t, os.Mkdir(v, 0o755))
+		writeRules(t, filepath.Join(v, "rules.yaml"), limit)
+	}
+	current := filepath.Join(base, "current")
+	must(t, os.Symlink("v1", current))
+	f := newFixture(t, current)
+	m := startWatch(t, f)
+
+	must(t, os.Symlink("v2", filepath.Join(base, "current.tmp")))
+	must(t, os.Rename(filepath.Join(base, "current.tmp"), current))
+	m.settle(t, "the swapped link to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
+
+	writeRules(t, filepath.Join(base, "v2", "rules.yaml"), 30)
+	m.settle(t, "an edit behind the new link to load", func() bool { return limitOf(t, f.store) == 30 }, nil)
+}
+
+// TestWatchFollowsRuntimeRootSwap: envoyproxy/ratelimit's layout, where
+// the swapped link is a directory above --config
+// (RUNTIME_ROOT/current/ratelimit/config).
+func TestWatchFollowsRuntimeRootSwap(t *testing.T) {
+	base := t.TempDir()
+	for i, limit := range []int{10, 20} {
+		cfg := filepath.Join(base, "data-"+string(rune('1'+i)), "ratelimit", "config")
+		must(t, os.MkdirAll(cfg, 0o755))
+		writeRules(t, filepath.Join(cfg, "rules.yaml"), limit)
+	}
+	must(t, os.Symlink("data-1", filepath.Join(base, "current")))
+	f := newFixture(t, filepath.Join(base, "current", "ratelimit", "config"))
+	m := startWatch(t, f)
+
+	must(t, os.Symlink("data-2", filepath.Join(base, "current.tmp")))
+	must(t, os.Rename(filepath.Join(base, "current.tmp"), filepath.Join(base, "current")))
+	m.settle(t, "the swapped root to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
+
+	writeRules(t, filepath.Join(base, "data-2", "ratelimit", "config", "rules.yaml"), 30)
+	m.settle(t, "an edit under the new root to load", func() bool { return limitOf(t, f.store) == 30 }, nil)
+}
+
+// TestWatchFollowsRuleFileSymlinkSwap: --config is a symlink to a file in
+// another directory; after the link moves to a third directory, edits
+// there must still reload.
+func TestWatchFollowsRuleFileSymlinkSwap(t *testing.T) {
+	base := t.TempDir()
+	for _, d := range []string{"etc", "a", "b"} {
+		must(t, os.Mkdir(filepath.Join(base, d), 0o755))
+	}
+	writeRules(t, filepath.Join(base, "a", "limits.yml"), 10)
+	writeRules(t, filepath.Join(base, "b", "limits.yml"), 20)
+	link := filepath.Join(base, "etc", "rules.yaml")
+	must(t, os.Symlink(filepath.Join(base, "a", "limits.yml"), link))
+	f := newFixture(t, link)
+	m := startWatch(t, f)
+
+	writeRules(t, filepath.Join(base, "a", "limits.yml"), 15)
+	m.settle(t, "an edit of the link's target to load", func() bool { return limitOf(t, f.store) == 15 }, nil)
+
+	must(t, os.Symlink(filepath.Join(base, "b", "limits.yml"), link+".tmp"))
+	must(t, os.Rename(link+".tmp", link))
+	m.settle(t, "the swapped link to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
+
+	writeRules(t, filepath.Join(base, "b", "limits.yml"), 30)
+	m.settle(t, "an edit of the new target to load", func() bool { return limitOf(t, f.store) == 30 }, nil)
+}
+
+// TestWatchInPlaceRewriteWaitsToSettle: a file rewritten in place is seen
+// half-written by a read between the writer's writes. Here the half is a
+// valid file without the rule, which a plain reload would apply.
+func TestWatchInPlaceRewriteWaitsToSettle(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "rules.yaml")
+	writeRules(t, file, 10)
+	f := newFixture(t, dir)
+	m := startWatch(t, f)
+	lost := func() bool {
+		r := f.store.Rules().Domain("d")
+		return r == nil || len(r.Rules()) == 0
+	}
+
+	full := rulesYAML(30)
+	half := full[:strings.Index(full, "descriptors:")]
+	out, err := os.OpenFile(file, os.O_WRONLY|os.O_TRUNC, 0)
+	must(t, err)
+	defer out.Close()
+	_, err = out.WriteString(half)
+	must(t, err)
+	// The settle interval after the first write passes: the watcher reads
+	// the half-written file, and must wait for a second read to agree.
+	// Timers are taken before the log is checked, so a timer armed after
+	// that read (the wait for the second read) is never fired here.
+	const read = "waiting for a second read to agree"
+	waitFor(t, "the watcher to read the half-written file", func() bool {
+		chs := m.take()
+		if strings.Contains(f.log.String(), read) {
+			return true
+		}
+		fire(chs)
+		if lost() {
+			t.Fatal("the half-written file was loaded")
+		}
+		return false
+	})
+	if got := f.loads(t, "success"); got != 0 {
+		t.Fatalf("%v loads after one read, want none until a second read agrees", got)
+	}
+	_, err = out.WriteString(full[len(half):])
+	must(t, err)
+	m.settle(t, "the whole file to load", func() bool { return !lost() && limitOf(t, f.store) == 30 }, lost)
+	if got := f.loads(t, "success"); got != 1 {
+		t.Errorf("%v successful loads, want 1 (the whole file)", got)
+	}
+}
+
+// TestWatchSurvivesFIFO: a FIFO among the rule files used to block the
+// watcher's read forever, so that no later change was ever loaded.
+func TestWatchSurvivesFIFO(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "rules.yaml")
+	writeRules(t, file, 10)
+	f := newFixture(t, dir)
+	m := startWatch(t, f)
+
+	fifo := filepath.Join(dir, "pipe.yaml")
+	must(t, syscall.Mkfifo(fifo, 0o644))
+	m.settle(t, "the FIFO to be refused", func() bool { return f.loads(t, "error") == 1 }, nil)
+	if log := f.log.String(); !strings.Contains(log, fifo) || !strings.Contains(log, "not a regular file") {
+		t.Errorf("the log does not name the FIFO:\n%s", log)
+	}
+	if got := limitOf(t, f.store); got != 10 {
+		t.Errorf("limit %d after the refused FIFO, want the running 10", got)
+	}
+	must(t, os.Remove(fifo))
+	writeRules(t, file, 20)
+	m.settle(t, "the next edit to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
+}
+
+// TestWatchDanglingLinkKeepsRules: a rule link left dangling by a swap is
+// an error that keeps every running rule, and the fix reloads.
+func TestWatchDanglingLinkKeepsRules(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, filepath.Join(dir, "rules.yaml"), 10)
+	must(t, os.WriteFile(filepath.Join(dir, "target-b"), []byte("domain: b\n"), 0o644))
+	must(t, os.Symlink("target-b", filepath.Join(dir, "b.yaml")))
+	f := newFixture(t, dir)
+	m := startWatch(t, f)
+
+	must(t, os.Remove(filepath.Join(dir, "target-b")))
+	m.settle(t, "the dangling link to fail the load", func() bool { return f.loads(t, "error") == 1 },
+		func() bool { return f.store.Rules().Domain("b") == nil })
+	if !strings.Contains(f.log.String(), "dangling symlink") {
+		t.Errorf("the log does not say why:\n%s", f.log)
+	}
+	must(t, os.WriteFile(filepath.Join(dir, "target-b"), []byte("domain: b\n"), 0o644))
+	writeRules(t, filepath.Join(dir, "rules.yaml"), 20)
+	m.settle(t, "the repaired rules to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
+}
