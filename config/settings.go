@@ -78,7 +78,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Setti
 	fs.IntVar(&s.MaxDescriptors, "max-descriptors", 256, "most descriptors in one request")
 	fs.IntVar(&s.MaxEntries, "max-entries", 32, "most entries in one descriptor")
 	fs.IntVar(&s.MaxValueBytes, "max-value-bytes", 1024, "longest key or value, in bytes")
-	fs.IntVar(&s.MaxBuckets, "max-buckets", 1<<20, "most in-memory buckets per memory backend")
+	fs.IntVar(&s.MaxBuckets, "max-buckets", 1<<20, "most partly drained buckets per memory backend (about 80 B of heap each, budget 200 B of process memory); when full, requests needing a new bucket are refused")
 	fs.StringVar(&s.LogLevel, "log-level", "info", "debug | info | warn | error")
 	fs.StringVar(&s.LogFormat, "log-format", "text", "text | json")
 	fs.IntVar(&s.LogRefusals, "log-refusals", 100, "log one refused request in N, with domain, rule and descriptor values (0: none)")
