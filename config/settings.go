@@ -83,7 +83,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Setti
 	fs.IntVar(&s.MaxDescriptors, "max-descriptors", 256, "most descriptors in one request")
 	fs.IntVar(&s.MaxEntries, "max-entries", 32, "most entries in one descriptor")
 	fs.IntVar(&s.MaxValueBytes, "max-value-bytes", 1024, "keys and values longer than this (bytes) are limited by their SHA-256 digest")
-	fs.IntVar(&s.MaxBuckets, "max-buckets", 1<<20, "most in-memory buckets per memory backend")
+	fs.IntVar(&s.MaxBuckets, "max-buckets", 1<<20, "most partly drained buckets per memory backend (about 80 B of heap each, budget 200 B of process memory); when full, requests needing a new bucket are refused")
 	fs.IntVar(&s.MaxMetricValues, "max-metric-values", 1000, "most rule labels carrying request values (detailed_metric, value_to_metric); more are counted as <rule>:overflow")
 	fs.StringVar(&s.LogLevel, "log-level", "info", "debug | info | warn | error")
 	fs.StringVar(&s.LogFormat, "log-format", "text", "text | json")

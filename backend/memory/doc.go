@@ -23,11 +23,20 @@
 //
 // # Memory
 //
-// A bucket costs 32 bytes plus map overhead, 40 to 80 bytes in all.
-// Options.MaxBuckets bounds their number; Limiter.Run drops refilled buckets
-// periodically, and an insert into a full shard drops one, preferring
-// refilled buckets. Go maps do not shrink, so memory stays at its high-water
-// mark, which MaxBuckets bounds.
+// A bucket is 16 bytes and its key 16 more; with the map's slack a full
+// table costs 80 bytes a bucket of live heap (BenchmarkBucketMemory: 84 MB
+// for DefaultMaxBuckets), and a process holding it grows to about twice that
+// between collections. Options.MaxBuckets bounds their number. Go maps do
+// not shrink, so memory stays at its high-water mark, which MaxBuckets
+// bounds.
+//
+// # Eviction
+//
+// Only full buckets are dropped: Limiter.Run drops them periodically, and an
+// insert into a full shard takes the room of one. When a shard is full of
+// partly drained buckets, a hit that needs a new bucket is refused rather
+// than forgetting what another key has spent (see Options.MaxBuckets), and
+// Limiter.FullRefusals counts it.
 //
 // # Concurrency
 //

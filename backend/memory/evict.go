@@ -11,7 +11,8 @@ const DefaultEvictEvery = 10 * time.Second
 
 // Run drops full buckets every interval, one shard at a time, until ctx is
 // done. Full buckets are indistinguishable from absent ones, so this frees
-// memory without changing any decision. The owner starts Run in its own
+// memory, and room for new keys in a full table, without changing any
+// decision. The owner starts Run in its own
 // goroutine and stops it by cancelling ctx; Run returns promptly, between
 // shards. every ≤ 0 means DefaultEvictEvery.
 func (l *Limiter) Run(ctx context.Context, every time.Duration) {

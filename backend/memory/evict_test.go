@@ -95,23 +95,31 @@ func TestNoFullBucketsStored(t *testing.T) {
 }
 
 // TestCapacityBound inserts ten times MaxBuckets distinct, partly drained
-// buckets and requires Len never to exceed MaxBuckets.
+// buckets: Len never exceeds MaxBuckets, every shard fills to its capacity,
+// no admitted bucket is dropped to make room, and every hit refused for want
+// of room is counted.
 func TestCapacityBound(t *testing.T) {
 	t.Parallel()
 	for _, maxBuckets := range []int{1, 63, 64, 1000, 1 << 14} {
 		t.Run(fmt.Sprintf("MaxBuckets %d", maxBuckets), func(t *testing.T) {
 			t.Parallel()
 			l := New(Options{MaxBuckets: maxBuckets})
-			// Three keys a call, so one call can overfill a shard.
+			// Three keys a call, so a call can fill a shard midway.
 			states := make([]descriptors.BucketState, 3)
+			admitted, refused := 0, 0
 			for i := range uint64(10 * maxBuckets) {
 				hits := []descriptors.Hit{
 					{Key: key(3 * i), Limit: onePerHour, Cost: 1},
 					{Key: key(3*i + 1), Limit: onePerHour, Cost: 1},
 					{Key: key(3*i + 2), Limit: onePerHour, Cost: 1},
 				}
-				if !l.HitAt(t0, hits, states) {
-					t.Fatalf("call %d on new keys refused: %+v", i, states)
+				if l.HitAt(t0, hits, states) {
+					admitted += 3
+				}
+				for _, st := range states {
+					if !st.Allowed && st.Remaining == 0 && st.RetryAfter == time.Hour {
+						refused++
+					}
 				}
 				if i%64 == 0 || int(i) > 9*maxBuckets {
 					if got := l.Len(); got > maxBuckets {
@@ -119,8 +127,20 @@ func TestCapacityBound(t *testing.T) {
 					}
 				}
 			}
-			if got := l.Len(); got < maxBuckets*3/4 {
-				t.Errorf("Len() = %d at the end: capacity %d underused", got, maxBuckets)
+			// Calls are all-or-nothing, so a shard may be left a bucket or
+			// two short; single-key calls fill it.
+			for i := range uint64(10 * maxBuckets) {
+				if take(t, l, 0, key(1<<40+i), onePerHour, 1).Allowed {
+					admitted++
+				} else {
+					refused++
+				}
+			}
+			if got, want := l.Len(), len(l.shards)*l.perShard; got != want || got != admitted {
+				t.Errorf("Len() = %d at the end, want every shard full (%d) and every admitted bucket kept (%d)", got, want, admitted)
+			}
+			if got := l.FullRefusals(); got != uint64(refused) || refused == 0 {
+				t.Errorf("FullRefusals() = %d, want the %d hits refused for want of room (> 0)", got, refused)
 			}
 		})
 	}

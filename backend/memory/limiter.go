@@ -2,15 +2,19 @@ package memory
 
 import (
 	"context"
+	"math"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rls/sluice/descriptors"
 )
 
-// DefaultMaxBuckets is the capacity used when Options.MaxBuckets is 0: about
-// a million partly drained buckets, at most some 80 MB of maps.
+// DefaultMaxBuckets is the capacity used when Options.MaxBuckets is 0:
+// about a million partly drained buckets. Full, they hold 84 MB of live heap
+// (80 bytes a bucket, BenchmarkBucketMemory); a busy process collects when
+// its heap has doubled, so budget about twice that.
 const DefaultMaxBuckets = 1 << 20
 
 // stackHits is how many hits a call can make before its undo log needs
@@ -25,16 +29,17 @@ type Options struct {
 
 	// MaxBuckets bounds the number of buckets held; 0 means
 	// DefaultMaxBuckets. The bound is split evenly over the shards, so a
-	// shard may fill, and evict, a little before the whole limiter does.
+	// shard may fill a little before the whole limiter does.
 	//
-	// An insert into a full shard drops a bucket. Refilled buckets go first,
-	// which loses nothing: every so often the insert walks the shard for
-	// them, and otherwise it samples a few buckets and drops the one nearest
-	// to full. When more than MaxBuckets keys are partly drained at once,
-	// that bucket is partly drained too: its key forgets what it spent and
-	// starts full next time, so it can admit up to Burst more hits than its
-	// limit allows. Size MaxBuckets above the number of keys that can be
-	// active within one refill time to avoid this.
+	// Only full buckets are ever dropped, since they are the same as absent
+	// ones. A hit that needs a new bucket in a full shard takes the room of
+	// one that has refilled; when none has, the hit is refused (Remaining 0,
+	// RetryAfter until the shard's first bucket refills) and so is its call,
+	// and FullRefusals counts it. A key is thus never allowed more than its
+	// limit, but while more than MaxBuckets keys are partly drained at once
+	// new keys are refused. Checks (Cost 0) and give-backs need no room. Size
+	// MaxBuckets above the number of keys that can be drained within one
+	// refill time; a bucket costs about 80 bytes of live heap.
 	MaxBuckets int
 }
 
@@ -61,13 +66,18 @@ type Limiter struct {
 	shift    uint // 64 - log2(len(shards)), for shardIndex
 	perShard int  // capacity of each shard
 	logs     sync.Pool
+	refusals atomic.Uint64 // hits refused for want of room, for FullRefusals
 }
 
-// change is an undo-log entry: key's bucket before a call changed it.
+// change is an undo-log entry: key's bucket before a call changed it. An
+// entry with noRoom set changed nothing: it records that hit idx was refused
+// for want of room (see refuseFull), so that settle keeps its state.
 type change struct {
 	key     descriptors.Key
 	old     bucket
 	existed bool
+	noRoom  bool
+	idx     int32
 }
 
 // New returns a Limiter with no buckets.
@@ -96,6 +106,7 @@ func newLimiter(opts Options, shards int) *Limiter {
 	}
 	for i := range l.shards {
 		l.shards[i].m = make(map[descriptors.Key]bucket)
+		l.shards[i].soonest = math.MaxInt64
 	}
 	return l
 }
@@ -117,8 +128,9 @@ func (l *Limiter) Hit(_ context.Context, hits []descriptors.Hit, states []descri
 // order, so a Key that appears twice sees its first hit's effect.
 //
 // A Give hit is always allowed and adds Cost tokens, never above Burst. Cost
-// 0 checks for at least one token and takes nothing. A Cost above Burst, and
-// any hit on a Limit with Requests 0, is refused.
+// 0 checks for at least one token and takes nothing. A Cost above Burst, any
+// hit on a Limit with Requests 0, and a hit that needs a new bucket in a
+// shard full of partly drained ones (see Options.MaxBuckets) are refused.
 //
 // Each state's Allowed and RetryAfter give the hit's decision. Remaining and
 // ResetAfter describe its bucket as the call leaves it: after the hit when
@@ -138,7 +150,6 @@ func (l *Limiter) HitAt(now time.Time, hits []descriptors.Hit, states []descript
 	set := l.shardSet(hits)
 	l.lock(set)
 	defer l.unlock(set)
-	defer l.trim(set, t)
 	if len(hits) <= stackHits {
 		var stack [stackHits]change
 		return l.decide(hits, t, states, stack[:0])
@@ -153,47 +164,86 @@ func (l *Limiter) HitAt(now time.Time, hits []descriptors.Hit, states []descript
 // keep small logs on its stack.
 func (l *Limiter) decide(hits []descriptors.Hit, t int64, states []descriptors.BucketState, log []change) bool {
 	ok := true
+	noRoom := 0
 	for i := range hits {
 		h := &hits[i]
-		old, existed, changed := l.apply(h, t, &states[i])
+		old, existed, changed, full := l.apply(h, t, &states[i])
 		if !states[i].Allowed && !h.Independent {
 			ok = false
 		}
-		if changed {
+		switch {
+		case changed:
 			log = append(log, change{key: h.Key, old: old, existed: existed})
+		case full:
+			log = append(log, change{noRoom: true, idx: int32(i)})
+			noRoom++
 		}
 	}
 	if !ok {
+		// settle decides the Independent hits again, and counts those it
+		// refuses for room itself.
+		noRoom = 0
+		for i := range log {
+			if log[i].noRoom && !hits[log[i].idx].Independent {
+				noRoom++
+			}
+		}
 		l.rollback(log)
-		l.settle(hits, t, states)
+		l.settle(hits, t, states, log)
+	}
+	if noRoom > 0 {
+		l.refusals.Add(uint64(noRoom))
 	}
 	return ok
 }
 
 // apply decides h at t against its stored bucket, stores the result when it
-// changed, and returns the bucket as it was before. The caller holds the
-// shard's lock.
-func (l *Limiter) apply(h *descriptors.Hit, t int64, st *descriptors.BucketState) (old bucket, existed, changed bool) {
+// changed, and returns the bucket as it was before. A hit that would add a
+// partly drained bucket to a full shard with no full bucket to drop is
+// refused and changes nothing; apply then reports noRoom (the caller counts
+// it). The caller holds the shard's lock.
+func (l *Limiter) apply(h *descriptors.Hit, t int64, st *descriptors.BucketState) (old bucket, existed, changed, noRoom bool) {
 	sh := &l.shards[shardIndex(&h.Key, l.shift)]
 	old, existed = sh.m[h.Key]
 	if !existed {
 		old = bucket{tat: minTime}
 	}
 	next, s, changed := apply(old, h.Limit, t, h.Cost, h.Give)
+	if changed && !existed && len(sh.m) >= l.perShard && !next.fullAt(t) && !sh.makeRoom(t, l.perShard) {
+		*st = refuseFull(sh, h.Limit, t)
+		return old, false, false, true
+	}
 	*st = s
 	if changed {
 		sh.store(h.Key, next, t)
 	}
-	return old, existed, changed
+	return old, existed, changed, false
+}
+
+// refuseFull returns the state of a hit refused because its shard is full of
+// partly drained buckets: no tokens, and a retry when the shard's first
+// bucket refills and makes room (at least one token interval of the hit's
+// limit, also when that time has passed without room being found).
+func refuseFull(sh *shard, lim descriptors.Limit, t int64) descriptors.BucketState {
+	// apply refuses a Requests or Period of 0 before anything changes.
+	wait := duration(u128{lo: uint64(lim.Period)}.ceilDiv(lim.Requests))
+	if sh.soonest > t {
+		wait = max(wait, duration(uint64(sh.soonest)-uint64(t)))
+	}
+	return descriptors.BucketState{RetryAfter: wait, ResetAfter: wait}
 }
 
 // rollback undoes log, newest first. The caller holds the shards' locks.
 func (l *Limiter) rollback(log []change) {
 	for i := len(log) - 1; i >= 0; i-- {
 		c := &log[i]
+		if c.noRoom {
+			continue
+		}
 		sh := &l.shards[shardIndex(&c.key, l.shift)]
 		if c.existed {
 			sh.m[c.key] = c.old
+			sh.soonest = min(sh.soonest, c.old.tat)
 		} else {
 			delete(sh.m, c.key)
 		}
@@ -202,12 +252,20 @@ func (l *Limiter) rollback(log []change) {
 
 // settle finishes a refused call after rollback: it applies the Independent
 // hits again, in order, to the buckets as they really are, and refreshes the
-// other hits' Remaining and ResetAfter. The caller holds the shards' locks.
-func (l *Limiter) settle(hits []descriptors.Hit, t int64, states []descriptors.BucketState) {
+// other hits' Remaining and ResetAfter, except for those log says were
+// refused for want of room, whose refusal stands (refuseFull). It counts the
+// Independent hits it refuses for room. The caller holds the shards' locks.
+func (l *Limiter) settle(hits []descriptors.Hit, t int64, states []descriptors.BucketState, log []change) {
+	noRoom := uint64(0)
 	for i := range hits {
 		if hits[i].Independent {
-			l.apply(&hits[i], t, &states[i])
+			if _, _, _, full := l.apply(&hits[i], t, &states[i]); full {
+				noRoom++
+			}
 		}
+	}
+	if noRoom > 0 {
+		l.refusals.Add(noRoom)
 	}
 	for i := range hits {
 		h := &hits[i]
@@ -220,6 +278,12 @@ func (l *Limiter) settle(hits []descriptors.Hit, t int64, states []descriptors.B
 		}
 		_, now, _ := apply(b, h.Limit, t, 0, false)
 		states[i].Remaining, states[i].ResetAfter = now.Remaining, now.ResetAfter
+	}
+	for i := range log {
+		if c := &log[i]; c.noRoom && !hits[c.idx].Independent {
+			st := &states[c.idx]
+			st.Remaining, st.ResetAfter = 0, st.RetryAfter // as refuseFull left it
+		}
 	}
 }
 
@@ -238,6 +302,11 @@ func (l *Limiter) getLog(n int) *[]change {
 func (l *Limiter) nanos(t time.Time) int64 {
 	return int64(t.Sub(l.epoch))
 }
+
+// FullRefusals returns how many hits the Limiter has refused because their
+// key had no bucket and its shard was full of partly drained ones (see
+// Options.MaxBuckets). Each such hit refuses its call as over limit.
+func (l *Limiter) FullRefusals() uint64 { return l.refusals.Load() }
 
 // Len returns the number of buckets held: those partly drained and not yet
 // evicted. It locks one shard at a time, so under load it is approximate.

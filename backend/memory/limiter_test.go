@@ -464,15 +464,19 @@ func BenchmarkHitAt(b *testing.B) {
 	})
 }
 
-// BenchmarkHitAtNewKey inserts a new bucket per call, below capacity and at
-// capacity (every insert evicts).
+// BenchmarkHitAtNewKey inserts a new bucket per call: below capacity; at
+// capacity among buckets that have refilled (each insert drops one); and at
+// capacity with none refilled (each insert is refused).
 func BenchmarkHitAtNewKey(b *testing.B) {
 	for _, tt := range []struct {
 		name       string
 		maxBuckets int
+		lim        descriptors.Limit
+		step       time.Duration // clock advance per insert
 	}{
-		{"below capacity", 1 << 24},
-		{"at capacity", 1 << 14},
+		{"below capacity", 1 << 24, onePerHour, 0},
+		{"at capacity, refilled", 1 << 14, tenPerSecond, time.Millisecond},
+		{"at capacity, none refilled", 1 << 14, onePerHour, 0},
 	} {
 		b.Run(tt.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -481,18 +485,20 @@ func BenchmarkHitAtNewKey(b *testing.B) {
 			for i := range keys {
 				keys[i] = key(uint64(i))
 			}
-			hits := []descriptors.Hit{{Limit: onePerHour, Cost: 1}}
+			hits := []descriptors.Hit{{Limit: tt.lim, Cost: 1}}
 			states := make([]descriptors.BucketState, 1)
 			if tt.maxBuckets < b.N { // start full
-				for i := range tt.maxBuckets {
-					hits[0].Key = key(uint64(b.N + i))
+				for _, k := range fillingKeys(l, uint64(b.N)) {
+					hits[0].Key = k
 					l.HitAt(t0, hits, states)
 				}
 			}
+			at := t0.Add(time.Second)
 			b.ResetTimer()
 			for i := range b.N {
 				hits[0].Key = keys[i]
-				l.HitAt(t0, hits, states)
+				at = at.Add(tt.step)
+				l.HitAt(at, hits, states)
 			}
 		})
 	}

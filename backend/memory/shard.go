@@ -2,6 +2,7 @@ package memory
 
 import (
 	"encoding/binary"
+	"math"
 	"math/bits"
 	"sync"
 
@@ -21,26 +22,33 @@ const (
 	// buckets, which would evict long before the limiter is full.
 	minShardBuckets = 64
 
-	// evictSample is how many buckets an insert into a full shard inspects
-	// to choose a victim.
+	// evictSample is how many buckets an insert into a full shard inspects,
+	// looking for a full one to drop, before it considers a walk.
 	evictSample = 8
 
-	// evictScanDivisor sets how often an insert into a full shard walks the
-	// whole shard for full buckets: once per perShard/evictScanDivisor
-	// evictions, so each insert pays for about evictScanDivisor buckets of
-	// walking.
+	// evictScanDivisor sets how often an insert into a full shard may walk
+	// the whole shard for full buckets: at most once per
+	// perShard/evictScanDivisor such inserts, so each pays for about
+	// evictScanDivisor buckets of walking however the table is used.
 	evictScanDivisor = 8
 )
 
 // shard is one mutex-guarded part of the buckets. A key's shard is fixed by
 // its hash, so one mutex serialises all hits on a key.
 type shard struct {
-	mu        sync.Mutex
-	m         map[descriptors.Key]bucket
-	evictions int // makeRoom calls since the last full walk, modulo its period
+	mu sync.Mutex
+	m  map[descriptors.Key]bucket
+	// soonest is a lower bound on the TAT of every bucket in m: before it,
+	// none is full, so an insert into a full shard is refused without
+	// looking. Takes only raise a TAT; store and rollback lower soonest
+	// for new buckets and give-backs, and a walk makes it exact.
+	soonest int64
+	// walkIn counts down the makeRoom calls until one may walk the shard
+	// (at 0).
+	walkIn int
 	// Pad to a cache line so neighbouring shards' mutexes do not share one
 	// and bounce between cores (false sharing).
-	_ [64 - 24]byte
+	_ [64 - 32]byte
 }
 
 // shardLayout returns how many shards (a power of two, at most maxShards)
@@ -68,50 +76,58 @@ func (s *shard) store(key descriptors.Key, next bucket, now int64) {
 		return
 	}
 	s.m[key] = next
+	s.soonest = min(s.soonest, next.tat)
 }
 
-// evictFull deletes every bucket full at now and returns how many it
-// deleted. The caller holds s.mu.
+// evictFull deletes every bucket full at now, sets soonest to the earliest
+// TAT left, and returns how many it deleted. The caller holds s.mu.
 func (s *shard) evictFull(now int64) int {
 	n := 0
+	soonest := int64(math.MaxInt64)
 	for k, b := range s.m {
 		if b.fullAt(now) {
 			delete(s.m, k)
 			n++
+			continue
 		}
+		soonest = min(soonest, b.tat)
 	}
+	s.soonest = soonest
 	return n
 }
 
-// makeRoom deletes one bucket or more to make room for one. Every
-// perShard/evictScanDivisor calls (and on the first) it drops all buckets
-// full at now, which costs a walk of the shard but is amortised over the
-// inserts between walks. Otherwise, or if none was full, it inspects
-// evictSample buckets from a random place in the map and deletes the one
-// nearest to full: a full one if sampled, else the one that forgets the
-// fewest spent tokens. The caller holds s.mu.
-func (s *shard) makeRoom(now int64, perShard int) {
-	scan := s.evictions == 0
-	s.evictions = (s.evictions + 1) % max(1, perShard/evictScanDivisor)
-	if scan && s.evictFull(now) > 0 {
-		return
+// makeRoom deletes a bucket that is full at now, to make room for a new one,
+// and reports whether it found one. It never deletes a partly drained
+// bucket: that would forget tokens its key has spent and let it exceed its
+// limit. Before soonest nothing is full and it answers at once. Otherwise it
+// inspects evictSample buckets from a random place in the map, and if none
+// is full, walks the whole shard (dropping every full bucket and making
+// soonest exact) when perShard/evictScanDivisor calls have passed since the
+// last walk. Between walks it may miss a full bucket that sampling did not
+// see; the insert is then refused although room existed, which errs on the
+// safe side and lasts until the next walk or Run. The caller holds s.mu.
+func (s *shard) makeRoom(now int64, perShard int) bool {
+	if s.walkIn > 0 {
+		s.walkIn--
 	}
-	var (
-		victim descriptors.Key
-		oldest bucket
-		seen   int
-	)
+	if now < s.soonest {
+		return false
+	}
+	seen := 0
 	for k, b := range s.m { // Go starts map iteration at a random place
-		if seen == 0 || b.tat < oldest.tat || b.tat == oldest.tat && b.frac < oldest.frac {
-			victim, oldest = k, b
+		if b.fullAt(now) {
+			delete(s.m, k)
+			return true
 		}
 		if seen++; seen == evictSample {
 			break
 		}
 	}
-	if seen > 0 {
-		delete(s.m, victim)
+	if s.walkIn > 0 {
+		return false
 	}
+	s.walkIn = perShard / evictScanDivisor
+	return s.evictFull(now) > 0
 }
 
 // shardSet returns the set of shards that hits touch, as a bitmask.
@@ -136,16 +152,5 @@ func (l *Limiter) lock(set uint64) {
 func (l *Limiter) unlock(set uint64) {
 	for s := set; s != 0; s &= s - 1 {
 		l.shards[bits.TrailingZeros64(s)].mu.Unlock()
-	}
-}
-
-// trim evicts buckets from the shards in set until each is within its
-// capacity. The caller holds their locks.
-func (l *Limiter) trim(set uint64, now int64) {
-	for s := set; s != 0; s &= s - 1 {
-		sh := &l.shards[bits.TrailingZeros64(s)]
-		for len(sh.m) > l.perShard {
-			sh.makeRoom(now, l.perShard)
-		}
 	}
 }

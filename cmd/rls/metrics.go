@@ -13,3 +13,14 @@ func registerBucketGauge(reg prometheus.Registerer, name string, count func() in
 		ConstLabels: prometheus.Labels{"backend": name},
 	}, func() float64 { return float64(count()) }))
 }
+
+// registerFullRefusals exports ratelimit_memory_full_refusals_total{backend=name}
+// for a memory backend: hits refused because the backend's table was full of
+// partly drained buckets (memory.Limiter.FullRefusals), read at scrape time.
+func registerFullRefusals(reg prometheus.Registerer, name string, count func() uint64) {
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "ratelimit_memory_full_refusals_total",
+		Help:        "Hits refused as over limit because the backend's buckets were all partly drained and --max-buckets reached, by backend.",
+		ConstLabels: prometheus.Labels{"backend": name},
+	}, func() float64 { return float64(count()) }))
+}

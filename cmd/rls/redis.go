@@ -56,6 +56,7 @@ func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, r
 	fallback := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
 	go fallback.Run(ctx, evictEvery)
 	registerBucketGauge(reg, "fallback", fallback.Len)
+	registerFullRefusals(reg, "fallback", fallback.FullRefusals)
 
 	mode, _ := service.ParseFailureMode(st.RedisFailure) // validated with the flags
 	failover := service.NewFailover(service.FailoverOptions{

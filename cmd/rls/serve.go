@@ -83,6 +83,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	local := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
 	go local.Run(ctx, evictEvery)
 	registerBucketGauge(reg, "local", local.Len)
+	registerFullRefusals(reg, "local", local.FullRefusals)
 	global, backendName, closeGlobal, err := newGlobal(ctx, st, log, reg)
 	if err != nil {
 		return err
@@ -207,6 +208,7 @@ func newGlobal(ctx context.Context, st config.Settings, log *slog.Logger, reg pr
 		m := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
 		go m.Run(ctx, evictEvery)
 		registerBucketGauge(reg, "global", m.Len)
+		registerFullRefusals(reg, "global", m.FullRefusals)
 		return m, "memory", func() {}, nil
 	}
 	return newRedisGlobal(ctx, st, log, reg)
