@@ -38,6 +38,7 @@ var designMetrics = map[string]metricSpec{
 	"ratelimit_memory_buckets":                        {labels: []string{"backend"}},
 	"ratelimit_invalid_requests_total":                {},
 	"ratelimit_malformed_parts_total":                 {labels: []string{"kind"}},
+	"ratelimit_memory_full_refusals_total":            {labels: []string{"backend"}},
 }
 
 // targetLabels are the labels Prometheus adds to every scraped series.
@@ -156,6 +157,7 @@ func TestPrometheusRules(t *testing.T) {
 		{"SluiceConfigLoadFailed", `ratelimit_config_loads_total{result="error"}`},
 		{"SluiceInvalidRequests", "ratelimit_invalid_requests_total"},
 		{"SluiceMalformedRequests", "ratelimit_malformed_parts_total"},
+		{"SluiceMemoryTableFull", "ratelimit_memory_full_refusals_total"},
 	} {
 		if expr, ok := alerts[want.alert]; !ok || !strings.Contains(expr, want.uses) {
 			t.Errorf("alert %s missing or not on %s: %q", want.alert, want.uses, expr)
