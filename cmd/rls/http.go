@@ -38,7 +38,11 @@ func newHTTPMux(srv *service.Server, store *config.Store, reg *prometheus.Regist
 	})
 	if withPprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		// Not pprof.Cmdline: the command line may hold secrets, such as a
+		// --redis URL with a password.
+		mux.HandleFunc("/debug/pprof/cmdline", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "not served: the command line may hold secrets", http.StatusNotFound)
+		})
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
