@@ -16,6 +16,12 @@ type Settings struct {
 	HTTPAddr string
 	Config   string // rule file or directory; empty = embedded example
 
+	// The admin listener: /json and /debug/pprof/, which spend tokens or
+	// expose internals. Loopback by default; TLS (and mTLS) as gRPC when
+	// --tls-cert is set. Empty: not served.
+	AdminAddr        string
+	JSONNegativeHits bool // accept is_negative_hits on /json (refills buckets)
+
 	Redis         string
 	RedisCA       string // PEM bundle trusted for rediss:// (default: the system roots)
 	RedisTimeout  time.Duration
@@ -64,7 +70,9 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Setti
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&s.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService v3 and grpc.health.v1)")
-	fs.StringVar(&s.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /json, /metrics, /rlconfig)")
+	fs.StringVar(&s.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /metrics, /rlconfig)")
+	fs.StringVar(&s.AdminAddr, "admin-addr", "127.0.0.1:8082", "admin listen address (/json, and /debug/pprof/ with --pprof); TLS/mTLS as gRPC when --tls-cert is set; empty: off")
+	fs.BoolVar(&s.JSONNegativeHits, "json-negative-hits", false, "accept is_negative_hits (token refunds) on /json; refused with 403 otherwise")
 	fs.StringVar(&s.Config, "config", "", "rule file or directory of *.yaml (default: the embedded example)")
 	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
 	fs.StringVar(&s.RedisCA, "redis-ca", "", "CA bundle (PEM) to verify Redis' TLS certificate with rediss:// (default: the system roots)")
@@ -82,7 +90,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Setti
 	fs.StringVar(&s.LogLevel, "log-level", "info", "debug | info | warn | error")
 	fs.StringVar(&s.LogFormat, "log-format", "text", "text | json")
 	fs.IntVar(&s.LogRefusals, "log-refusals", 100, "log one refused request in N, with domain, rule and descriptor values (0: none)")
-	fs.BoolVar(&s.Pprof, "pprof", false, "serve /debug/pprof/ on the HTTP address")
+	fs.BoolVar(&s.Pprof, "pprof", false, "serve /debug/pprof/ on the admin address (--admin-addr)")
 	fs.StringVar(&s.TLSCert, "tls-cert", "", "gRPC server certificate (PEM); enables TLS")
 	fs.StringVar(&s.TLSKey, "tls-key", "", "gRPC server private key (PEM)")
 	fs.StringVar(&s.TLSClientCA, "tls-client-ca", "", "CA bundle (PEM) for client certificates; enables mTLS")

@@ -30,6 +30,10 @@ func TestParseServe(t *testing.T) {
 	if st.MaxEntries != 8 || st.MaxDescriptors != 256 || st.HTTPAddr != ":8080" || st.RedisFailure != "share" {
 		t.Errorf("defaults or flags wrong: %+v", st)
 	}
+	// What spends tokens listens on loopback unless told otherwise.
+	if st.AdminAddr != "127.0.0.1:8082" || st.JSONNegativeHits {
+		t.Errorf("admin defaults: --admin-addr %q --json-negative-hits %v, want 127.0.0.1:8082 and false", st.AdminAddr, st.JSONNegativeHits)
+	}
 }
 
 func TestParseServeErrors(t *testing.T) {

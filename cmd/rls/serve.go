@@ -104,14 +104,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		MaxValueBytes:    st.MaxValueBytes,
 	})
 
-	creds, err := serverCredentials(st)
+	tlsConfig, err := serverTLSConfig(st)
 	if err != nil {
 		return err
 	}
 	// Stream workers are reused goroutines whose stacks have already grown
 	// to what a decision with a Redis call needs; a fresh goroutine per
 	// call spent ~9% of the CPU growing its stack (profiled under load).
-	grpcOpts := append(creds, grpc.NumStreamWorkers(streamWorkers()))
+	grpcOpts := append(serverCredentials(tlsConfig), grpc.NumStreamWorkers(streamWorkers()))
 	grpcServer := grpc.NewServer(grpcOpts...)
 	rlsv3.RegisterRateLimitServiceServer(grpcServer, srv)
 	healthServer := health.NewServer()
@@ -126,18 +126,47 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		grpcLis.Close()
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
+	var adminLis net.Listener
+	adminAddr := "off"
+	if st.AdminAddr != "" {
+		adminLis, err = net.Listen("tcp", st.AdminAddr)
+		if err != nil {
+			grpcLis.Close()
+			httpLis.Close()
+			return fmt.Errorf("admin listener: %w", err)
+		}
+		adminAddr = adminLis.Addr().String()
+	}
 	var draining atomic.Bool
 	httpServer := &http.Server{
-		Handler:           newHTTPMux(srv, store, reg, &draining, st.Pprof),
+		Handler:           newHTTPMux(srv, store, reg, &draining, st.AdminAddr),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- grpcServer.Serve(grpcLis) }()
 	go func() { errc <- httpServer.Serve(httpLis) }()
+	var adminServer *http.Server
+	if adminLis != nil {
+		adminServer = &http.Server{
+			Handler:           newAdminMux(srv, st),
+			ReadHeaderTimeout: 5 * time.Second,
+		}
+		if tlsConfig != nil {
+			adminServer.TLSConfig = tlsConfig.Clone()
+			go func() { errc <- adminServer.ServeTLS(adminLis, "", "") }()
+		} else {
+			go func() { errc <- adminServer.Serve(adminLis) }()
+		}
+		if !isLoopback(adminLis.Addr()) && st.TLSClientCA == "" {
+			log.Warn("the admin address is reachable from the network without client certificates: anyone who reaches it can spend tokens through /json",
+				"admin_addr", adminAddr)
+		}
+	}
 	log.Info("serving",
 		"grpc_addr", grpcLis.Addr().String(),
 		"http_addr", httpLis.Addr().String(),
+		"admin_addr", adminAddr,
 		"backend", backendName,
 		"rules", ruleSource(st.Config),
 		"rule_count", rules.Len(),
@@ -155,6 +184,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	shutdownCtx, cancelShutdown := context.WithTimeout(context.Background(), st.DrainTimeout)
 	defer cancelShutdown()
 	_ = httpServer.Shutdown(shutdownCtx)
+	if adminServer != nil {
+		_ = adminServer.Shutdown(shutdownCtx)
+	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, grpc.ErrServerStopped) {
 		return fmt.Errorf("serving: %w", serveErr)
 	}
@@ -207,6 +239,12 @@ func newGlobal(ctx context.Context, st config.Settings, log *slog.Logger, reg pr
 		return m, "memory", func() {}, nil
 	}
 	return newRedisGlobal(ctx, st, log, reg)
+}
+
+// isLoopback reports whether addr is a TCP address on a loopback IP.
+func isLoopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }
 
 func ruleSource(path string) string {
