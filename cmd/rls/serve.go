@@ -20,9 +20,11 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluice-rls/sluice/backend/memory"
 	"github.com/sluice-rls/sluice/config"
@@ -112,6 +114,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	// to what a decision with a Redis call needs; a fresh goroutine per
 	// call spent ~9% of the CPU growing its stack (profiled under load).
 	grpcOpts := append(serverCredentials(tlsConfig), grpc.NumStreamWorkers(streamWorkers()))
+	grpcOpts = append(grpcOpts, grpcConnLimits(st)...)
 	grpcServer := grpc.NewServer(grpcOpts...)
 	rlsv3.RegisterRateLimitServiceServer(grpcServer, srv)
 	healthServer := health.NewServer()
@@ -138,20 +141,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		adminAddr = adminLis.Addr().String()
 	}
 	var draining atomic.Bool
-	httpServer := &http.Server{
-		Handler:           newHTTPMux(srv, store, reg, &draining, st.AdminAddr),
-		ReadHeaderTimeout: 5 * time.Second,
-	}
+	httpServer := newHTTPServer(newHTTPMux(srv, store, reg, &draining, st.AdminAddr), st, log)
 
 	errc := make(chan error, 3)
 	go func() { errc <- grpcServer.Serve(grpcLis) }()
-	go func() { errc <- httpServer.Serve(httpLis) }()
+	go func() { errc <- httpServer.Serve(limitConns(httpLis, st.HTTPMaxConns)) }()
 	var adminServer *http.Server
 	if adminLis != nil {
-		adminServer = &http.Server{
-			Handler:           newAdminMux(srv, st),
-			ReadHeaderTimeout: 5 * time.Second,
-		}
+		adminServer = newHTTPServer(newAdminMux(srv, st), st, log)
+		adminLis = limitConns(adminLis, st.HTTPMaxConns)
 		if tlsConfig != nil {
 			adminServer.TLSConfig = tlsConfig.Clone()
 			go func() { errc <- adminServer.ServeTLS(adminLis, "", "") }()
@@ -192,6 +190,57 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// Server-side keepalive: a connection without any frame for
+// keepaliveTime is pinged, and closed if the ping is not answered within
+// keepaliveTimeout, so connections of vanished clients do not linger.
+const (
+	keepaliveTime    = time.Minute
+	keepaliveTimeout = 20 * time.Second
+)
+
+// grpcConnLimits bounds what a connection may hold on the gRPC port: the
+// handshake (TLS and HTTP/2 preface), time without calls, and keepalive
+// pings (clients pinging faster than --grpc-keepalive-min-time get GOAWAY).
+// None of them touches a call in flight.
+func grpcConnLimits(st config.Settings) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ConnectionTimeout(st.GRPCHandshakeTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: st.GRPCMaxConnIdle, // 0: never
+			Time:              keepaliveTime,
+			Timeout:           keepaliveTimeout,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             st.GRPCKeepaliveMinTime,
+			PermitWithoutStream: true,
+		}),
+	}
+}
+
+// newHTTPServer returns a server for the HTTP or admin listener with the
+// --http-*-timeout limits, logging its errors (accept failures, TLS
+// handshakes) through log.
+func newHTTPServer(h http.Handler, st config.Settings, log *slog.Logger) *http.Server {
+	return &http.Server{
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Handler:     h,
+		ReadTimeout: st.HTTPReadTimeout, // also the header timeout
+		// pprof's profile and trace add their duration to it.
+		WriteTimeout: st.HTTPWriteTimeout,
+		IdleTimeout:  st.HTTPIdleTimeout,
+	}
+}
+
+// limitConns caps the connections open at once on lis (0: no cap): the
+// others wait in the kernel's accept backlog, holding no descriptor of
+// this process.
+func limitConns(lis net.Listener, n int) net.Listener {
+	if n <= 0 {
+		return lis
+	}
+	return netutil.LimitListener(lis, n)
 }
 
 // reloadOn reloads the rules on every signal from hup until ctx is done.
