@@ -6,6 +6,11 @@
 #   docker build -t sluice-rls/sluice .
 #   docker run --rm -p 8080:8080 -p 8081:8081 sluice-rls/sluice
 #
+# /json and /debug/pprof/ are on the admin address, loopback inside the
+# container (127.0.0.1:8082): not reachable through -p. To post to /json from
+# the host: `docker run ... -p 127.0.0.1:8082:8082 sluice-rls/sluice serve
+# --admin-addr :8082` (only on a machine you trust; see docs/operations.md).
+#
 # With no arguments it runs `rls serve` on the embedded example rules and the
 # memory backend. Add flags after the image name (`serve --redis
 # redis://redis:6379/0 --config /etc/sluice/rules`) or set RLS_<FLAG>
@@ -26,7 +31,7 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/rls ./cmd/rls
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/rls /rls
 # 8081: gRPC (RateLimitService v3, grpc.health.v1). 8080: HTTP (/healthcheck,
-# /json, /metrics, /rlconfig).
+# /metrics, /rlconfig).
 EXPOSE 8080 8081
 USER nonroot:nonroot
 ENTRYPOINT ["/rls"]

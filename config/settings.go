@@ -18,6 +18,22 @@ type Settings struct {
 	// MaxRuleBytes caps the bytes read from all rule files in one load.
 	MaxRuleBytes int64
 
+	// The admin listener: /json and /debug/pprof/, which spend tokens or
+	// expose internals. Loopback by default; TLS (and mTLS) as gRPC when
+	// --tls-cert is set. Empty: not served.
+	AdminAddr        string
+	JSONNegativeHits bool // accept is_negative_hits on /json (refills buckets)
+
+	// Connection limits, so that slow or idle clients cannot hold the
+	// descriptors new gRPC calls need. 0 turns an HTTP limit off.
+	HTTPReadTimeout      time.Duration // a whole request, headers and body
+	HTTPWriteTimeout     time.Duration // a response (pprof profiles get their duration on top)
+	HTTPIdleTimeout      time.Duration // a keep-alive connection between requests
+	HTTPMaxConns         int           // open connections per HTTP listener (HTTP and admin)
+	GRPCHandshakeTimeout time.Duration // TLS and HTTP/2 preface of a new connection
+	GRPCMaxConnIdle      time.Duration // a connection without a call for this long gets GOAWAY; 0: never
+	GRPCKeepaliveMinTime time.Duration // clients pinging more often are disconnected
+
 	Redis         string
 	RedisCA       string // PEM bundle trusted for rediss:// (default: the system roots)
 	RedisTimeout  time.Duration
@@ -68,7 +84,16 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Setti
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&s.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService v3 and grpc.health.v1)")
-	fs.StringVar(&s.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /json, /metrics, /rlconfig)")
+	fs.StringVar(&s.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /metrics, /rlconfig)")
+	fs.StringVar(&s.AdminAddr, "admin-addr", "127.0.0.1:8082", "admin listen address (/json, and /debug/pprof/ with --pprof); TLS/mTLS as gRPC when --tls-cert is set; empty: off")
+	fs.BoolVar(&s.JSONNegativeHits, "json-negative-hits", false, "accept is_negative_hits (token refunds) on /json; refused with 403 otherwise")
+	fs.DurationVar(&s.HTTPReadTimeout, "http-read-timeout", 5*time.Second, "HTTP and admin: longest time to read a request, headers and body (0: none)")
+	fs.DurationVar(&s.HTTPWriteTimeout, "http-write-timeout", 10*time.Second, "HTTP and admin: longest time to answer a request (0: none; pprof profiles and traces get their duration on top)")
+	fs.DurationVar(&s.HTTPIdleTimeout, "http-idle-timeout", 30*time.Second, "HTTP and admin: how long a keep-alive connection may wait for its next request (0: --http-read-timeout)")
+	fs.IntVar(&s.HTTPMaxConns, "http-max-conns", 128, "HTTP and admin: most open connections per listener; more wait in the kernel's backlog (0: no cap)")
+	fs.DurationVar(&s.GRPCHandshakeTimeout, "grpc-handshake-timeout", 5*time.Second, "gRPC: longest time for a new connection's TLS handshake and HTTP/2 preface")
+	fs.DurationVar(&s.GRPCMaxConnIdle, "grpc-max-conn-idle", 2*time.Minute, "gRPC: close (GOAWAY) connections without a call for this long (0: never)")
+	fs.DurationVar(&s.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", 10*time.Second, "gRPC: clients may send keepalive pings this often, with or without calls; faster ones are disconnected")
 	fs.StringVar(&s.Config, "config", "", "rule file or directory of *.yaml (default: the embedded example)")
 	fs.Int64Var(&s.MaxRuleBytes, "max-rule-bytes", DefaultMaxRuleBytes, "most bytes read from all rule files together in one load; a larger rule set is refused")
 	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
@@ -88,7 +113,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Setti
 	fs.StringVar(&s.LogLevel, "log-level", "info", "debug | info | warn | error")
 	fs.StringVar(&s.LogFormat, "log-format", "text", "text | json")
 	fs.IntVar(&s.LogRefusals, "log-refusals", 100, "log one refused request in N, with domain, rule and descriptor values (0: none)")
-	fs.BoolVar(&s.Pprof, "pprof", false, "serve /debug/pprof/ on the HTTP address")
+	fs.BoolVar(&s.Pprof, "pprof", false, "serve /debug/pprof/ on the admin address (--admin-addr)")
 	fs.StringVar(&s.TLSCert, "tls-cert", "", "gRPC server certificate (PEM); enables TLS")
 	fs.StringVar(&s.TLSKey, "tls-key", "", "gRPC server private key (PEM)")
 	fs.StringVar(&s.TLSClientCA, "tls-client-ca", "", "CA bundle (PEM) for client certificates; enables mTLS")
@@ -140,6 +165,12 @@ func (s Settings) validate() error {
 	}
 	if s.TLSClientCA != "" && s.TLSCert == "" {
 		return fmt.Errorf("--tls-client-ca needs --tls-cert and --tls-key")
+	}
+	if s.HTTPReadTimeout < 0 || s.HTTPWriteTimeout < 0 || s.HTTPIdleTimeout < 0 || s.HTTPMaxConns < 0 || s.GRPCMaxConnIdle < 0 || s.GRPCKeepaliveMinTime < 0 {
+		return fmt.Errorf("--http-*-timeout, --http-max-conns, --grpc-max-conn-idle and --grpc-keepalive-min-time must be ≥ 0")
+	}
+	if s.GRPCHandshakeTimeout <= 0 {
+		return fmt.Errorf("--grpc-handshake-timeout must be positive, not %v", s.GRPCHandshakeTimeout)
 	}
 	if s.FallbackNodes < 0 || s.MaxDescriptors < 1 || s.MaxEntries < 1 || s.MaxValueBytes < 1 || s.MaxBuckets < 1 ||
 		s.MaxRuleBytes < 1 || s.MaxMetricValues < 1 || s.LogRefusals < 0 {

@@ -33,6 +33,16 @@ func TestParseServe(t *testing.T) {
 	if st.MaxEntries != 8 || st.MaxDescriptors != 256 || st.HTTPAddr != ":8080" || st.RedisFailure != "share" {
 		t.Errorf("defaults or flags wrong: %+v", st)
 	}
+	// What spends tokens listens on loopback unless told otherwise.
+	if st.AdminAddr != "127.0.0.1:8082" || st.JSONNegativeHits {
+		t.Errorf("admin defaults: --admin-addr %q --json-negative-hits %v, want 127.0.0.1:8082 and false", st.AdminAddr, st.JSONNegativeHits)
+	}
+	// Connection limits are on by default.
+	if st.HTTPReadTimeout != 5*time.Second || st.HTTPWriteTimeout != 10*time.Second || st.HTTPIdleTimeout != 30*time.Second ||
+		st.HTTPMaxConns != 128 || st.GRPCHandshakeTimeout != 5*time.Second || st.GRPCMaxConnIdle != 2*time.Minute ||
+		st.GRPCKeepaliveMinTime != 10*time.Second {
+		t.Errorf("connection limit defaults: %+v", st)
+	}
 }
 
 func TestParseServeErrors(t *testing.T) {
@@ -47,6 +57,9 @@ func TestParseServeErrors(t *testing.T) {
 		{"cert without key", []string{"--tls-cert", "c.pem"}, nil, "--tls-key"},
 		{"zero rule bytes", []string{"--max-rule-bytes", "0"}, nil, "--max-*"},
 		{"stray argument", []string{"extra"}, nil, "no arguments"},
+		{"negative timeout", []string{"--http-idle-timeout", "-1s"}, nil, "--http-"},
+		{"negative conn cap", []string{"--http-max-conns", "-1"}, nil, "--http-max-conns"},
+		{"no handshake timeout", []string{"--grpc-handshake-timeout", "0"}, nil, "--grpc-handshake-timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -318,7 +318,8 @@ func TestRuleConfigMaps(t *testing.T) {
 // TestDeployments checks each sluice Deployment: its arguments parse with
 // rls serve's own flag parser, the rules come from a ConfigMap mounted as a
 // directory (hot reload), the Redis URL parses, probes and ports match the
-// server's defaults, and the container is locked down.
+// server's defaults, the admin address stays on loopback, and the container
+// is locked down.
 func TestDeployments(t *testing.T) {
 	found := 0
 	for _, objs := range objectsByDir(t) {
@@ -372,6 +373,20 @@ func checkDeployment(t *testing.T, d *object, dirObjs []*object) {
 	}
 	if got := c.portNumber("http"); got != httpPort {
 		t.Errorf("%s: container port http = %d, want %d (--http-addr %s)", d, got, httpPort, st.HTTPAddr)
+	}
+	// The admin address (/json spends tokens) stays on the pod's loopback
+	// and is not declared as a port, so no Service can expose it.
+	if st.AdminAddr != "" {
+		host, _, err := net.SplitHostPort(st.AdminAddr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			t.Errorf("%s: --admin-addr %q is not a loopback address: /json would be reachable from other pods", d, st.AdminAddr)
+		}
+		adminPort := addrPort(t, st.AdminAddr)
+		for _, p := range c.Ports {
+			if p.ContainerPort == adminPort {
+				t.Errorf("%s: container port %s = %d is the admin port (--admin-addr %s)", d, p.Name, adminPort, st.AdminAddr)
+			}
+		}
 	}
 	for name, p := range map[string]*probe{"readinessProbe": c.ReadinessProbe, "livenessProbe": c.LivenessProbe} {
 		switch {

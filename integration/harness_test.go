@@ -50,11 +50,12 @@ const startTimeout = 20 * time.Second
 
 // rlsProcess is one running `rls serve`, owned by a test.
 type rlsProcess struct {
-	cmd      *exec.Cmd
-	GRPCAddr string
-	HTTPAddr string
-	Conn     *grpc.ClientConn
-	Client   rlsv3.RateLimitServiceClient
+	cmd       *exec.Cmd
+	GRPCAddr  string
+	HTTPAddr  string
+	AdminAddr string // "off" with --admin-addr ""
+	Conn      *grpc.ClientConn
+	Client    rlsv3.RateLimitServiceClient
 
 	mu     sync.Mutex
 	log    strings.Builder
@@ -62,14 +63,14 @@ type rlsProcess struct {
 	err    error
 }
 
-var servingLine = regexp.MustCompile(`msg=serving grpc_addr=(\S+) http_addr=(\S+)`)
+var servingLine = regexp.MustCompile(`msg=serving grpc_addr=(\S+) http_addr=(\S+) admin_addr=(\S+)`)
 
 // startRLS runs `rls serve` with args (plus loopback listeners on free
 // ports) and waits until it logs its addresses. The process is killed at
 // test cleanup if still running.
 func startRLS(t *testing.T, args ...string) *rlsProcess {
 	t.Helper()
-	full := append([]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
+	full := append([]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, args...)
 	cmd := exec.Command(rlsBinary, full...)
 	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
 	stderr, err := cmd.StderrPipe()
@@ -113,7 +114,7 @@ func startRLS(t *testing.T, args ...string) *rlsProcess {
 	})
 	select {
 	case a := <-addrs:
-		p.GRPCAddr, p.HTTPAddr = a[0], a[1]
+		p.GRPCAddr, p.HTTPAddr, p.AdminAddr = a[0], a[1], a[2]
 	case <-p.exited:
 		t.Fatalf("rls exited before serving: %v\n%s", p.err, p.Log())
 	case <-time.After(startTimeout):
@@ -168,9 +169,32 @@ func (p *rlsProcess) Check(t *testing.T, domain string, descs ...string) *rlsv3.
 // HTTPGet fetches path from the HTTP port.
 func (p *rlsProcess) HTTPGet(t *testing.T, path string) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + p.HTTPAddr + path)
+	return httpGet(t, "http://"+p.HTTPAddr+path)
+}
+
+// AdminGet fetches path from the admin port (plaintext).
+func (p *rlsProcess) AdminGet(t *testing.T, path string) (int, string) {
+	t.Helper()
+	return httpGet(t, "http://"+p.AdminAddr+path)
+}
+
+// PostJSON posts body to /json on the admin port (plaintext).
+func (p *rlsProcess) PostJSON(t *testing.T, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post("http://"+p.AdminAddr+"/json", "application/json", strings.NewReader(body))
 	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
+		t.Fatalf("POST /json: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)

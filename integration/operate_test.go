@@ -272,11 +272,15 @@ func waitForLog(t *testing.T, p *rlsProcess, substr string) {
 
 func TestPprofBehindFlag(t *testing.T) {
 	off := startRLS(t)
-	if code, _ := off.HTTPGet(t, "/debug/pprof/"); code != 404 {
+	if code, _ := off.AdminGet(t, "/debug/pprof/"); code != 404 {
 		t.Errorf("/debug/pprof/ without --pprof: %d, want 404", code)
 	}
 	on := startRLS(t, "--pprof")
-	if code, body := on.HTTPGet(t, "/debug/pprof/"); code != 200 || !strings.Contains(body, "goroutine") {
+	if code, body := on.AdminGet(t, "/debug/pprof/"); code != 200 || !strings.Contains(body, "goroutine") {
 		t.Errorf("/debug/pprof/ with --pprof: %d", code)
+	}
+	// Only on the admin address, not on the HTTP one.
+	if code, _ := on.HTTPGet(t, "/debug/pprof/"); code != 404 {
+		t.Errorf("/debug/pprof/ on --http-addr: %d, want 404", code)
 	}
 }

@@ -4,7 +4,6 @@ package integration
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strings"
 	"syscall"
@@ -69,15 +68,7 @@ func TestServeEmbeddedDefault(t *testing.T) {
 
 func TestJSONEndpoint(t *testing.T) {
 	p := startRLS(t)
-	post := func(body string) (int, string) {
-		resp, err := http.Post("http://"+p.HTTPAddr+"/json", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	post := func(body string) (int, string) { return p.PostJSON(t, body) }
 	code, body := post(`{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"50.0.0.5"}]}]}`)
 	if code != http.StatusTooManyRequests || !strings.Contains(body, `"overallCode":"OVER_LIMIT"`) {
 		t.Errorf("blocked: %d %s", code, body)

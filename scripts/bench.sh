@@ -220,7 +220,7 @@ sluice() {
 		bench+=(-redis "127.0.0.1:$redis_port")
 		set -- --redis "redis://127.0.0.1:$redis_port/0" --redis-timeout "$redis_timeout" "$@"
 	fi
-	env "${gc_env[@]}" "$tmp/rls" serve --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
+	env "${gc_env[@]}" "$tmp/rls" serve --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
 		--log-format text --config "$tmp/rules/rules.yaml" "$@" 2>"$slog" &
 	pid=$!
 	pids+=("$pid")

@@ -13,13 +13,14 @@ import (
 	"github.com/sluice-rls/sluice/service"
 )
 
-// newHTTPMux serves /healthcheck, /json, /metrics, /rlconfig and, when
-// enabled, /debug/pprof/.
+// newHTTPMux serves the HTTP address (--http-addr): /healthcheck, /metrics
+// and /rlconfig, which spend no tokens, for kubelet probes and Prometheus.
+// /json answers 404 saying where it moved.
 //
 // /healthcheck answers 200 while serving — in fallback too, since the
 // service still works; its body says which layer answers global rules —
 // and 503 once SIGTERM started the drain.
-func newHTTPMux(srv *service.Server, store *config.Store, reg *prometheus.Registry, draining *atomic.Bool, withPprof bool) *http.ServeMux {
+func newHTTPMux(srv *service.Server, store *config.Store, reg *prometheus.Registry, draining *atomic.Bool, adminAddr string) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthcheck", func(w http.ResponseWriter, r *http.Request) {
 		if draining.Load() {
@@ -28,7 +29,6 @@ func newHTTPMux(srv *service.Server, store *config.Store, reg *prometheus.Regist
 		}
 		fmt.Fprintf(w, "OK\nglobal layer: %s\n", srv.GlobalState())
 	})
-	mux.Handle("/json", srv.JSONHandler())
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/rlconfig", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -36,9 +36,29 @@ func newHTTPMux(srv *service.Server, store *config.Store, reg *prometheus.Regist
 			fmt.Fprintln(w, rule.String())
 		}
 	})
-	if withPprof {
+	where := "on the admin address " + adminAddr + " (--admin-addr)"
+	if adminAddr == "" {
+		where = "on the admin address, which is off (--admin-addr is empty)"
+	}
+	mux.HandleFunc("/json", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "/json is served "+where, http.StatusNotFound)
+	})
+	return mux
+}
+
+// newAdminMux serves the admin address (--admin-addr): /json, which spends
+// and (with --json-negative-hits) returns tokens, and, when enabled,
+// /debug/pprof/.
+func newAdminMux(srv *service.Server, st config.Settings) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/json", srv.JSONHandler(service.JSONOptions{AllowNegativeHits: st.JSONNegativeHits}))
+	if st.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		// Not pprof.Cmdline: the command line may hold secrets, such as a
+		// --redis URL with a password.
+		mux.HandleFunc("/debug/pprof/cmdline", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "not served: the command line may hold secrets", http.StatusNotFound)
+		})
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)

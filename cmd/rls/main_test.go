@@ -41,7 +41,7 @@ func TestServeJSONLogsAndStopsOnCancel(t *testing.T) {
 	var stderr lockedBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json"}, &stderr, &stderr, noEnv)
+		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-format", "json"}, &stderr, &stderr, noEnv)
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	var start map[string]any
@@ -57,7 +57,7 @@ func TestServeJSONLogsAndStopsOnCancel(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	for _, k := range []string{"grpc_addr", "http_addr", "backend", "rules", "rule_count"} {
+	for _, k := range []string{"grpc_addr", "http_addr", "admin_addr", "backend", "rules", "rule_count"} {
 		if _, ok := start[k]; !ok {
 			t.Errorf("start line lacks %s: %v", k, start)
 		}

@@ -20,9 +20,11 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluice-rls/sluice/backend/memory"
 	"github.com/sluice-rls/sluice/config"
@@ -107,7 +109,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		MaxMetricValues:  st.MaxMetricValues,
 	})
 
-	creds, err := serverCredentials(st)
+	tlsConfig, err := serverTLSConfig(st)
 	if err != nil {
 		return err
 	}
@@ -115,7 +117,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	// to what a decision with a Redis call needs; a fresh goroutine per
 	// call spent ~9% of the CPU growing its stack (profiled under load).
 	// srv.Codec decodes values that are not UTF-8 instead of refusing them.
-	grpcOpts := append(creds, grpc.NumStreamWorkers(streamWorkers()), grpc.ForceServerCodecV2(srv.Codec()))
+	grpcOpts := append(serverCredentials(tlsConfig), grpc.NumStreamWorkers(streamWorkers()), grpc.ForceServerCodecV2(srv.Codec()))
+	grpcOpts = append(grpcOpts, grpcConnLimits(st)...)
 	grpcServer := grpc.NewServer(grpcOpts...)
 	rlsv3.RegisterRateLimitServiceServer(grpcServer, srv)
 	healthServer := health.NewServer()
@@ -130,18 +133,42 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		grpcLis.Close()
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
-	var draining atomic.Bool
-	httpServer := &http.Server{
-		Handler:           newHTTPMux(srv, store, reg, &draining, st.Pprof),
-		ReadHeaderTimeout: 5 * time.Second,
+	var adminLis net.Listener
+	adminAddr := "off"
+	if st.AdminAddr != "" {
+		adminLis, err = net.Listen("tcp", st.AdminAddr)
+		if err != nil {
+			grpcLis.Close()
+			httpLis.Close()
+			return fmt.Errorf("admin listener: %w", err)
+		}
+		adminAddr = adminLis.Addr().String()
 	}
+	var draining atomic.Bool
+	httpServer := newHTTPServer(newHTTPMux(srv, store, reg, &draining, st.AdminAddr), st, log)
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- grpcServer.Serve(grpcLis) }()
-	go func() { errc <- httpServer.Serve(httpLis) }()
+	go func() { errc <- httpServer.Serve(limitConns(httpLis, st.HTTPMaxConns)) }()
+	var adminServer *http.Server
+	if adminLis != nil {
+		adminServer = newHTTPServer(newAdminMux(srv, st), st, log)
+		adminLis = limitConns(adminLis, st.HTTPMaxConns)
+		if tlsConfig != nil {
+			adminServer.TLSConfig = tlsConfig.Clone()
+			go func() { errc <- adminServer.ServeTLS(adminLis, "", "") }()
+		} else {
+			go func() { errc <- adminServer.Serve(adminLis) }()
+		}
+		if !isLoopback(adminLis.Addr()) && st.TLSClientCA == "" {
+			log.Warn("the admin address is reachable from the network without client certificates: anyone who reaches it can spend tokens through /json",
+				"admin_addr", adminAddr)
+		}
+	}
 	log.Info("serving",
 		"grpc_addr", grpcLis.Addr().String(),
 		"http_addr", httpLis.Addr().String(),
+		"admin_addr", adminAddr,
 		"backend", backendName,
 		"rules", ruleSource(st.Config),
 		"rule_count", rules.Len(),
@@ -159,11 +186,65 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	shutdownCtx, cancelShutdown := context.WithTimeout(context.Background(), st.DrainTimeout)
 	defer cancelShutdown()
 	_ = httpServer.Shutdown(shutdownCtx)
+	if adminServer != nil {
+		_ = adminServer.Shutdown(shutdownCtx)
+	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, grpc.ErrServerStopped) {
 		return fmt.Errorf("serving: %w", serveErr)
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// Server-side keepalive: a connection without any frame for
+// keepaliveTime is pinged, and closed if the ping is not answered within
+// keepaliveTimeout, so connections of vanished clients do not linger.
+const (
+	keepaliveTime    = time.Minute
+	keepaliveTimeout = 20 * time.Second
+)
+
+// grpcConnLimits bounds what a connection may hold on the gRPC port: the
+// handshake (TLS and HTTP/2 preface), time without calls, and keepalive
+// pings (clients pinging faster than --grpc-keepalive-min-time get GOAWAY).
+// None of them touches a call in flight.
+func grpcConnLimits(st config.Settings) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ConnectionTimeout(st.GRPCHandshakeTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: st.GRPCMaxConnIdle, // 0: never
+			Time:              keepaliveTime,
+			Timeout:           keepaliveTimeout,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             st.GRPCKeepaliveMinTime,
+			PermitWithoutStream: true,
+		}),
+	}
+}
+
+// newHTTPServer returns a server for the HTTP or admin listener with the
+// --http-*-timeout limits, logging its errors (accept failures, TLS
+// handshakes) through log.
+func newHTTPServer(h http.Handler, st config.Settings, log *slog.Logger) *http.Server {
+	return &http.Server{
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Handler:     h,
+		ReadTimeout: st.HTTPReadTimeout, // also the header timeout
+		// pprof's profile and trace add their duration to it.
+		WriteTimeout: st.HTTPWriteTimeout,
+		IdleTimeout:  st.HTTPIdleTimeout,
+	}
+}
+
+// limitConns caps the connections open at once on lis (0: no cap): the
+// others wait in the kernel's accept backlog, holding no descriptor of
+// this process.
+func limitConns(lis net.Listener, n int) net.Listener {
+	if n <= 0 {
+		return lis
+	}
+	return netutil.LimitListener(lis, n)
 }
 
 // reloadOn reloads the rules on every signal from hup until ctx is done.
@@ -212,6 +293,12 @@ func newGlobal(ctx context.Context, st config.Settings, log *slog.Logger, reg pr
 		return m, "memory", func() {}, nil
 	}
 	return newRedisGlobal(ctx, st, log, reg)
+}
+
+// isLoopback reports whether addr is a TCP address on a loopback IP.
+func isLoopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }
 
 func ruleSource(path string) string {

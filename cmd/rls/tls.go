@@ -12,29 +12,39 @@ import (
 	"github.com/sluice-rls/sluice/config"
 )
 
-// serverCredentials returns the gRPC server options for --tls-cert,
+// serverTLSConfig returns the server TLS configuration of --tls-cert,
 // --tls-key and --tls-client-ca (mTLS: clients must present a certificate
-// signed by that CA). None of them set: plaintext.
-func serverCredentials(st config.Settings) ([]grpc.ServerOption, error) {
+// signed by that CA), shared by the gRPC and admin listeners. None of them
+// set: nil, plaintext.
+func serverTLSConfig(st config.Settings) (*tls.Config, error) {
 	if st.TLSCert == "" {
 		return nil, nil
 	}
 	cert, err := tls.LoadX509KeyPair(st.TLSCert, st.TLSKey)
 	if err != nil {
-		return nil, fmt.Errorf("gRPC TLS: %w", err)
+		return nil, fmt.Errorf("TLS: %w", err)
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	if st.TLSClientCA != "" {
 		pem, err := os.ReadFile(st.TLSClientCA)
 		if err != nil {
-			return nil, fmt.Errorf("gRPC client CA: %w", err)
+			return nil, fmt.Errorf("TLS client CA: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("gRPC client CA %s: no PEM certificates", st.TLSClientCA)
+			return nil, fmt.Errorf("TLS client CA %s: no PEM certificates", st.TLSClientCA)
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
-	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(cfg))}, nil
+	return cfg, nil
+}
+
+// serverCredentials returns the gRPC server options for cfg (nil:
+// plaintext).
+func serverCredentials(cfg *tls.Config) []grpc.ServerOption {
+	if cfg == nil {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(cfg.Clone()))}
 }
