@@ -54,6 +54,12 @@ type FailoverOptions struct {
 // finds Primary answering and switches back. A stalled Redis so costs one
 // timeout per node, not one per request.
 //
+// Only Primary's own failures count: a call that fails after its caller's
+// context ended (the caller's deadline passed, or it cancelled) is returned
+// as an error to that caller alone; it neither switches the node nor counts
+// as a Redis error. Primary must therefore bound its calls with a deadline
+// of its own (backend/redis: Options.Timeout), not only the caller's.
+//
 // Failover implements Limiter; the Server recognises it to report the
 // layer (global or fallback) and to apply FailAllow.
 type Failover struct {
@@ -109,12 +115,16 @@ func (f *Failover) hit(ctx context.Context, hits []descriptors.Hit, states []des
 	if !f.inFallback.Load() {
 		start := f.opts.Now()
 		ok, err := f.opts.Primary.Hit(ctx, hits, states)
+		if err != nil && ctx.Err() != nil {
+			// The caller's deadline passed or it cancelled: whatever the
+			// error says (a deadline, too), Redis is not to blame. It is
+			// neither counted as a Redis error nor a reason to fall back.
+			f.opts.Metrics.observe(f.opts.Now().Sub(start), nil, f.opts.Classify)
+			return false, layerGlobal, err
+		}
 		f.opts.Metrics.observe(f.opts.Now().Sub(start), err, f.opts.Classify)
 		if err == nil {
 			return ok, layerGlobal, nil
-		}
-		if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return false, layerGlobal, err // the caller gave up; Redis is not to blame
 		}
 		f.enterFallback(err)
 	}

@@ -655,6 +655,53 @@ func TestTimeout(t *testing.T) {
 	waitHitOK(t, f.l, k, slow)
 }
 
+// TestCallerDeadlineDoesNotCutCall: a script call runs under the Timeout,
+// not under its caller's deadline. A caller whose deadline passes while
+// Redis is stalled gets the decision once Redis answers, within the
+// Timeout, instead of a failed call (which a Failover would count against
+// Redis, and which would drop the connection).
+func TestCallerDeadlineDoesNotCutCall(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	f := singleEnv(s).fixture(t, redisbackend.Options{Timeout: 10 * time.Second})
+	k := f.key(0)
+	lim := descriptors.Limit{Requests: 5, Period: 24 * time.Hour, Burst: 5} // no refill during the test
+	f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 1})                     // connection warm; 4 left
+	s.Stall()
+	defer s.Resume()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	type result struct {
+		ok    bool
+		err   error
+		state descriptors.BucketState
+	}
+	done := make(chan result, 1)
+	go func() {
+		states := make([]descriptors.BucketState, 1)
+		ok, err := f.l.Hit(ctx, []descriptors.Hit{{Key: k, Limit: lim, Cost: 1}}, states)
+		done <- result{ok, err, states[0]}
+	}()
+	<-ctx.Done() // the caller's deadline has passed with Redis stalled
+	s.Resume()
+	select {
+	case r := <-done:
+		if r.err != nil || !r.ok || r.state.Remaining != 3 {
+			t.Errorf("Hit whose caller's deadline passed during the call: %v %v %+v; want the decision from Redis, allowed with 3 left", r.ok, r.err, r.state)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Hit did not return within 15s (Timeout 10s)")
+	}
+	// A caller already gone is not sent to Redis.
+	states := make([]descriptors.BucketState, 1)
+	if _, err := f.l.Hit(ctx, []descriptors.Hit{{Key: k, Limit: lim, Cost: 1}}, states); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Hit with a context already done: %v, want its error", err)
+	}
+	if got := f.remaining(k, lim); got != 3 {
+		t.Errorf("bucket has %d tokens after the call of a caller already gone, want 3 (not sent)", got)
+	}
+}
+
 func TestKilled(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)

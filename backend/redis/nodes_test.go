@@ -55,7 +55,9 @@ func TestNodesCountLiveNodes(t *testing.T) {
 func TestNodesRunDeregisters(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
-	n := redisbackend.NewNodes(redisbackend.NodesOptions{Client: client, ID: "gone", Every: 10 * time.Millisecond})
+	// A heartbeat deadline well above -race scheduling noise (by default
+	// it is Every).
+	n := redisbackend.NewNodes(redisbackend.NodesOptions{Client: client, ID: "gone", Every: 10 * time.Millisecond, Timeout: time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
