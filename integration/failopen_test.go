@@ -6,11 +6,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -86,5 +90,148 @@ func TestShortCallerDeadlinesKeepNodeOnRedis(t *testing.T) {
 	}
 	if l := probe.layer(t); l != "global" {
 		t.Errorf("after the flood a refusal came from layer %q, want global", l)
+	}
+}
+
+// documentedACL returns the least-privilege ACL SETUSER line of
+// docs/redis.md, split into arguments, so that the test checks the
+// documented line itself.
+func documentedACL(t *testing.T) []any {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/redis.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(doc), "\n") {
+		if strings.HasPrefix(line, "ACL SETUSER sluice ") {
+			var args []any
+			for _, f := range strings.Fields(line) {
+				args = append(args, f)
+			}
+			return args
+		}
+	}
+	t.Fatal("docs/redis.md has no line starting with `ACL SETUSER sluice`")
+	return nil
+}
+
+// startACLRedis starts a redis-server with docs/redis.md's sluice user and
+// returns it with an admin client (the default user).
+func startACLRedis(t *testing.T) (*redistest.Server, *goredis.Client) {
+	t.Helper()
+	s := redistest.Start(t)
+	admin := s.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := admin.Do(ctx, documentedACL(t)...).Err(); err != nil {
+		t.Fatalf("the ACL of docs/redis.md: %v", err)
+	}
+	return s, admin
+}
+
+// TestDocumentedACL runs a node as docs/redis.md's least-privilege user:
+// decisions, the node registry and the graceful leave work; a 300ms CLIENT
+// PAUSE under load sends the node to fallback, and it comes back when the
+// pause ends (before the probe ran the script itself, it needed SCRIPT
+// LOAD, which the documented user lacks: the node stayed in fallback).
+func TestDocumentedACL(t *testing.T) {
+	s, admin := startACLRedis(t)
+	p := startFaultRLS(t, "redis://sluice:s3cret@"+s.Addr()+"/0")
+	probe := &layerProbe{p: p}
+	settle(t, p, probe)
+	pollFor(t, 5*time.Second, "ratelimit_live_nodes 1 (heartbeats as the ACL user)", func() bool {
+		return metricIs(t, p, "ratelimit_live_nodes", 1)
+	})
+	fallbacks := metricValue(t, p, toFallbackSeries)
+
+	load := loadOneKey(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	paused := time.Now()
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "300").Err(); err != nil {
+		t.Fatalf("CLIENT PAUSE 300: %v", err)
+	}
+	pollFor(t, 5*time.Second, "a transition to fallback during the pause", func() bool {
+		return metricValue(t, p, toFallbackSeries) > fallbacks
+	})
+	waitGlobal(t, p, probe)
+	back := time.Since(paused)
+	as, _ := finishLoad(t, p, load)
+	t.Logf("CLIENT PAUSE 300: back on the global layer %v after the pause began; %d answers, transitions to fallback %v",
+		back.Round(time.Millisecond), len(as), metricValue(t, p, toFallbackSeries)-fallbacks)
+	if back > 5*time.Second {
+		t.Errorf("back on the global layer %v after the pause began, want within 5s", back)
+	}
+
+	// The graceful leave: SIGTERM removes this node from the registry.
+	if n := admin.ZCard(ctx, "sluice:{nodes}").Val(); n != 1 {
+		t.Errorf("sluice:{nodes} has %d members while the node runs, want 1", n)
+	}
+	p.Signal(t, syscall.SIGTERM)
+	if err := p.Wait(t, 30*time.Second); err != nil {
+		t.Errorf("rls exit after SIGTERM: %v", err)
+	}
+	if n := admin.ZCard(ctx, "sluice:{nodes}").Val(); n != 0 {
+		t.Errorf("sluice:{nodes} has %d members after SIGTERM, want 0: the leave failed", n)
+	}
+}
+
+// TestScriptRefusedStaysInFallback: a Redis that answers PING but refuses
+// the script (out of memory with noeviction; an ACL without EVALSHA) keeps
+// the node in fallback, with one transition and no flapping, the errors
+// counted under the kind Redis gives; once Redis accepts the script again
+// the node goes back.
+func TestScriptRefusedStaysInFallback(t *testing.T) {
+	s, admin := startACLRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// SCRIPT LOAD too: a probe that only loads the script (as before the
+	// probe ran it) passes on such a Redis, and the node went back and forth.
+	if err := admin.Do(ctx, "ACL", "SETUSER", "sluice", "+script|load").Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := startFaultRLS(t, "redis://sluice:s3cret@"+s.Addr()+"/0")
+	probe := &layerProbe{p: p}
+	for _, tt := range []struct {
+		kind         string
+		break_, mend []any
+	}{
+		{"oom", []any{"CONFIG", "SET", "maxmemory", "1"}, []any{"CONFIG", "SET", "maxmemory", "0"}},
+		{"noperm", []any{"ACL", "SETUSER", "sluice", "-evalsha", "-eval"}, []any{"ACL", "SETUSER", "sluice", "+evalsha", "+eval"}},
+	} {
+		settle(t, p, probe)
+		fallbacks, backs := metricValue(t, p, toFallbackSeries), metricValue(t, p, toRedisSeries)
+		kindSeries := fmt.Sprintf("ratelimit_redis_errors_total{kind=%q}", tt.kind)
+		kinds, scripts := metricValue(t, p, kindSeries), metricValue(t, p, `ratelimit_redis_errors_total{kind="script"}`)
+		if err := admin.Do(ctx, tt.break_...).Err(); err != nil {
+			t.Fatalf("%v: %v", tt.break_, err)
+		}
+		load := loadOneKey(t, p)
+		pollFor(t, 5*time.Second, tt.kind+": ratelimit_fallback_active 1", func() bool {
+			return metricIs(t, p, "ratelimit_fallback_active", 1)
+		})
+		hold(3 * time.Second) // probes at 50ms, 100ms, ... 1s: several would have passed
+		as := load.stop()
+		flaps := metricValue(t, p, toFallbackSeries) - fallbacks
+		t.Logf("%s: %d answers in about 3s; transitions to fallback %v, to redis %v; %s +%v",
+			tt.kind, len(as), flaps, metricValue(t, p, toRedisSeries)-backs, kindSeries, metricValue(t, p, kindSeries)-kinds)
+		if flaps != 1 || metricValue(t, p, toRedisSeries) != backs {
+			t.Errorf("%s: %v transitions to fallback and %v back to redis while Redis refused the script, want 1 and 0",
+				tt.kind, flaps, metricValue(t, p, toRedisSeries)-backs)
+		}
+		if metricValue(t, p, kindSeries) <= kinds {
+			t.Errorf("%s: %s did not rise", tt.kind, kindSeries)
+		}
+		if v := metricValue(t, p, `ratelimit_redis_errors_total{kind="script"}`); v != scripts {
+			t.Errorf("%s: kind=\"script\" rose by %v, want the errors under %q", tt.kind, v-scripts, tt.kind)
+		}
+		if st := summarize(as); st.errors > 0 {
+			t.Errorf("%s: %d gRPC errors, want 0; first: %v", tt.kind, st.errors, st.firstErr)
+		}
+		if err := admin.Do(ctx, tt.mend...).Err(); err != nil {
+			t.Fatalf("%v: %v", tt.mend, err)
+		}
+		back := waitGlobal(t, p, probe)
+		t.Logf("%s mended: back on the global layer after %v", tt.kind, back.Round(time.Millisecond))
 	}
 }

@@ -98,25 +98,3 @@ func (n *Nodes) Run(ctx context.Context, onError func(error)) {
 		}
 	}
 }
-
-// Ping checks that Redis is ready for decisions: every master of a Redis
-// Cluster reports cluster_state:ok (a restarted master answers PING some
-// seconds before it serves its slots again), and each has token_bucket.lua
-// loaded, so the first decisions after a recovery do not pay for NOSCRIPT.
-// The fail-open probe calls it to decide that the global layer is usable
-// again.
-func (l *Limiter) Ping(ctx context.Context) error {
-	if c, ok := l.client.(*goredis.ClusterClient); ok {
-		return c.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
-			info, err := m.ClusterInfo(ctx).Result()
-			if err != nil {
-				return err
-			}
-			if !strings.Contains(info, "cluster_state:ok") {
-				return fmt.Errorf("backend/redis: %s: cluster_state is not ok", m.Options().Addr)
-			}
-			return m.ScriptLoad(ctx, tokenBucketLua).Err()
-		})
-	}
-	return l.client.ScriptLoad(ctx, tokenBucketLua).Err()
-}
