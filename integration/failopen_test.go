@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -233,5 +234,45 @@ func TestScriptRefusedStaysInFallback(t *testing.T) {
 		}
 		back := waitGlobal(t, p, probe)
 		t.Logf("%s mended: back on the global layer after %v", tt.kind, back.Round(time.Millisecond))
+	}
+}
+
+// TestNeverReachedRedisUsesInitialNodes starts a node while Redis is down:
+// it has never read the node registry, so it must not assume it is alone
+// (N = 1, admitting the whole global limit): N is the default 10, shown as
+// ratelimit_fallback_nodes{source="default"}. Once Redis answers, N comes
+// from the registry.
+func TestNeverReachedRedisUsesInitialNodes(t *testing.T) {
+	s := redistest.Start(t)
+	s.Kill()
+	p := startFaultRLS(t, "redis://"+s.Addr()+"/0")
+	if v, ok := scrapeMetric(t, p, `ratelimit_fallback_nodes{source="default"}`); v != 10 {
+		t.Errorf(`ratelimit_fallback_nodes{source="default"} %v (present: %v), want 10 before the node reached Redis`, v, ok)
+	}
+	if v := metricValue(t, p, "ratelimit_live_nodes"); v != 10 {
+		t.Errorf("ratelimit_live_nodes %v, want 10 (the N in use)", v)
+	}
+	// slow: 5 a minute, burst 5. At N = 10 this node's share is a burst of
+	// 1 (at least one token) refilled every 2 minutes.
+	admitted := 0
+	for range 5 {
+		if ask(t, p, "fault", "slow=unseen").GetOverallCode() == rlsv3.RateLimitResponse_OK {
+			admitted++
+		}
+	}
+	if !metricIs(t, p, "ratelimit_fallback_active", 1) {
+		t.Fatalf("ratelimit_fallback_active is not 1 with Redis down")
+	}
+	if admitted != 1 {
+		t.Errorf("admitted %d of 5 on a burst-5 rule in fallback before reaching Redis, want 1 (burst/10, at least 1); 5 means N = 1", admitted)
+	}
+
+	s.Restart()
+	waitGlobal(t, p, &layerProbe{p: p})
+	pollFor(t, 5*time.Second, `ratelimit_fallback_nodes{source="registry"} 1`, func() bool {
+		return metricIs(t, p, `ratelimit_fallback_nodes{source="registry"}`, 1)
+	})
+	if v := metricValue(t, p, `ratelimit_fallback_nodes{source="default"}`); v != 0 {
+		t.Errorf(`ratelimit_fallback_nodes{source="default"} %v once the registry was read, want 0`, v)
 	}
 }
