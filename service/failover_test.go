@@ -201,6 +201,9 @@ func TestFailoverIgnoresCallersDeadline(t *testing.T) {
 	if got := metricValue(t, fh.harness, "ratelimit_redis_errors_total", map[string]string{"kind": "other"}); got != 0 {
 		t.Errorf("ratelimit_redis_errors_total = %v, want 0: the callers gave up, Redis did not fail", got)
 	}
+	if got := metricValue(t, fh.harness, "ratelimit_global_errors_total", nil); got != 0 {
+		t.Errorf("ratelimit_global_errors_total = %v, want 0: the callers gave up, the global layer did not fail", got)
+	}
 	if got := fh.primary.calls.Load(); got != 100 {
 		t.Errorf("Redis was called %d times, want 100: the node must stay on it", got)
 	}
