@@ -147,15 +147,25 @@ func TestPingRunsTheScript(t *testing.T) {
 			t.Errorf("%s mended: Ping = %v, want nil", tt.name, err)
 		}
 	}
-	// The probe bucket is a bucket key like any, and expires.
-	keys, err := admin.Keys(ctx, "sluice:*").Result()
-	if err != nil {
-		t.Fatal(err)
+	// The probe wrote its bucket (SET inside the script), and the key
+	// expires: none is left a second later.
+	stats, err := admin.Info(ctx, "commandstats").Result()
+	if err != nil || !strings.Contains(stats, "cmdstat_set:") {
+		t.Errorf("no SET ran (%v): the probe must exercise the script's write\n%s", err, stats)
 	}
-	for _, k := range keys {
-		if ttl := admin.PTTL(ctx, k).Val(); ttl < 0 || ttl > time.Second {
-			t.Errorf("key %s has TTL %v, want a short one", k, ttl)
+	deadline := time.Now().Add(time.Second)
+	for {
+		keys, err := admin.Keys(ctx, "sluice:*").Result()
+		if err != nil {
+			t.Fatal(err)
 		}
+		if len(keys) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("probe keys %v still there after 1s, want them expired (TTL %v)", keys, admin.PTTL(ctx, keys[0]).Val())
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval, bounded by the deadline
 	}
 }
 
