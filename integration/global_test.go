@@ -115,8 +115,11 @@ func TestGlobalCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	rules := writeFile(t, t.TempDir(), "rules.yaml", globalRules)
 	seeds := strings.Join(c.Addrs(), ",")
-	p1 := startRLS(t, "--redis", seeds, "--config", rules)
-	p2 := startRLS(t, "--redis", seeds, "--config", rules)
+	// A Redis deadline the cold, -race cluster calls meet: a node that fell
+	// back on its first calls (10ms, cold connections and slot map) answered
+	// from its fallback, and the checks below want the cluster's answers.
+	p1 := startRLS(t, "--redis", seeds, "--config", rules, "--redis-timeout", "200ms")
+	p2 := startRLS(t, "--redis", seeds, "--config", rules, "--redis-timeout", "200ms")
 	masters := []*goredis.Client{c.Master(0).Client(), c.Master(1).Client(), c.Master(2).Client()}
 
 	t.Run("BurstThenGlobalRefusal", func(t *testing.T) {
