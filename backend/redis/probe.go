@@ -12,16 +12,13 @@ import (
 	"github.com/sluice-rls/sluice/descriptors"
 )
 
-// probeLimit is the limit of the probe's bucket: the probe takes one token
-// of a thousand refilled within a second, so its take is always allowed and
-// always written, and the key expires within milliseconds.
-var probeLimit = [argsPerKey]uint64{
-	uint64(time.Second / time.Microsecond), // period, µs
-	1000,                                   // requests
-	1000,                                   // burst
-	1,                                      // cost
-	0,                                      // flags: a take
-}
+// The probe's bucket: the probe takes one token of probeTokens refilled
+// within probePeriod, so its take is always allowed and always written, and
+// the key expires within milliseconds.
+const (
+	probePeriod = time.Second
+	probeTokens = 1000
+)
 
 // probeTag starts the 16 bytes of every probe bucket's hash: the hash tag
 // of a probe key reads "sluice-probe" in hex, then a 4-byte number that
@@ -108,7 +105,9 @@ func (l *Limiter) probeKeyOf(ctx context.Context, m *goredis.Client) (string, er
 // probeScript runs token_bucket.lua on c for one take of the probe bucket
 // key, loading the script when Redis lacks it, and checks the reply.
 func (l *Limiter) probeScript(ctx context.Context, c goredis.Scripter, key string) error {
-	blob := appendArgs(nil, 1, probeLimit[:])
+	// period (µs), requests, burst, cost, flags (a take): as part.add.
+	args := [argsPerKey]uint64{uint64(probePeriod / time.Microsecond), probeTokens, probeTokens, 1, 0}
+	blob := appendArgs(nil, 1, args[:])
 	keys := []string{key}
 	cmd := c.EvalSha(ctx, l.shaArg.(string), keys, blob)
 	if err := cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
