@@ -23,7 +23,7 @@ type metricSpec struct {
 
 // designMetrics are the metric names and labels of DESIGN.md (a contract;
 // docs/metrics.md documents them). ratelimit_memory_buckets carries a
-// backend label (docs/metrics.md).
+// backend label, and ratelimit_fallback_nodes is added (docs/metrics.md).
 var designMetrics = map[string]metricSpec{
 	"ratelimit_requests_total":                        {labels: []string{"domain", "code"}},
 	"ratelimit_decisions_total":                       {labels: []string{"domain", "rule", "layer", "result"}},
@@ -33,6 +33,7 @@ var designMetrics = map[string]metricSpec{
 	"ratelimit_fallback_active":                       {},
 	"ratelimit_fallback_transitions_total":            {labels: []string{"to"}},
 	"ratelimit_live_nodes":                            {},
+	"ratelimit_fallback_nodes":                        {labels: []string{"source"}},
 	"ratelimit_config_loads_total":                    {labels: []string{"result"}},
 	"ratelimit_config_last_success_timestamp_seconds": {},
 	"ratelimit_unknown_domain_requests_total":         {},
@@ -151,6 +152,7 @@ func TestPrometheusRules(t *testing.T) {
 		{"SluiceRuleNeverRefuses", "ratelimit_decisions_total"},
 		{"SluiceFallbackActive", "ratelimit_fallback_active == 1"},
 		{"SluiceRedisErrors", "ratelimit_redis_errors_total"},
+		{"SluiceNeverReachedRedis", `ratelimit_fallback_nodes{source=~"initial|default"}`},
 		{"SluiceRedisSlow", "ratelimit_redis_duration_seconds_bucket"},
 		{"SluiceConfigLoadFailed", `ratelimit_config_loads_total{result="error"}`},
 	} {
