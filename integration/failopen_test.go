@@ -276,3 +276,45 @@ func TestNeverReachedRedisUsesInitialNodes(t *testing.T) {
 		t.Errorf(`ratelimit_fallback_nodes{source="default"} %v once the registry was read, want 0`, v)
 	}
 }
+
+// TestStallWithShortCallerDeadlinesFallsBack stalls Redis (SIGSTOP) while
+// every caller's deadline (5ms) is shorter than --redis-timeout (50ms), as
+// with an Envoy timeout below it: the callers give up first, but the calls
+// in flight time out on Redis' own deadline, which is Redis failing, so the
+// node still goes to fallback, and back once Redis resumes.
+func TestStallWithShortCallerDeadlinesFallsBack(t *testing.T) {
+	s := redistest.Start(t)
+	p := startFaultRLS(t, "redis://"+s.Addr()+"/0", "--redis-timeout", "50ms")
+	probe := &layerProbe{p: p}
+	settle(t, p, probe)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+				_, _ = p.Client.ShouldRateLimit(ctx, request("fault", fmt.Sprintf("client=short-%d-%d", w, i%16)))
+				cancel()
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	s.Stall()
+	stalled := time.Now()
+	toFallback := pollFor(t, 5*time.Second, "ratelimit_fallback_active 1 with Redis stalled and every caller gone first", func() bool {
+		return metricIs(t, p, "ratelimit_fallback_active", 1)
+	})
+	if v := metricValue(t, p, `ratelimit_redis_errors_total{kind="timeout"}`); v < 1 {
+		t.Errorf(`ratelimit_redis_errors_total{kind="timeout"} %v, want ≥ 1: Redis' own deadline passed`, v)
+	}
+	s.Resume()
+	back := waitGlobal(t, p, probe)
+	t.Logf("Redis stalled under 5ms callers: fallback after %v, back on global %v after SIGCONT (stalled %v)",
+		toFallback.Round(time.Millisecond), back.Round(time.Millisecond), time.Since(stalled).Round(time.Millisecond))
+}

@@ -27,14 +27,18 @@ type flakyLimiter struct {
 
 var errDown = errors.New("redis down")
 
+// errGaveUp marks the errors of callers that gave up, as
+// backend/redis.ErrAbandoned does.
+var errGaveUp = errors.New("caller gave up")
+
 func (f *flakyLimiter) Hit(ctx context.Context, hits []descriptors.Hit, states []descriptors.BucketState) (bool, error) {
 	f.calls.Add(1)
 	if f.fail.Load() {
-		return false, errDown
+		return false, errDown // Redis' own failure, whatever ctx does
 	}
 	// As backend/redis: a caller that gave up gets its context's error.
 	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("redis: caller gave up: %w", err)
+		return false, fmt.Errorf("redis: %w: %w", errGaveUp, err)
 	}
 	return f.inner.Hit(ctx, hits, states)
 }
@@ -73,9 +77,10 @@ descriptors:
 				}
 				return errDown
 			},
-			Nodes:   func() int { return nodes },
-			Mode:    mode,
-			Metrics: service.NewFailoverMetrics(reg),
+			Nodes:     func() int { return nodes },
+			Mode:      mode,
+			Metrics:   service.NewFailoverMetrics(reg),
+			Abandoned: func(err error) bool { return errors.Is(err, errGaveUp) },
 		})
 		o.Global = fh.failover
 	})
@@ -208,11 +213,14 @@ func TestFailoverIgnoresCallersDeadline(t *testing.T) {
 		t.Errorf("Redis was called %d times, want 100: the node must stay on it", got)
 	}
 
-	// Redis' own deadline, the caller still waiting: that is a failure.
+	// Redis failing on its own while its caller has given up: a failure
+	// (Redis stalls and every caller's deadline is shorter than its own).
 	fh.primary.fail.Store(true)
-	fh.call(t, req)
+	if _, err := fh.srv.ShouldRateLimit(expired, req); err != nil {
+		t.Fatal(err)
+	}
 	if !fh.failover.InFallback() {
-		t.Errorf("not in fallback after Redis itself failed")
+		t.Errorf("not in fallback after Redis itself failed, its caller gone")
 	}
 }
 

@@ -31,6 +31,11 @@ var ErrOOM = errors.New("redis out of memory")
 // user: the script call itself (NOPERM) or a command the script runs.
 var ErrNoPerm = errors.New("redis ACL denies a command")
 
+// ErrAbandoned reports that Hit's caller gave up (its context ended) before
+// the decision came back: not a failure of Redis. The error also wraps the
+// context's error.
+var ErrAbandoned = errors.New("caller gave up")
+
 // Error kinds returned by ErrorKind, the values of the kind label of
 // ratelimit_redis_errors_total.
 const (
@@ -66,7 +71,8 @@ func isNotLocal(err error) bool {
 // metrics: KindTimeout when it wraps context.DeadlineExceeded, KindOOM for
 // ErrOOM, KindNoPerm for ErrNoPerm, KindScript for ErrScript,
 // KindConnection for ErrConnection, KindOther for anything else (including
-// a caller's cancellation), and "" for nil.
+// a caller's cancellation), and "" for nil. An error wrapping ErrAbandoned is
+// no Redis failure and is not meant to be counted as one.
 func ErrorKind(err error) string {
 	switch {
 	case err == nil:

@@ -60,7 +60,7 @@ var errClosed = fmt.Errorf("backend/redis: limiter closed: %w", ErrConnection)
 
 // errAbandoned answers the queued parts of a caller that gave up; nobody
 // reads it.
-var errAbandoned = errors.New("backend/redis: caller gave up")
+var errAbandoned = fmt.Errorf("backend/redis: %w", ErrAbandoned)
 
 // Limiter holds sluice's global token buckets in Redis. It is safe for
 // concurrent use.
@@ -194,8 +194,10 @@ func (l *Limiter) Close() {
 // it, at most the Timeout. A ctx already done when Hit is called fails it
 // without Redis. On error, states are undefined and the caller should fall
 // back. Errors wrap context.DeadlineExceeded (the Timeout passed),
-// ErrConnection (after Close too) or ErrScript, or ctx's error when the
-// caller gave up; see ErrorKind.
+// ErrConnection (after Close too), ErrOOM, ErrNoPerm or ErrScript; or, when
+// the caller gave up first, ErrAbandoned and ctx's error: then Redis did not
+// fail (a Redis failure is reported as such even when ctx has ended since).
+// See ErrorKind.
 func (l *Limiter) Hit(ctx context.Context, hits []descriptors.Hit, states []descriptors.BucketState) (bool, error) {
 	if len(states) < len(hits) {
 		return false, fmt.Errorf("backend/redis: %d states for %d hits", len(states), len(hits))
@@ -207,7 +209,7 @@ func (l *Limiter) Hit(ctx context.Context, hits []descriptors.Hit, states []desc
 		return false, errClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("backend/redis: caller gave up: %w", err)
+		return false, fmt.Errorf("backend/redis: %w: %w", ErrAbandoned, err)
 	}
 	start := l.now()
 	r := l.requests.Get().(*request)

@@ -694,11 +694,59 @@ func TestCallerDeadlineDoesNotCutCall(t *testing.T) {
 	}
 	// A caller already gone is not sent to Redis.
 	states := make([]descriptors.BucketState, 1)
-	if _, err := f.l.Hit(ctx, []descriptors.Hit{{Key: k, Limit: lim, Cost: 1}}, states); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Hit with a context already done: %v, want its error", err)
+	if _, err := f.l.Hit(ctx, []descriptors.Hit{{Key: k, Limit: lim, Cost: 1}}, states); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, redisbackend.ErrAbandoned) {
+		t.Errorf("Hit with a context already done: %v, want its error and ErrAbandoned", err)
 	}
 	if got := f.remaining(k, lim); got != 3 {
 		t.Errorf("bucket has %d tokens after the call of a caller already gone, want 3 (not sent)", got)
+	}
+}
+
+// TestStallCallersGone: on a stalled Redis, a caller whose deadline is
+// shorter than the Timeout still gets Redis' own timeout when its call was
+// in flight (not ErrAbandoned: Redis failed, and the fail-open switch must
+// count it), while a caller that gave up in the queue gets ErrAbandoned.
+func TestStallCallersGone(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	const timeout = 300 * time.Millisecond
+	f := singleEnv(s).fixture(t, redisbackend.Options{Timeout: timeout})
+	k := f.key(0)
+	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 0}) // connection warm
+	s.Stall()
+	defer s.Resume()
+	errs := make(chan error, 2)
+	hit := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		_, err := f.l.Hit(ctx, []descriptors.Hit{{Key: k, Limit: slow, Cost: 1}}, make([]descriptors.BucketState, 1))
+		errs <- err
+	}
+	// The first caller's call is in flight (the one writer slot busy);
+	// the second queues behind it.
+	go hit()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.calls.Load() == 0 { // the first call has reached the client
+		if time.Now().After(deadline) {
+			t.Fatal("no script call within 10s")
+		}
+		time.Sleep(time.Millisecond) // poll interval, bounded by the deadline
+	}
+	go hit()
+	var abandoned, own int
+	for range 2 {
+		err := <-errs
+		switch {
+		case errors.Is(err, redisbackend.ErrAbandoned):
+			abandoned++
+		case errors.Is(err, context.DeadlineExceeded) && redisbackend.ErrorKind(err) == redisbackend.KindTimeout:
+			own++
+		default:
+			t.Errorf("Hit on a stalled Redis: %v, want a timeout or ErrAbandoned", err)
+		}
+	}
+	if abandoned != 1 || own != 1 {
+		t.Errorf("%d abandoned and %d Redis timeouts, want 1 and 1: the call in flight is Redis' failure, the queued caller's giving up is not", abandoned, own)
 	}
 }
 

@@ -209,7 +209,7 @@ func (l *Limiter) wait(ctx context.Context, r *request) error {
 	if timedOut {
 		return fmt.Errorf("backend/redis: token_bucket.lua: no answer within %v: %w", l.timeout, context.DeadlineExceeded)
 	}
-	return fmt.Errorf("backend/redis: token_bucket.lua: %w", ctx.Err())
+	return fmt.Errorf("backend/redis: token_bucket.lua: %w: %w", ErrAbandoned, ctx.Err())
 }
 
 // answer records a part's answer and drops its reference to its request;

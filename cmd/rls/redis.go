@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -54,14 +55,15 @@ func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, r
 
 	mode, _ := service.ParseFailureMode(st.RedisFailure) // validated with the flags
 	failover := service.NewFailover(service.FailoverOptions{
-		Primary:  lim,
-		Fallback: fallback,
-		Probe:    lim.Ping,
-		Nodes:    nodeCount,
-		Mode:     mode,
-		Classify: redisbackend.ErrorKind,
-		Logger:   log,
-		Metrics:  service.NewFailoverMetrics(reg),
+		Primary:   lim,
+		Fallback:  fallback,
+		Probe:     lim.Ping,
+		Nodes:     nodeCount,
+		Mode:      mode,
+		Classify:  redisbackend.ErrorKind,
+		Abandoned: func(err error) bool { return errors.Is(err, redisbackend.ErrAbandoned) },
+		Logger:    log,
+		Metrics:   service.NewFailoverMetrics(reg),
 	})
 	closeAll := func() {
 		failover.Close()
