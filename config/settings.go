@@ -39,6 +39,9 @@ type Settings struct {
 	RedisTimeout  time.Duration
 	RedisFailure  string // share | local | allow | deny
 	FallbackNodes int
+	// FallbackNodesInitial is N until the node has read the node registry
+	// (0: the built-in default).
+	FallbackNodesInitial int
 
 	Shadow           bool
 	GrayKey          string
@@ -101,6 +104,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Setti
 	fs.DurationVar(&s.RedisTimeout, "redis-timeout", 10*time.Millisecond, "deadline of every Redis call")
 	fs.StringVar(&s.RedisFailure, "redis-failure", FailureShare, "when Redis fails: share | local | allow | deny")
 	fs.IntVar(&s.FallbackNodes, "fallback-nodes", 0, "node count N for the fallback share rate/N (0: live count from Redis heartbeats)")
+	fs.IntVar(&s.FallbackNodesInitial, "fallback-nodes-initial", 0, "N for the fallback share until this node has read the node registry, e.g. the most replicas (0: 10)")
 	fs.BoolVar(&s.Shadow, "shadow", false, "shadow mode for every rule: decide and count, always answer OK")
 	fs.StringVar(&s.GrayKey, "gray-key", "gray", "descriptor key whose value true marks a gray (canary) request")
 	fs.BoolVar(&s.MergeDomains, "merge-domains", false, "merge rule files that share a domain instead of rejecting them")
@@ -172,9 +176,9 @@ func (s Settings) validate() error {
 	if s.GRPCHandshakeTimeout <= 0 {
 		return fmt.Errorf("--grpc-handshake-timeout must be positive, not %v", s.GRPCHandshakeTimeout)
 	}
-	if s.FallbackNodes < 0 || s.MaxDescriptors < 1 || s.MaxEntries < 1 || s.MaxValueBytes < 1 || s.MaxBuckets < 1 ||
+	if s.FallbackNodes < 0 || s.FallbackNodesInitial < 0 || s.MaxDescriptors < 1 || s.MaxEntries < 1 || s.MaxValueBytes < 1 || s.MaxBuckets < 1 ||
 		s.MaxRuleBytes < 1 || s.MaxMetricValues < 1 || s.LogRefusals < 0 {
-		return fmt.Errorf("--fallback-nodes must be ≥ 0 and --max-* flags ≥ 1")
+		return fmt.Errorf("--fallback-nodes and --fallback-nodes-initial must be ≥ 0 and --max-* flags ≥ 1")
 	}
 	return nil
 }

@@ -583,3 +583,54 @@ func TestKubernetesReferences(t *testing.T) {
 		}
 	}
 }
+
+// TestFallbackNodesFromReplicas: every Deployment using Redis sets the N
+// its pods use before they have read the node registry (pods started
+// during a Redis outage, or with a wrong secret) from its replica count:
+// --fallback-nodes-initial is spec.replicas, or the maxReplicas of the
+// autoscaler that owns the count, so that such pods together never admit
+// more than a global limit. (Without it a pod assumes the built-in 10.)
+func TestFallbackNodesFromReplicas(t *testing.T) {
+	found := 0
+	for dir, objs := range objectsByDir(t) {
+		for _, d := range ofKind(objs, "Deployment") {
+			var spec struct {
+				Replicas       *int `yaml:"replicas"`
+				deploymentSpec `yaml:",inline"`
+			}
+			d.spec(t, &spec)
+			args := spec.Template.Spec.Containers[0].Args
+			st, err := config.ParseServe(args[1:], func(string) string { return "" }, io.Discard)
+			if err != nil || st.Redis == "" {
+				continue // TestDeployments reports it
+			}
+			found++
+			want, from := 0, ""
+			if spec.Replicas != nil {
+				want, from = *spec.Replicas, "spec.replicas"
+			}
+			for _, hpa := range ofKind(objs, "HorizontalPodAutoscaler") {
+				var hs struct {
+					ScaleTargetRef struct {
+						Kind string `yaml:"kind"`
+						Name string `yaml:"name"`
+					} `yaml:"scaleTargetRef"`
+					MaxReplicas int `yaml:"maxReplicas"`
+				}
+				hpa.spec(t, &hs)
+				if hs.ScaleTargetRef.Kind == "Deployment" && hs.ScaleTargetRef.Name == d.Metadata.Name && hpa.Metadata.Namespace == d.Metadata.Namespace {
+					want, from = hs.MaxReplicas, hpa.String()+" maxReplicas"
+				}
+			}
+			switch {
+			case want == 0:
+				t.Errorf("%s: no replica count in %s/ (spec.replicas or an autoscaler's maxReplicas)", d, dir)
+			case st.FallbackNodesInitial != want:
+				t.Errorf("%s: --fallback-nodes-initial %d, want %d (%s)", d, st.FallbackNodesInitial, want, from)
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("no Deployment with --redis found")
+	}
+}

@@ -122,8 +122,8 @@ func (s *Server) decideGlobal(ctx context.Context, sc *scratch, out *outcome) {
 		// Failing open: without a global answer the local layer decides.
 		// (A fallback limiter wrapping the global one answers instead of
 		// failing; this path is for a global limiter without one.)
-		s.opts.Metrics.globalError()
-		if ctx.Err() == nil { // a caller that gave up needs no log line
+		if ctx.Err() == nil { // a caller that gave up is no failure of the layer
+			s.opts.Metrics.globalError()
 			s.log.Warn("global layer failed; answering from the local layer", "err", err)
 		}
 		return

@@ -41,10 +41,15 @@ type FailoverOptions struct {
 	Probe    func(ctx context.Context) error // answers nil when Primary is usable again
 	Nodes    func() int                      // live node count N (< 1 counts as 1)
 	Mode     FailureMode
-	Classify func(error) string // error kind label: timeout, connection, script, other
-	Logger   *slog.Logger
-	Metrics  *FailoverMetrics // nil records nothing
-	Now      func() time.Time // nil = time.Now
+	Classify func(error) string // error kind label: timeout, connection, script, oom, noperm, other
+	// Abandoned reports that an error of Primary.Hit says its caller gave up
+	// before the answer came (backend/redis: ErrAbandoned), rather than
+	// Primary failing. Nil: any error after the caller's context ended is
+	// taken as the caller's.
+	Abandoned func(error) bool
+	Logger    *slog.Logger
+	Metrics   *FailoverMetrics // nil records nothing
+	Now       func() time.Time // nil = time.Now
 }
 
 // Failover is the global layer with failing open. While Primary answers it
@@ -53,6 +58,14 @@ type FailoverOptions struct {
 // request touches Primary — until a background probe, retried with backoff,
 // finds Primary answering and switches back. A stalled Redis so costs one
 // timeout per node, not one per request.
+//
+// Only Primary's own failures count: a call that fails because its caller
+// gave up (its deadline passed, or it cancelled) is returned as an error to
+// that caller alone; it neither switches the node nor counts as a Redis
+// error. Primary must therefore bound its calls with a deadline of its own
+// (backend/redis: Options.Timeout), not only the caller's, and say which
+// errors are its callers' (FailoverOptions.Abandoned), so that a Redis that
+// fails while its callers give up still switches the node.
 //
 // Failover implements Limiter; the Server recognises it to report the
 // layer (global or fallback) and to apply FailAllow.
@@ -109,16 +122,26 @@ func (f *Failover) hit(ctx context.Context, hits []descriptors.Hit, states []des
 	if !f.inFallback.Load() {
 		start := f.opts.Now()
 		ok, err := f.opts.Primary.Hit(ctx, hits, states)
+		if err != nil && f.abandoned(ctx, err) {
+			// The caller's deadline passed or it cancelled: Redis is not to
+			// blame. Neither a Redis error nor a reason to fall back.
+			f.opts.Metrics.observe(f.opts.Now().Sub(start), nil, f.opts.Classify)
+			return false, layerGlobal, err
+		}
 		f.opts.Metrics.observe(f.opts.Now().Sub(start), err, f.opts.Classify)
 		if err == nil {
 			return ok, layerGlobal, nil
 		}
-		if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return false, layerGlobal, err // the caller gave up; Redis is not to blame
-		}
 		f.enterFallback(err)
 	}
 	return f.fallback(ctx, hits, states)
+}
+
+// abandoned reports whether err, returned by Primary under ctx, is the
+// caller's giving up rather than Primary failing: the caller's context has
+// ended, and Primary (when it can tell) says so.
+func (f *Failover) abandoned(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && (f.opts.Abandoned == nil || f.opts.Abandoned(err))
 }
 
 // errSkipped tells the Server that the global layer gave no answer.

@@ -41,7 +41,7 @@ func NewFailoverMetrics(reg prometheus.Registerer) *FailoverMetrics {
 	for _, to := range []string{"fallback", "redis"} {
 		m.transitions.WithLabelValues(to)
 	}
-	for _, k := range []string{"timeout", "connection", "script", "other"} {
+	for _, k := range []string{"timeout", "connection", "script", "oom", "noperm", "other"} {
 		m.errors.WithLabelValues(k)
 	}
 	reg.MustRegister(m.active, m.transitions, m.errors, durations)

@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,10 +27,18 @@ type flakyLimiter struct {
 
 var errDown = errors.New("redis down")
 
+// errGaveUp marks the errors of callers that gave up, as
+// backend/redis.ErrAbandoned does.
+var errGaveUp = errors.New("caller gave up")
+
 func (f *flakyLimiter) Hit(ctx context.Context, hits []descriptors.Hit, states []descriptors.BucketState) (bool, error) {
 	f.calls.Add(1)
 	if f.fail.Load() {
-		return false, errDown
+		return false, errDown // Redis' own failure, whatever ctx does
+	}
+	// As backend/redis: a caller that gave up gets its context's error.
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("redis: %w: %w", errGaveUp, err)
 	}
 	return f.inner.Hit(ctx, hits, states)
 }
@@ -68,9 +77,10 @@ descriptors:
 				}
 				return errDown
 			},
-			Nodes:   func() int { return nodes },
-			Mode:    mode,
-			Metrics: service.NewFailoverMetrics(reg),
+			Nodes:     func() int { return nodes },
+			Mode:      mode,
+			Metrics:   service.NewFailoverMetrics(reg),
+			Abandoned: func(err error) bool { return errors.Is(err, errGaveUp) },
 		})
 		o.Global = fh.failover
 	})
@@ -164,6 +174,53 @@ func TestFailoverConcurrentFailuresSwitchOnce(t *testing.T) {
 	wg.Wait()
 	if got := metricValue(t, fh.harness, "ratelimit_fallback_transitions_total", map[string]string{"to": "fallback"}); got != 1 {
 		t.Errorf("transitions to fallback = %v, want 1", got)
+	}
+}
+
+// TestFailoverIgnoresCallersDeadline: calls whose caller's deadline has
+// passed, or which the caller cancelled, fail for that caller alone; the
+// node stays on Redis and counts no Redis error. A failure of Redis' own
+// (its deadline, with the caller still waiting) still switches it.
+func TestFailoverIgnoresCallersDeadline(t *testing.T) {
+	fh := newFailoverHarness(t, service.FailShare, 1)
+	req := request("edge", desc("user_id=u"))
+	expired, cancel := context.WithDeadline(context.Background(), time.Unix(1, 0))
+	defer cancel()
+	cancelled, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	for i := range 100 {
+		ctx := expired
+		if i%2 == 1 {
+			ctx = cancelled
+		}
+		if _, err := fh.srv.ShouldRateLimit(ctx, req); err != nil {
+			t.Fatalf("ShouldRateLimit with the caller gone: %v", err)
+		}
+	}
+	if fh.failover.InFallback() {
+		t.Fatalf("in fallback after callers whose deadline passed or who cancelled: Redis was not to blame")
+	}
+	if got := metricValue(t, fh.harness, "ratelimit_fallback_transitions_total", map[string]string{"to": "fallback"}); got != 0 {
+		t.Errorf("transitions to fallback = %v, want 0", got)
+	}
+	if got := metricValue(t, fh.harness, "ratelimit_redis_errors_total", map[string]string{"kind": "other"}); got != 0 {
+		t.Errorf("ratelimit_redis_errors_total = %v, want 0: the callers gave up, Redis did not fail", got)
+	}
+	if got := metricValue(t, fh.harness, "ratelimit_global_errors_total", nil); got != 0 {
+		t.Errorf("ratelimit_global_errors_total = %v, want 0: the callers gave up, the global layer did not fail", got)
+	}
+	if got := fh.primary.calls.Load(); got != 100 {
+		t.Errorf("Redis was called %d times, want 100: the node must stay on it", got)
+	}
+
+	// Redis failing on its own while its caller has given up: a failure
+	// (Redis stalls and every caller's deadline is shorter than its own).
+	fh.primary.fail.Store(true)
+	if _, err := fh.srv.ShouldRateLimit(expired, req); err != nil {
+		t.Fatal(err)
+	}
+	if !fh.failover.InFallback() {
+		t.Errorf("not in fallback after Redis itself failed, its caller gone")
 	}
 }
 

@@ -22,6 +22,20 @@ var ErrScript = errors.New("token_bucket.lua failed")
 // loading or failing over.
 var ErrConnection = errors.New("redis unavailable")
 
+// ErrOOM reports that Redis refused a write for lack of memory (an OOM
+// error: maxmemory reached with maxmemory-policy noeviction, or keys
+// without a TTL filling a volatile-* policy).
+var ErrOOM = errors.New("redis out of memory")
+
+// ErrNoPerm reports that Redis' ACL denied a command to the connection's
+// user: the script call itself (NOPERM) or a command the script runs.
+var ErrNoPerm = errors.New("redis ACL denies a command")
+
+// ErrAbandoned reports that Hit's caller gave up (its context ended) before
+// the decision came back: not a failure of Redis. The error also wraps the
+// context's error.
+var ErrAbandoned = errors.New("caller gave up")
+
 // Error kinds returned by ErrorKind, the values of the kind label of
 // ratelimit_redis_errors_total.
 const (
@@ -31,6 +45,10 @@ const (
 	KindConnection = "connection"
 	// KindScript: the script failed or replied oddly (ErrScript).
 	KindScript = "script"
+	// KindOOM: Redis refused a write for lack of memory (ErrOOM).
+	KindOOM = "oom"
+	// KindNoPerm: Redis' ACL denied a command (ErrNoPerm).
+	KindNoPerm = "noperm"
 	// KindOther: anything else, a caller's cancellation included.
 	KindOther = "other"
 )
@@ -49,16 +67,22 @@ func isNotLocal(err error) bool {
 	return errors.As(err, &re) && strings.Contains(re.Error(), "non local key")
 }
 
-// ErrorKind classifies an error returned by Limiter.Hit for metrics:
-// KindTimeout when it wraps context.DeadlineExceeded, KindScript for
-// ErrScript, KindConnection for ErrConnection, KindOther for anything else
-// (including a caller's cancellation), and "" for nil.
+// ErrorKind classifies an error returned by Limiter.Hit (or Ping) for
+// metrics: KindTimeout when it wraps context.DeadlineExceeded, KindOOM for
+// ErrOOM, KindNoPerm for ErrNoPerm, KindScript for ErrScript,
+// KindConnection for ErrConnection, KindOther for anything else (including
+// a caller's cancellation), and "" for nil. An error wrapping ErrAbandoned is
+// no Redis failure and is not meant to be counted as one.
 func ErrorKind(err error) string {
 	switch {
 	case err == nil:
 		return ""
 	case errors.Is(err, context.DeadlineExceeded):
 		return KindTimeout
+	case errors.Is(err, ErrOOM):
+		return KindOOM
+	case errors.Is(err, ErrNoPerm):
+		return KindNoPerm
 	case errors.Is(err, ErrScript):
 		return KindScript
 	case errors.Is(err, ErrConnection):
@@ -80,6 +104,10 @@ func classify(callCtx context.Context, op string, err error) error {
 		return fmt.Errorf("backend/redis: %s: %w: %w", op, context.DeadlineExceeded, err)
 	case ctxErr != nil:
 		return fmt.Errorf("backend/redis: %s: %w: %w", op, ctxErr, err)
+	case isOOM(err):
+		return fmt.Errorf("backend/redis: %s: %w: %w", op, ErrOOM, err)
+	case isNoPerm(err):
+		return fmt.Errorf("backend/redis: %s: %w: %w", op, ErrNoPerm, err)
 	case isScriptError(err):
 		return fmt.Errorf("backend/redis: %s: %w: %w", op, ErrScript, err)
 	case isUnavailable(err):
@@ -94,6 +122,24 @@ func isTimeout(err error) bool {
 	return errors.Is(err, os.ErrDeadlineExceeded) ||
 		errors.Is(err, goredis.ErrPoolTimeout) ||
 		(errors.As(err, &ne) && ne.Timeout())
+}
+
+// isOOM reports Redis' refusal of a write for lack of memory, sent for the
+// script call or for a write inside it ("OOM command not allowed when used
+// memory > 'maxmemory'", Redis 6 and 7).
+func isOOM(err error) bool {
+	var re goredis.Error
+	return errors.As(err, &re) && (goredis.HasErrorPrefix(err, "OOM") || strings.Contains(re.Error(), "OOM command not allowed"))
+}
+
+// isNoPerm reports an ACL denial: of the command sent (NOPERM), or of a
+// command a script runs ("The user executing the script can't run this
+// command or subcommand", Redis 7).
+func isNoPerm(err error) bool {
+	var re goredis.Error
+	return errors.As(err, &re) && (goredis.HasErrorPrefix(err, "NOPERM") ||
+		strings.Contains(re.Error(), "NOPERM") ||
+		strings.Contains(re.Error(), "user executing the script can't run"))
 }
 
 // isScriptError reports an error reply raised while running a script (a Lua

@@ -132,6 +132,14 @@ func (timeoutErr) Temporary() bool { return true }
 
 var _ net.Error = timeoutErr{}
 
+// redisErr is an error reply as go-redis returns it.
+type redisErr string
+
+func (e redisErr) Error() string { return string(e) }
+
+// RedisError marks redisErr as a Redis reply (goredis.Error).
+func (redisErr) RedisError() {}
+
 func TestClassify(t *testing.T) {
 	t.Parallel()
 	live := context.Background()
@@ -155,6 +163,12 @@ func TestClassify(t *testing.T) {
 		{live, &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, KindConnection},
 		{live, io.EOF, KindConnection},
 		{live, goredis.ErrClosed, KindConnection},
+		// Redis 7.0's own words (redis-cli against redis-server 7.0.15).
+		{live, redisErr("OOM command not allowed when used memory > 'maxmemory'. script: 0c17890de7f95106c3180477950cc3bf34d234f4, on @user_script:1."), KindOOM},
+		{live, redisErr("OOM command not allowed when used memory > 'maxmemory'."), KindOOM},
+		{live, redisErr("NOPERM this user has no permissions to run the 'evalsha' command"), KindNoPerm},
+		{live, redisErr("ERR The user executing the script can't run this command or subcommand script: 82cdd3d7ab6b96f9a5947917c9f163ca06cc907a, on @user_script:1."), KindNoPerm},
+		{live, redisErr("ERR user_script:1: Script attempted to access nonexistent global variable 'x' script: 1a2b"), KindScript},
 	}
 	for _, tt := range tests {
 		err := classify(tt.ctx, "op", tt.err)

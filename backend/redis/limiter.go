@@ -60,7 +60,7 @@ var errClosed = fmt.Errorf("backend/redis: limiter closed: %w", ErrConnection)
 
 // errAbandoned answers the queued parts of a caller that gave up; nobody
 // reads it.
-var errAbandoned = errors.New("backend/redis: caller gave up")
+var errAbandoned = fmt.Errorf("backend/redis: %w", ErrAbandoned)
 
 // Limiter holds sluice's global token buckets in Redis. It is safe for
 // concurrent use.
@@ -186,11 +186,18 @@ func (l *Limiter) Close() {
 // get them back through a second call; the states of those hits then report
 // the buckets after the refund.
 //
-// Hit waits for its answer at most the Timeout (less when ctx ends first),
-// even when the script call carrying it is still in flight. On error, states
-// are undefined and the caller should fall back. Errors wrap
-// context.DeadlineExceeded (the Timeout passed), ErrConnection (after Close
-// too) or ErrScript; see ErrorKind.
+// Every script call runs under the Timeout, never under ctx's deadline or
+// cancellation, so that a caller giving up never makes a Redis call fail.
+// A caller whose ctx ends while its decision waits in a queue leaves at
+// once with ctx's error (the decision is then not sent, or its answer
+// dropped); one whose call is in flight from its own goroutine waits for
+// it, at most the Timeout. A ctx already done when Hit is called fails it
+// without Redis. On error, states are undefined and the caller should fall
+// back. Errors wrap context.DeadlineExceeded (the Timeout passed),
+// ErrConnection (after Close too), ErrOOM, ErrNoPerm or ErrScript; or, when
+// the caller gave up first, ErrAbandoned and ctx's error: then Redis did not
+// fail (a Redis failure is reported as such even when ctx has ended since).
+// See ErrorKind.
 func (l *Limiter) Hit(ctx context.Context, hits []descriptors.Hit, states []descriptors.BucketState) (bool, error) {
 	if len(states) < len(hits) {
 		return false, fmt.Errorf("backend/redis: %d states for %d hits", len(states), len(hits))
@@ -200,6 +207,9 @@ func (l *Limiter) Hit(ctx context.Context, hits []descriptors.Hit, states []desc
 	}
 	if l.closed.Load() {
 		return false, errClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("backend/redis: %w: %w", ErrAbandoned, err)
 	}
 	start := l.now()
 	r := l.requests.Get().(*request)

@@ -655,6 +655,101 @@ func TestTimeout(t *testing.T) {
 	waitHitOK(t, f.l, k, slow)
 }
 
+// TestCallerDeadlineDoesNotCutCall: a script call runs under the Timeout,
+// not under its caller's deadline. A caller whose deadline passes while
+// Redis is stalled gets the decision once Redis answers, within the
+// Timeout, instead of a failed call (which a Failover would count against
+// Redis, and which would drop the connection).
+func TestCallerDeadlineDoesNotCutCall(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	f := singleEnv(s).fixture(t, redisbackend.Options{Timeout: 10 * time.Second})
+	k := f.key(0)
+	lim := descriptors.Limit{Requests: 5, Period: 24 * time.Hour, Burst: 5} // no refill during the test
+	f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 1})                     // connection warm; 4 left
+	s.Stall()
+	defer s.Resume()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	type result struct {
+		ok    bool
+		err   error
+		state descriptors.BucketState
+	}
+	done := make(chan result, 1)
+	go func() {
+		states := make([]descriptors.BucketState, 1)
+		ok, err := f.l.Hit(ctx, []descriptors.Hit{{Key: k, Limit: lim, Cost: 1}}, states)
+		done <- result{ok, err, states[0]}
+	}()
+	<-ctx.Done() // the caller's deadline has passed with Redis stalled
+	s.Resume()
+	select {
+	case r := <-done:
+		if r.err != nil || !r.ok || r.state.Remaining != 3 {
+			t.Errorf("Hit whose caller's deadline passed during the call: %v %v %+v; want the decision from Redis, allowed with 3 left", r.ok, r.err, r.state)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Hit did not return within 15s (Timeout 10s)")
+	}
+	// A caller already gone is not sent to Redis.
+	states := make([]descriptors.BucketState, 1)
+	if _, err := f.l.Hit(ctx, []descriptors.Hit{{Key: k, Limit: lim, Cost: 1}}, states); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, redisbackend.ErrAbandoned) {
+		t.Errorf("Hit with a context already done: %v, want its error and ErrAbandoned", err)
+	}
+	if got := f.remaining(k, lim); got != 3 {
+		t.Errorf("bucket has %d tokens after the call of a caller already gone, want 3 (not sent)", got)
+	}
+}
+
+// TestStallCallersGone: on a stalled Redis, a caller whose deadline is
+// shorter than the Timeout still gets Redis' own timeout when its call was
+// in flight (not ErrAbandoned: Redis failed, and the fail-open switch must
+// count it), while a caller that gave up in the queue gets ErrAbandoned.
+func TestStallCallersGone(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	const timeout = 300 * time.Millisecond
+	f := singleEnv(s).fixture(t, redisbackend.Options{Timeout: timeout})
+	k := f.key(0)
+	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 0}) // connection warm
+	s.Stall()
+	defer s.Resume()
+	errs := make(chan error, 2)
+	hit := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		_, err := f.l.Hit(ctx, []descriptors.Hit{{Key: k, Limit: slow, Cost: 1}}, make([]descriptors.BucketState, 1))
+		errs <- err
+	}
+	// The first caller's call is in flight (the one writer slot busy);
+	// the second queues behind it.
+	go hit()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.calls.Load() == 0 { // the first call has reached the client
+		if time.Now().After(deadline) {
+			t.Fatal("no script call within 10s")
+		}
+		time.Sleep(time.Millisecond) // poll interval, bounded by the deadline
+	}
+	go hit()
+	var abandoned, own int
+	for range 2 {
+		err := <-errs
+		switch {
+		case errors.Is(err, redisbackend.ErrAbandoned):
+			abandoned++
+		case errors.Is(err, context.DeadlineExceeded) && redisbackend.ErrorKind(err) == redisbackend.KindTimeout:
+			own++
+		default:
+			t.Errorf("Hit on a stalled Redis: %v, want a timeout or ErrAbandoned", err)
+		}
+	}
+	if abandoned != 1 || own != 1 {
+		t.Errorf("%d abandoned and %d Redis timeouts, want 1 and 1: the call in flight is Redis' failure, the queued caller's giving up is not", abandoned, own)
+	}
+}
+
 func TestKilled(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)

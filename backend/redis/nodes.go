@@ -38,10 +38,11 @@ type Nodes struct {
 	key    string
 	script *goredis.Script
 	count  atomic.Int64
+	seen   atomic.Bool // a heartbeat has succeeded
 }
 
 // NewNodes returns a registry that counts only this node until its first
-// heartbeat.
+// heartbeat (Seen reports whether one has succeeded).
 func NewNodes(opts NodesOptions) *Nodes {
 	if opts.Every <= 0 {
 		opts.Every = DefaultHeartbeatEvery
@@ -62,8 +63,13 @@ func NewNodes(opts NodesOptions) *Nodes {
 	return n
 }
 
-// Count returns the live node count last seen (at least 1).
+// Count returns the live node count last seen (at least 1); 1 until Seen.
 func (n *Nodes) Count() int { return int(max(n.count.Load(), 1)) }
+
+// Seen reports whether a heartbeat has succeeded, so that Count is the
+// registry's count rather than this node alone. Once true it stays true:
+// while Redis is down Count keeps the last count seen.
+func (n *Nodes) Seen() bool { return n.seen.Load() }
 
 // Beat sends one heartbeat and updates the count.
 func (n *Nodes) Beat(ctx context.Context) error {
@@ -75,6 +81,7 @@ func (n *Nodes) Beat(ctx context.Context) error {
 		return fmt.Errorf("backend/redis: heartbeat: %w", err)
 	}
 	n.count.Store(max(v, 1))
+	n.seen.Store(true)
 	return nil
 }
 
@@ -97,26 +104,4 @@ func (n *Nodes) Run(ctx context.Context, onError func(error)) {
 		case <-t.C:
 		}
 	}
-}
-
-// Ping checks that Redis is ready for decisions: every master of a Redis
-// Cluster reports cluster_state:ok (a restarted master answers PING some
-// seconds before it serves its slots again), and each has token_bucket.lua
-// loaded, so the first decisions after a recovery do not pay for NOSCRIPT.
-// The fail-open probe calls it to decide that the global layer is usable
-// again.
-func (l *Limiter) Ping(ctx context.Context) error {
-	if c, ok := l.client.(*goredis.ClusterClient); ok {
-		return c.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
-			info, err := m.ClusterInfo(ctx).Result()
-			if err != nil {
-				return err
-			}
-			if !strings.Contains(info, "cluster_state:ok") {
-				return fmt.Errorf("backend/redis: %s: cluster_state is not ok", m.Options().Addr)
-			}
-			return m.ScriptLoad(ctx, tokenBucketLua).Err()
-		})
-	}
-	return l.client.ScriptLoad(ctx, tokenBucketLua).Err()
 }

@@ -2,10 +2,14 @@ package redis_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/descriptors"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -55,7 +59,9 @@ func TestNodesCountLiveNodes(t *testing.T) {
 func TestNodesRunDeregisters(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
-	n := redisbackend.NewNodes(redisbackend.NodesOptions{Client: client, ID: "gone", Every: 10 * time.Millisecond})
+	// A heartbeat deadline well above -race scheduling noise (by default
+	// it is Every).
+	n := redisbackend.NewNodes(redisbackend.NodesOptions{Client: client, ID: "gone", Every: 10 * time.Millisecond, Timeout: time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -87,5 +93,128 @@ func TestPing(t *testing.T) {
 	defer cancel()
 	if err := lim.Ping(ctx); err == nil {
 		t.Errorf("Ping of a killed server succeeded")
+	}
+}
+
+// TestPingRunsTheScript: Ping fails as decisions do when Redis answers PING
+// but refuses the script or its write, with the kind Redis says: out of
+// memory (maxmemory with noeviction) is oom, an ACL without EVALSHA or
+// without SET is noperm. Once Redis accepts the script again, Ping passes.
+func TestPingRunsTheScript(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const user = "ACL SETUSER sluice on >s3cret resetchannels ~sluice:* -@all +evalsha +eval +ping +get +set +time +zadd +zremrangebyscore +pexpire +zcard +zrem"
+	var args []any
+	for _, f := range strings.Fields(user) {
+		args = append(args, f)
+	}
+	if err := admin.Do(ctx, args...).Err(); err != nil {
+		t.Fatalf("%s: %v", user, err)
+	}
+	opts, err := redisbackend.ParseURL("redis://sluice:s3cret@"+srv.Addr()+"/0", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := goredis.NewUniversalClient(opts)
+	defer client.Close()
+	lim := redisbackend.New(redisbackend.Options{Client: client})
+	defer lim.Close()
+	if err := lim.Ping(ctx); err != nil {
+		t.Fatalf("Ping as the least-privilege user: %v", err)
+	}
+	for _, tt := range []struct {
+		name         string
+		break_, mend []any
+		kind         string
+	}{
+		{"maxmemory", []any{"CONFIG", "SET", "maxmemory", "1"}, []any{"CONFIG", "SET", "maxmemory", "0"}, redisbackend.KindOOM},
+		{"acl evalsha", []any{"ACL", "SETUSER", "sluice", "-evalsha", "-eval"}, []any{"ACL", "SETUSER", "sluice", "+evalsha", "+eval"}, redisbackend.KindNoPerm},
+		{"acl set", []any{"ACL", "SETUSER", "sluice", "-set"}, []any{"ACL", "SETUSER", "sluice", "+set"}, redisbackend.KindNoPerm},
+	} {
+		if err := admin.Do(ctx, tt.break_...).Err(); err != nil {
+			t.Fatalf("%v: %v", tt.break_, err)
+		}
+		err := lim.Ping(ctx)
+		if kind := redisbackend.ErrorKind(err); kind != tt.kind {
+			t.Errorf("%s: Ping = %v (kind %q), want a failure of kind %q", tt.name, err, kind, tt.kind)
+		}
+		if err := admin.Do(ctx, tt.mend...).Err(); err != nil {
+			t.Fatalf("%v: %v", tt.mend, err)
+		}
+		if err := lim.Ping(ctx); err != nil {
+			t.Errorf("%s mended: Ping = %v, want nil", tt.name, err)
+		}
+	}
+	// The probe wrote its bucket (SET inside the script), and the key
+	// expires: none is left a second later.
+	stats, err := admin.Info(ctx, "commandstats").Result()
+	if err != nil || !strings.Contains(stats, "cmdstat_set:") {
+		t.Errorf("no SET ran (%v): the probe must exercise the script's write\n%s", err, stats)
+	}
+	deadline := time.Now().Add(time.Second)
+	for {
+		keys, err := admin.Keys(ctx, "sluice:*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("probe keys %v still there after 1s, want them expired (TTL %v)", keys, admin.PTTL(ctx, keys[0]).Val())
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval, bounded by the deadline
+	}
+}
+
+// clusterACL is docs/redis.md's least-privilege user plus what a cluster
+// needs: the slot map (the client) and the probe's CLUSTER INFO and
+// CLUSTER MYID.
+const clusterACL = "ACL SETUSER sluice on >s3cret resetchannels ~sluice:* -@all +evalsha +eval +ping +get +set +time +zadd +zremrangebyscore +pexpire +zcard +zrem +cluster|slots +cluster|info +cluster|myid"
+
+// TestPingCluster: on a cluster, Ping runs the script on every master, on a
+// probe key each master serves, as docs/redis.md's cluster user.
+func TestPingCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var args []any
+	for _, f := range strings.Fields(clusterACL) {
+		args = append(args, f)
+	}
+	for i := range 3 {
+		if err := cl.Master(i).Client().Do(ctx, args...).Err(); err != nil {
+			t.Fatalf("master %d: %s: %v", i, clusterACL, err)
+		}
+	}
+	client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs(), Username: "sluice", Password: "s3cret"})
+	defer client.Close()
+	lim := redisbackend.New(redisbackend.Options{Client: client, Timeout: time.Second})
+	defer lim.Close()
+	if err := lim.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	// A decision over 12 buckets (on several masters), as that user.
+	hits := make([]descriptors.Hit, 12)
+	for i := range hits {
+		hits[i] = descriptors.Hit{Key: descriptors.Key{byte(i), 1}, Limit: slow, Cost: 1}
+	}
+	if ok, err := lim.Hit(ctx, hits, make([]descriptors.BucketState, len(hits))); !ok || err != nil {
+		t.Fatalf("Hit of 12 buckets as the cluster ACL user: %v, %v", ok, err)
+	}
+	// Each master ran the script.
+	for i := range 3 {
+		stats, err := cl.Master(i).Client().Info(ctx, "commandstats").Result()
+		if err != nil || !strings.Contains(stats, "cmdstat_eval") {
+			t.Errorf("master %d ran no EVAL or EVALSHA (%v):\n%s", i, err, stats)
+		}
+	}
+	if err := cl.Master(2).Client().ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lim.Ping(ctx); redisbackend.ErrorKind(err) != redisbackend.KindOOM {
+		t.Errorf("Ping with one master out of memory = %v, want kind oom", err)
 	}
 }

@@ -33,6 +33,7 @@ type request struct {
 	done      chan struct{} // one value when every part is answered
 	abandoned atomic.Bool   // the caller gave up
 	timer     *time.Timer   // the caller's deadline
+	values    valuesOnly    // the caller's context for its inline call
 
 	dec decision // the caller's side: read and written only by the caller
 }
@@ -208,7 +209,7 @@ func (l *Limiter) wait(ctx context.Context, r *request) error {
 	if timedOut {
 		return fmt.Errorf("backend/redis: token_bucket.lua: no answer within %v: %w", l.timeout, context.DeadlineExceeded)
 	}
-	return fmt.Errorf("backend/redis: token_bucket.lua: %w", ctx.Err())
+	return fmt.Errorf("backend/redis: token_bucket.lua: %w: %w", ErrAbandoned, ctx.Err())
 }
 
 // answer records a part's answer and drops its reference to its request;
@@ -229,3 +230,17 @@ func (l *Limiter) release(r *request) {
 		l.requests.Put(r)
 	}
 }
+
+// valuesOnly is a context with the values of the one it holds but neither
+// its deadline nor its cancellation: context.WithoutCancel without the
+// allocation, as it lives in a pooled request.
+type valuesOnly struct{ context.Context }
+
+// Deadline reports no deadline.
+func (*valuesOnly) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// Done returns nil: a valuesOnly is never cancelled.
+func (*valuesOnly) Done() <-chan struct{} { return nil }
+
+// Err returns nil.
+func (*valuesOnly) Err() error { return nil }

@@ -184,14 +184,20 @@ func (l *Limiter) do(ctx context.Context, r *request) error {
 	return nil
 }
 
-// inline sends p, alone, from the caller's goroutine, under the caller's
-// ctx and the Timeout.
+// inline sends p, alone, from the caller's goroutine, under the Timeout
+// only, as a writer would: the caller's deadline or cancellation does not
+// cut the call short (that would fail it as if Redis had, close its
+// connection and leave the decision unknown). The values of ctx go with
+// the call.
 func (l *Limiter) inline(ctx context.Context, p *part) {
 	s := l.senders.Get().(*sender)
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	r := p.req // the caller holds it until after this call
+	r.values.Context = ctx
+	ctx, cancel := context.WithTimeout(&r.values, l.timeout)
 	s.batch = append(s.batch[:0], p)
 	l.send(ctx, s, s.batch)
 	cancel()
+	r.values.Context = nil
 	clear(s.batch)
 	l.senders.Put(s)
 	p.target.doneInline()
@@ -222,8 +228,9 @@ func (l *Limiter) targetFor(ctx context.Context, key string) (*target, error) {
 			err = classify(ctx, "cluster slots", err)
 		}
 	} else {
-		// The first lookup loads the slot map: under the deadline.
-		cctx, cancel := context.WithTimeout(ctx, l.timeout)
+		// The first lookup loads the slot map: under the Timeout, not the
+		// caller's deadline.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
 		m, err = l.cluster.MasterForKey(cctx, key)
 		if err != nil {
 			err = classify(cctx, "cluster slots", err)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -38,20 +39,15 @@ func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, r
 
 	host, _ := os.Hostname()
 	nodes := redisbackend.NewNodes(redisbackend.NodesOptions{Client: client, ID: host + ":" + strconv.Itoa(os.Getpid())})
-	nodeCount := nodes.Count
-	if st.FallbackNodes > 0 {
-		nodeCount = func() int { return st.FallbackNodes }
-	}
+	fn := fallbackNodes{pinned: st.FallbackNodes, initial: st.FallbackNodesInitial, registry: nodes}
+	nodeCount := func() int { n, _ := fn.count(); return n }
+	fn.register(reg)
 	nodesCtx, stopNodes := context.WithCancel(ctx)
 	nodesDone := make(chan struct{})
 	go func() {
 		defer close(nodesDone)
 		nodes.Run(nodesCtx, func(err error) { log.Debug("node heartbeat failed", "err", err) })
 	}()
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "ratelimit_live_nodes",
-		Help: "Live sluice nodes seen through Redis heartbeats (the N of the fallback share), or --fallback-nodes.",
-	}, func() float64 { return float64(nodeCount()) }))
 
 	fallback := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
 	go fallback.Run(ctx, evictEvery)
@@ -60,14 +56,15 @@ func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, r
 
 	mode, _ := service.ParseFailureMode(st.RedisFailure) // validated with the flags
 	failover := service.NewFailover(service.FailoverOptions{
-		Primary:  lim,
-		Fallback: fallback,
-		Probe:    lim.Ping,
-		Nodes:    nodeCount,
-		Mode:     mode,
-		Classify: redisbackend.ErrorKind,
-		Logger:   log,
-		Metrics:  service.NewFailoverMetrics(reg),
+		Primary:   lim,
+		Fallback:  fallback,
+		Probe:     lim.Ping,
+		Nodes:     nodeCount,
+		Mode:      mode,
+		Classify:  redisbackend.ErrorKind,
+		Abandoned: func(err error) bool { return errors.Is(err, redisbackend.ErrAbandoned) },
+		Logger:    log,
+		Metrics:   service.NewFailoverMetrics(reg),
 	})
 	closeAll := func() {
 		failover.Close()
@@ -77,6 +74,72 @@ func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, r
 		_ = client.Close()
 	}
 	return failover, "redis", closeAll, nil
+}
+
+// defaultInitialNodes is N for the fallback share while a node has not read
+// the node registry and --fallback-nodes-initial is not set. A node that
+// never reached Redis (started during an outage, or with a wrong password)
+// does not know the fleet; assuming it is alone (N = 1) let every such node
+// admit the whole global rate. With 10, up to ten such nodes together stay
+// within the rate; a smaller fleet admits less until it reaches Redis.
+const defaultInitialNodes = 10
+
+// Sources of N, the values of ratelimit_fallback_nodes' source label.
+const (
+	nodesFromFlag     = "flag"     // --fallback-nodes pins N
+	nodesFromRegistry = "registry" // the live count from heartbeats
+	nodesFromInitial  = "initial"  // --fallback-nodes-initial, before the registry
+	nodesFromDefault  = "default"  // defaultInitialNodes, before the registry
+)
+
+// nodeCounter is the node registry as fallbackNodes reads it.
+type nodeCounter interface {
+	Count() int
+	Seen() bool
+}
+
+// fallbackNodes chooses N, the node count of the fallback share rate/N:
+// --fallback-nodes when set; otherwise the registry's live count once a
+// heartbeat has succeeded; before that --fallback-nodes-initial, or
+// defaultInitialNodes. N is never 1 merely because Redis was never reached.
+type fallbackNodes struct {
+	pinned, initial int
+	registry        nodeCounter
+}
+
+// count returns N and its source.
+func (f fallbackNodes) count() (int, string) {
+	switch {
+	case f.pinned > 0:
+		return f.pinned, nodesFromFlag
+	case f.registry.Seen():
+		return f.registry.Count(), nodesFromRegistry
+	case f.initial > 0:
+		return f.initial, nodesFromInitial
+	default:
+		return defaultInitialNodes, nodesFromDefault
+	}
+}
+
+// register adds ratelimit_live_nodes (N) and ratelimit_fallback_nodes (N
+// under the source in use, 0 under the others) to reg.
+func (f fallbackNodes) register(reg prometheus.Registerer) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ratelimit_live_nodes",
+		Help: "The N of the fallback share: live sluice nodes seen through Redis heartbeats, or --fallback-nodes; before the first heartbeat, --fallback-nodes-initial or its default (see ratelimit_fallback_nodes).",
+	}, func() float64 { n, _ := f.count(); return float64(n) }))
+	for _, src := range []string{nodesFromFlag, nodesFromRegistry, nodesFromInitial, nodesFromDefault} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "ratelimit_fallback_nodes",
+			Help:        "The N of the fallback share under the source it comes from (flag: --fallback-nodes, registry: Redis heartbeats, initial: --fallback-nodes-initial before the first heartbeat, default: the built-in 10 before it); 0 under the other sources.",
+			ConstLabels: prometheus.Labels{"source": src},
+		}, func() float64 {
+			if n, s := f.count(); s == src {
+				return float64(n)
+			}
+			return 0
+		}))
+	}
 }
 
 // redisLogger adapts slog to go-redis' logger interface.

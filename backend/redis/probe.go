@@ -1,0 +1,127 @@
+package redis
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rls/sluice/descriptors"
+)
+
+// The probe's bucket: the probe takes one token of probeTokens refilled
+// within probePeriod, so its take is always allowed and always written, and
+// the key expires within milliseconds.
+const (
+	probePeriod = time.Second
+	probeTokens = 1000
+)
+
+// probeTag starts the 16 bytes of every probe bucket's hash: the hash tag
+// of a probe key reads "sluice-probe" in hex, then a 4-byte number that
+// picks its cluster slot.
+const probeTag = "sluice-probe"
+
+// Ping checks that Redis is ready for decisions by doing what a decision
+// does: it runs token_bucket.lua (EVALSHA, then EVAL when the script is not
+// loaded) taking a token of a probe bucket, on a single Redis or on every
+// master of a Redis Cluster, and reads the reply. So a Redis that answers
+// PING but refuses the script or its write — out of memory with
+// maxmemory-policy noeviction, an ACL without EVALSHA or a key command the
+// script runs — fails the probe as it fails decisions, and the script is
+// loaded wherever the probe passed. In a cluster each master must also
+// report cluster_state:ok (a restarted master answers PING some seconds
+// before it serves its slots again). Errors are classified as Hit's are
+// (ErrorKind). The fail-open probe calls Ping to decide that the global
+// layer is usable again.
+//
+// The probe bucket's key is "<prefix>:{<32 hex>}" like any bucket's,
+// starting with the hex of "sluice-probe"; it expires within milliseconds.
+func (l *Limiter) Ping(ctx context.Context) error {
+	c, ok := l.client.(*goredis.ClusterClient)
+	if !ok {
+		return l.probeScript(ctx, l.client, l.probeKey(0))
+	}
+	return c.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
+		addr := m.Options().Addr
+		info, err := m.ClusterInfo(ctx).Result()
+		if err != nil {
+			return classify(ctx, "probe "+addr, err)
+		}
+		if !strings.Contains(info, "cluster_state:ok") {
+			return fmt.Errorf("backend/redis: probe %s: cluster_state is not ok: %w", addr, ErrConnection)
+		}
+		key, err := l.probeKeyOf(ctx, m)
+		if err != nil {
+			return err
+		}
+		return l.probeScript(ctx, m, key)
+	})
+}
+
+// probeKey returns the key of probe bucket n.
+func (l *Limiter) probeKey(n uint32) string {
+	var k descriptors.Key
+	copy(k[:], probeTag)
+	binary.BigEndian.PutUint32(k[len(probeTag):], n)
+	return string(l.appendKey(nil, k))
+}
+
+// probeKeyOf returns a probe key in a slot that cluster master m serves,
+// as m itself reports its slots.
+func (l *Limiter) probeKeyOf(ctx context.Context, m *goredis.Client) (string, error) {
+	addr := m.Options().Addr
+	id, err := m.ClusterMyID(ctx).Result()
+	if err != nil {
+		return "", classify(ctx, "probe "+addr, err)
+	}
+	slots, err := m.ClusterSlots(ctx).Result()
+	if err != nil {
+		return "", classify(ctx, "probe "+addr, err)
+	}
+	var mine []goredis.ClusterSlot
+	for _, s := range slots {
+		if len(s.Nodes) > 0 && s.Nodes[0].ID == id {
+			mine = append(mine, s)
+		}
+	}
+	// A master serving a share f of the slots takes about 1/f tries; one
+	// serving a single slot, 16384 on average.
+	for n := range uint32(16 * slotCount) {
+		key := l.probeKey(n)
+		sl := slot([]byte(key[len(l.prefix)+2 : len(key)-1]))
+		for _, s := range mine {
+			if sl >= int(s.Start) && sl <= int(s.End) {
+				return key, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("backend/redis: probe %s: the master serves no slot: %w", addr, ErrConnection)
+}
+
+// probeScript runs token_bucket.lua on c for one take of the probe bucket
+// key, loading the script when Redis lacks it, and checks the reply.
+func (l *Limiter) probeScript(ctx context.Context, c goredis.Scripter, key string) error {
+	// period (µs), requests, burst, cost, flags (a take): as part.add.
+	args := [argsPerKey]uint64{uint64(probePeriod / time.Microsecond), probeTokens, probeTokens, 1, 0}
+	blob := appendArgs(nil, 1, args[:])
+	keys := []string{key}
+	cmd := c.EvalSha(ctx, l.shaArg.(string), keys, blob)
+	if err := cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = c.Eval(ctx, tokenBucketLua, keys, blob)
+	}
+	if err := cmd.Err(); err != nil {
+		return classify(ctx, "probe: token_bucket.lua", err)
+	}
+	var reply [1]keyReply
+	if err := parseReply(cmd.Val(), reply[:]); err != nil {
+		return fmt.Errorf("backend/redis: probe: %w", err)
+	}
+	if !reply[0].allowed {
+		return fmt.Errorf("backend/redis: probe: the probe bucket refused its take: %w", ErrScript)
+	}
+	return nil
+}
