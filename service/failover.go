@@ -47,17 +47,24 @@ type FailoverOptions struct {
 	// Primary failing. Nil: any error after the caller's context ended is
 	// taken as the caller's.
 	Abandoned func(error) bool
-	Logger    *slog.Logger
-	Metrics   *FailoverMetrics // nil records nothing
-	Now       func() time.Time // nil = time.Now
+	// StallAfter: a timed-out call switches the node only when no call has
+	// succeeded for this long; until then it is answered by the failure
+	// mode alone. One slow call (a large request, a busy CPU) is no stalled
+	// Redis. 0 switches at the first timeout. Other errors always switch at
+	// once.
+	StallAfter time.Duration
+	Logger     *slog.Logger
+	Metrics    *FailoverMetrics // nil records nothing
+	Now        func() time.Time // nil = time.Now
 }
 
 // Failover is the global layer with failing open. While Primary answers it
-// is used; the first failed or timed-out call switches the node to fallback
-// — that call and every later one are answered by the failure mode, and no
-// request touches Primary — until a background probe, retried with backoff,
-// finds Primary answering and switches back. A stalled Redis so costs one
-// timeout per node, not one per request.
+// is used; the first failed call — or timed-out call with no success for
+// StallAfter — switches the node to fallback — that call and every later
+// one are answered by the failure mode, and no request touches Primary —
+// until a background probe, retried with backoff, finds Primary answering
+// and switches back. A stalled Redis so costs each node the timeouts of at
+// most StallAfter, not one per request.
 //
 // Only Primary's own failures count: a call that fails because its caller
 // gave up (its deadline passed, or it cancelled) is returned as an error to
@@ -73,6 +80,7 @@ type Failover struct {
 	opts       FailoverOptions
 	log        *slog.Logger
 	inFallback atomic.Bool
+	lastOK     atomic.Int64 // Unix nanoseconds of a recent success of Primary
 
 	mu        sync.Mutex // guards probing, recovered and lastWait
 	probing   bool
@@ -128,13 +136,26 @@ func (f *Failover) hit(ctx context.Context, hits []descriptors.Hit, states []des
 			f.opts.Metrics.observe(f.opts.Now().Sub(start), nil, f.opts.Classify)
 			return false, layerGlobal, err
 		}
-		f.opts.Metrics.observe(f.opts.Now().Sub(start), err, f.opts.Classify)
+		end := f.opts.Now()
+		f.opts.Metrics.observe(end.Sub(start), err, f.opts.Classify)
 		if err == nil {
+			f.noteSuccess(end)
 			return ok, layerGlobal, nil
 		}
-		f.enterFallback(err)
+		if !errors.Is(err, context.DeadlineExceeded) || end.UnixNano()-f.lastOK.Load() >= int64(f.opts.StallAfter) {
+			f.enterFallback(err)
+		}
 	}
 	return f.fallback(ctx, hits, states)
+}
+
+// noteSuccess records a success of Primary at t. It writes the shared
+// word at most once a millisecond, so concurrent callers do not contend
+// for it on every request.
+func (f *Failover) noteSuccess(t time.Time) {
+	if n := t.UnixNano(); n-f.lastOK.Load() > int64(time.Millisecond) {
+		f.lastOK.Store(n)
+	}
 }
 
 // abandoned reports whether err, returned by Primary under ctx, is the
@@ -236,6 +257,7 @@ func (f *Failover) probe() {
 	f.mu.Lock()
 	f.probing = false
 	f.recovered = f.opts.Now()
+	f.noteSuccess(f.recovered)
 	f.lastWait = wait
 	f.inFallback.Store(false)
 	f.mu.Unlock()

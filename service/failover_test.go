@@ -22,6 +22,7 @@ import (
 type flakyLimiter struct {
 	inner service.Limiter
 	fail  atomic.Bool
+	slow  atomic.Bool // time out, as backend/redis past --redis-timeout
 	calls atomic.Int64
 }
 
@@ -35,6 +36,9 @@ func (f *flakyLimiter) Hit(ctx context.Context, hits []descriptors.Hit, states [
 	f.calls.Add(1)
 	if f.fail.Load() {
 		return false, errDown // Redis' own failure, whatever ctx does
+	}
+	if f.slow.Load() {
+		return false, fmt.Errorf("redis: %w", context.DeadlineExceeded)
 	}
 	// As backend/redis: a caller that gave up gets its context's error.
 	if err := ctx.Err(); err != nil {
@@ -51,7 +55,7 @@ type failoverHarness struct {
 	probes   atomic.Int64
 }
 
-func newFailoverHarness(t *testing.T, mode service.FailureMode, nodes int) *failoverHarness {
+func newFailoverHarness(t *testing.T, mode service.FailureMode, nodes int, opts ...func(*service.FailoverOptions)) *failoverHarness {
 	t.Helper()
 	fh := &failoverHarness{}
 	reg := prometheus.NewRegistry()
@@ -67,7 +71,7 @@ descriptors:
 		clock := o.Now
 		o.Metrics = service.NewMetrics(reg)
 		fh.primary = &flakyLimiter{inner: memory.New(memory.Options{Now: clock})}
-		fh.failover = service.NewFailover(service.FailoverOptions{
+		fo := service.FailoverOptions{
 			Primary:  fh.primary,
 			Fallback: memory.New(memory.Options{Now: clock}),
 			Probe: func(context.Context) error {
@@ -81,7 +85,11 @@ descriptors:
 			Mode:      mode,
 			Metrics:   service.NewFailoverMetrics(reg),
 			Abandoned: func(err error) bool { return errors.Is(err, errGaveUp) },
-		})
+		}
+		for _, f := range opts {
+			f(&fo)
+		}
+		fh.failover = service.NewFailover(fo)
 		o.Global = fh.failover
 	})
 	fh.harness.reg = reg
@@ -233,5 +241,54 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestFailoverOneSlowCallIsNoStall(t *testing.T) {
+	var fh *failoverHarness
+	fh = newFailoverHarness(t, service.FailShare, 1, func(o *service.FailoverOptions) {
+		o.StallAfter = 30 * time.Millisecond
+		o.Now = func() time.Time { return fh.clock.Now() }
+	})
+	req := request("edge", desc("user_id=u"))
+	fh.call(t, req) // a success
+	fh.primary.slow.Store(true)
+	fh.clock.Advance(10 * time.Millisecond)
+	if got := fh.call(t, req).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+		t.Errorf("timed-out call answered %v, want OK from the fallback", got)
+	}
+	if fh.failover.InFallback() {
+		t.Fatal("one timeout 10ms after a success switched the node (StallAfter 30ms)")
+	}
+	fh.primary.slow.Store(false)
+	calls := fh.primary.calls.Load()
+	fh.call(t, req)
+	if fh.primary.calls.Load() == calls {
+		t.Fatal("the next request did not reach Redis")
+	}
+
+	// A stall: timeouts and no success for StallAfter.
+	fh.primary.slow.Store(true)
+	fh.clock.Advance(20 * time.Millisecond)
+	fh.call(t, req)
+	if fh.failover.InFallback() {
+		t.Fatal("switched 20ms after the last success (StallAfter 30ms)")
+	}
+	fh.clock.Advance(15 * time.Millisecond)
+	fh.call(t, req)
+	if !fh.failover.InFallback() {
+		t.Fatal("still on Redis after 35ms of timeouts without a success")
+	}
+	if got := metricValue(t, fh.harness, "ratelimit_redis_errors_total", map[string]string{"kind": "other"}); got != 3 {
+		t.Errorf("Redis errors counted %v, want 3 (each timeout)", got)
+	}
+
+	// Any other error switches at once.
+	fh2 := newFailoverHarness(t, service.FailShare, 1, func(o *service.FailoverOptions) { o.StallAfter = time.Hour })
+	fh2.call(t, req)
+	fh2.primary.fail.Store(true)
+	fh2.call(t, req)
+	if !fh2.failover.InFallback() {
+		t.Error("a connection error did not switch at once")
 	}
 }

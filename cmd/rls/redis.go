@@ -18,6 +18,10 @@ import (
 	"github.com/sluice-rls/sluice/service"
 )
 
+// stallCalls: Redis is taken as stalled, not just slow, once calls have
+// timed out for this many --redis-timeout periods with no success between.
+const stallCalls = 3
+
 // newRedisGlobal connects the global layer to --redis, wrapped in the
 // fail-open switch: a memory fallback enforcing this node's share, the
 // node registry that gives N, and the probe.
@@ -63,8 +67,11 @@ func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, r
 		Mode:      mode,
 		Classify:  redisbackend.ErrorKind,
 		Abandoned: func(err error) bool { return errors.Is(err, redisbackend.ErrAbandoned) },
-		Logger:    log,
-		Metrics:   service.NewFailoverMetrics(reg),
+		// A stalled Redis fails every call; a busy one fails a few while
+		// others succeed, and those few must not send the node to fallback.
+		StallAfter: stallCalls * st.RedisTimeout,
+		Logger:     log,
+		Metrics:    service.NewFailoverMetrics(reg),
 	})
 	closeAll := func() {
 		failover.Close()
