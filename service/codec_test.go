@@ -8,46 +8,9 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/encoding"
-	protoenc "google.golang.org/grpc/encoding/proto"
-	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/sluice-rls/sluice/internal/rawproto"
 )
-
-// rawCodec sends []byte as it is, as Envoy's protobuf library sends strings
-// that are not UTF-8, and decodes answers with gRPC's protobuf codec.
-type rawCodec struct{ proto encoding.CodecV2 }
-
-func (rawCodec) Name() string { return protoenc.Name }
-
-func (c rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if b, ok := v.([]byte); ok {
-		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
-	}
-	return c.proto.Marshal(v)
-}
-
-func (c rawCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
-
-// rawRequest encodes a RateLimitRequest of one-entry descriptors by hand,
-// so values may hold any bytes.
-func rawRequest(domain string, pairs ...[2]string) []byte {
-	var b []byte
-	b = protowire.AppendTag(b, 1, protowire.BytesType)
-	b = protowire.AppendString(b, domain)
-	for _, p := range pairs {
-		var e, d []byte
-		e = protowire.AppendTag(e, 1, protowire.BytesType)
-		e = protowire.AppendString(e, p[0])
-		e = protowire.AppendTag(e, 2, protowire.BytesType)
-		e = protowire.AppendString(e, p[1])
-		d = protowire.AppendTag(d, 1, protowire.BytesType)
-		d = protowire.AppendBytes(d, e)
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendBytes(b, d)
-	}
-	return b
-}
 
 // serveGRPC serves h's Server with opts on a loopback port and returns a
 // connection that sends raw bytes.
@@ -63,7 +26,7 @@ func serveGRPC(t *testing.T, h *harness, opts ...grpc.ServerOption) *grpc.Client
 	t.Cleanup(s.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{encoding.GetCodecV2(protoenc.Name)})))
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawproto.Codec{})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,8 +39,8 @@ func TestInvalidUTF8ValueIsLimited(t *testing.T) {
 	conn := serveGRPC(t, h, grpc.ForceServerCodecV2(h.srv.Codec()))
 	call := func(value string) (*rlsv3.RateLimitResponse, error) {
 		var resp rlsv3.RateLimitResponse
-		err := conn.Invoke(context.Background(), "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
-			rawRequest("edge", [2]string{"remote_address", "9.9.9.9"}, [2]string{"user_id", value}), &resp)
+		err := conn.Invoke(context.Background(), rawproto.Method,
+			rawproto.Request("edge", [2]string{"remote_address", "9.9.9.9"}, [2]string{"user_id", value}), &resp)
 		return &resp, err
 	}
 	admitted := 0
@@ -115,8 +78,8 @@ func TestInvalidUTF8WithoutCodecFails(t *testing.T) {
 	h := newHarness(t, malformedRules)
 	conn := serveGRPC(t, h)
 	var resp rlsv3.RateLimitResponse
-	err := conn.Invoke(context.Background(), "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
-		rawRequest("edge", [2]string{"user_id", "\xff"}), &resp)
+	err := conn.Invoke(context.Background(), rawproto.Method,
+		rawproto.Request("edge", [2]string{"user_id", "\xff"}), &resp)
 	if err == nil {
 		t.Fatal("gRPC's protobuf codec accepted invalid UTF-8; the Codec may no longer be needed")
 	}
