@@ -4,10 +4,8 @@ package integration
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -124,21 +122,9 @@ func TestJSONRefusesNegativeHits(t *testing.T) {
 func TestAdminMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "m.yaml", drainRules)
-	pki := t.TempDir()
-	ca, caKey := newCA(t)
-	writePEM(t, filepath.Join(pki, "ca.pem"), "CERTIFICATE", ca.Raw)
-	serverCert, serverKey := newLeaf(t, ca, caKey, "sluice", true)
-	writePEM(t, filepath.Join(pki, "server.pem"), "CERTIFICATE", serverCert)
-	writePEM(t, filepath.Join(pki, "server-key.pem"), "PRIVATE KEY", serverKey)
-	clientCert, clientKey := newLeaf(t, ca, caKey, "operator", false)
-	pair, err := tls.X509KeyPair(pemBytes("CERTIFICATE", clientCert), pemBytes("PRIVATE KEY", clientKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := startRLS(t, "--config", dir, "--tls-cert", filepath.Join(pki, "server.pem"), "--tls-key", filepath.Join(pki, "server-key.pem"),
-		"--tls-client-ca", filepath.Join(pki, "ca.pem"))
-	roots := x509.NewCertPool()
-	roots.AddCert(ca)
+	m := newMTLS(t)
+	p := startRLS(t, append([]string{"--config", dir}, m.flags...)...)
+	roots := m.roots
 	post := func(scheme string, certs []tls.Certificate) (int, error) {
 		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 			TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: certs, ServerName: "sluice"},
@@ -158,7 +144,7 @@ func TestAdminMutualTLS(t *testing.T) {
 	if _, err := post("https", nil); err == nil {
 		t.Errorf("POST /json without a client certificate was served")
 	}
-	if code, err := post("https", []tls.Certificate{pair}); err != nil || code != http.StatusOK {
+	if code, err := post("https", []tls.Certificate{m.client}); err != nil || code != http.StatusOK {
 		t.Errorf("POST /json with a client certificate: %d, %v; want 200", code, err)
 	}
 	if code, body := p.HTTPGet(t, "/healthcheck"); code != http.StatusOK {

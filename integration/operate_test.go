@@ -144,7 +144,17 @@ func TestReloadThroughTheBinary(t *testing.T) {
 	}
 }
 
-func TestMutualTLS(t *testing.T) {
+// mTLS is a test PKI: a CA, a server certificate for "sluice" and a client
+// certificate, the first two written to files for rls' TLS flags.
+type mTLS struct {
+	flags  []string // --tls-cert, --tls-key, --tls-client-ca and their files
+	roots  *x509.CertPool
+	client tls.Certificate
+}
+
+// newMTLS writes a PKI to a temporary directory.
+func newMTLS(t *testing.T) mTLS {
+	t.Helper()
 	dir := t.TempDir()
 	ca, caKey := newCA(t)
 	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.Raw)
@@ -152,11 +162,24 @@ func TestMutualTLS(t *testing.T) {
 	writePEM(t, filepath.Join(dir, "server.pem"), "CERTIFICATE", serverCert)
 	writePEM(t, filepath.Join(dir, "server-key.pem"), "PRIVATE KEY", serverKey)
 	clientCert, clientKey := newLeaf(t, ca, caKey, "envoy", false)
-
-	p := startRLS(t, "--tls-cert", filepath.Join(dir, "server.pem"), "--tls-key", filepath.Join(dir, "server-key.pem"),
-		"--tls-client-ca", filepath.Join(dir, "ca.pem"))
+	pair, err := tls.X509KeyPair(pemBytes("CERTIFICATE", clientCert), pemBytes("PRIVATE KEY", clientKey))
+	if err != nil {
+		t.Fatal(err)
+	}
 	roots := x509.NewCertPool()
 	roots.AddCert(ca)
+	return mTLS{
+		flags: []string{"--tls-cert", filepath.Join(dir, "server.pem"), "--tls-key", filepath.Join(dir, "server-key.pem"),
+			"--tls-client-ca", filepath.Join(dir, "ca.pem")},
+		roots:  roots,
+		client: pair,
+	}
+}
+
+func TestMutualTLS(t *testing.T) {
+	m := newMTLS(t)
+	p := startRLS(t, m.flags...)
+	roots := m.roots
 	call := func(certs []tls.Certificate) error {
 		creds := credentials.NewTLS(&tls.Config{RootCAs: roots, Certificates: certs, ServerName: "sluice"})
 		conn, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(creds))
@@ -169,11 +192,7 @@ func TestMutualTLS(t *testing.T) {
 		_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, request("edge", "user_id=tls"))
 		return err
 	}
-	pair, err := tls.X509KeyPair(pemBytes("CERTIFICATE", clientCert), pemBytes("PRIVATE KEY", clientKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := call([]tls.Certificate{pair}); err != nil {
+	if err := call([]tls.Certificate{m.client}); err != nil {
 		t.Errorf("client with a valid certificate: %v", err)
 	}
 	if err := call(nil); err == nil {
