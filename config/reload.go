@@ -253,10 +253,12 @@ func limitsOf(r *descriptors.Rule) string {
 type ReloadMetrics struct {
 	loads       *prometheus.CounterVec
 	lastSuccess prometheus.Gauge
+	lastOK      prometheus.Gauge
 }
 
-// NewReloadMetrics creates ratelimit_config_loads_total and
-// ratelimit_config_last_success_timestamp_seconds on reg.
+// NewReloadMetrics creates ratelimit_config_loads_total,
+// ratelimit_config_last_success_timestamp_seconds and
+// ratelimit_config_last_load_successful on reg.
 func NewReloadMetrics(reg prometheus.Registerer) *ReloadMetrics {
 	m := &ReloadMetrics{
 		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -267,10 +269,14 @@ func NewReloadMetrics(reg prometheus.Registerer) *ReloadMetrics {
 			Name: "ratelimit_config_last_success_timestamp_seconds",
 			Help: "Unix time of the last successful rule load.",
 		}),
+		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ratelimit_config_last_load_successful",
+			Help: "1 when the last rule load succeeded, 0 while the rule files on disk are rejected (the previous rules run).",
+		}),
 	}
 	m.loads.WithLabelValues("success")
 	m.loads.WithLabelValues("error")
-	reg.MustRegister(m.loads, m.lastSuccess)
+	reg.MustRegister(m.loads, m.lastSuccess, m.lastOK)
 	return m
 }
 
@@ -283,8 +289,10 @@ func (m *ReloadMetrics) loaded(ok bool, at time.Time) {
 	}
 	if !ok {
 		m.loads.WithLabelValues("error").Inc()
+		m.lastOK.Set(0)
 		return
 	}
 	m.loads.WithLabelValues("success").Inc()
+	m.lastOK.Set(1)
 	m.lastSuccess.Set(float64(at.UnixNano()) / 1e9)
 }

@@ -100,6 +100,21 @@ func (f *fixture) loads(t *testing.T, result string) float64 {
 	return -1
 }
 
+// gauge reads an unlabelled gauge; -1 when it does not exist.
+func (f *fixture) gauge(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}
+
 func TestReloadKeepsRulesOnError(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "rules.yaml")
@@ -120,6 +135,9 @@ func TestReloadKeepsRulesOnError(t *testing.T) {
 	if !strings.Contains(f.log.String(), "keeping the running rules") {
 		t.Errorf("log lacks the failure line:\n%s", f.log)
 	}
+	if got := f.gauge(t, "ratelimit_config_last_load_successful"); got != 0 {
+		t.Errorf("ratelimit_config_last_load_successful = %v after a failed reload, want 0 (until a load succeeds)", got)
+	}
 
 	os.WriteFile(file, []byte(rulesYAML(20)), 0o644)
 	if err := f.r.Reload(); err != nil {
@@ -130,6 +148,9 @@ func TestReloadKeepsRulesOnError(t *testing.T) {
 	}
 	if got := f.loads(t, "success"); got != 1 {
 		t.Errorf("success loads = %v, want 1", got)
+	}
+	if got := f.gauge(t, "ratelimit_config_last_load_successful"); got != 1 {
+		t.Errorf("ratelimit_config_last_load_successful = %v after a good reload, want 1", got)
 	}
 	if log := f.log.String(); !strings.Contains(log, "rule changed") || !strings.Contains(log, "10/second") || !strings.Contains(log, "20/second") {
 		t.Errorf("log lacks the old → new line:\n%s", log)

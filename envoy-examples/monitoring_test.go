@@ -40,6 +40,7 @@ var designMetrics = map[string]metricSpec{
 	"ratelimit_invalid_requests_total":                {},
 	"ratelimit_malformed_parts_total":                 {labels: []string{"kind"}},
 	"ratelimit_memory_full_refusals_total":            {labels: []string{"backend"}},
+	"ratelimit_config_last_load_successful":           {},
 }
 
 // targetLabels are the labels Prometheus adds to every scraped series.
@@ -156,7 +157,7 @@ func TestPrometheusRules(t *testing.T) {
 		{"SluiceRedisErrors", "ratelimit_redis_errors_total"},
 		{"SluiceNeverReachedRedis", `ratelimit_fallback_nodes{source=~"initial|default"}`},
 		{"SluiceRedisSlow", "ratelimit_redis_duration_seconds_bucket"},
-		{"SluiceConfigLoadFailed", `ratelimit_config_loads_total{result="error"}`},
+		{"SluiceConfigLoadFailed", "ratelimit_config_last_load_successful == 0"},
 		{"SluiceInvalidRequests", "ratelimit_invalid_requests_total"},
 		{"SluiceMalformedRequests", "ratelimit_malformed_parts_total"},
 		{"SluiceMemoryTableFull", "ratelimit_memory_full_refusals_total"},
