@@ -207,7 +207,8 @@ func loadRules(t *testing.T, files map[string]string, domain string) *descriptor
 }
 
 // checkDescriptorRules checks each rate_limits entry: it cannot produce an
-// empty descriptor (which sluice refuses as malformed), and the descriptor
+// empty descriptor (which sluice answers OK for that descriptor: an entry
+// that limits nothing, docs/design-notes.md), and the descriptor
 // it produces, with sample values where the request supplies them, matches
 // a rule of dom.
 func checkDescriptorRules(t *testing.T, where string, dom *descriptors.Domain, rls []*routev3.RateLimit) {
@@ -218,7 +219,7 @@ func checkDescriptorRules(t *testing.T, where string, dom *descriptors.Domain, r
 	for i, rl := range rls {
 		entries, mayBeEmpty := descriptorShape(t, rl)
 		if mayBeEmpty {
-			t.Errorf("%s: rate_limits entry %d (%v) sends an empty descriptor when its headers are absent (skip_if_absent on every action)", where, i, rl)
+			t.Errorf("%s: rate_limits entry %d (%v) sends an empty descriptor when its headers are absent (skip_if_absent on every action), which limits nothing", where, i, rl)
 		}
 		var rest []descriptors.Entry
 		for _, e := range entries {
