@@ -80,6 +80,7 @@ func TestEnvoyFilters(t *testing.T) {
 			t.Fatalf("%s/: the ratelimit filter calls cluster %q, which no CLUSTER patch adds", dir, name)
 		}
 		checkHTTP2(t, dir+"/ cluster "+name, c)
+		checkGRPCHealth(t, dir+"/ cluster "+name, c)
 		checkClusterService(t, dir, c, objs)
 		checkDescriptorRules(t, dir+"/ EnvoyFilters", configMapDomain(t, objs, rl.GetDomain()), p.rateLimits)
 	}
