@@ -29,6 +29,8 @@ var apiVersions = map[string]string{
 	"HorizontalPodAutoscaler": "autoscaling/v2",
 	"ServiceMonitor":          "monitoring.coreos.com/v1",
 	"EnvoyFilter":             "networking.istio.io/v1alpha3",
+	"Gateway":                 "gateway.networking.k8s.io/v1",
+	"HTTPRoute":               "gateway.networking.k8s.io/v1",
 }
 
 // dnsLabel is the form of Kubernetes object names used here (RFC 1123).
