@@ -117,13 +117,7 @@ func TestEnvoySluiceCluster(t *testing.T) {
 	if port := eps[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue(); port != 8081 {
 		t.Errorf("cluster sluice port %d, want sluice's gRPC port 8081", port)
 	}
-	var grpcHealth bool
-	for _, hc := range sluice.GetHealthChecks() {
-		grpcHealth = grpcHealth || hc.GetGrpcHealthCheck() != nil
-	}
-	if !grpcHealth {
-		t.Errorf("cluster sluice has no gRPC health check (sluice serves grpc.health.v1)")
-	}
+	checkGRPCHealth(t, "cluster sluice", sluice)
 
 	// Every route goes to a defined cluster.
 	for _, vh := range connectionManager(t, b).GetRouteConfig().GetVirtualHosts() {
@@ -133,6 +127,23 @@ func TestEnvoySluiceCluster(t *testing.T) {
 			}
 		}
 	}
+}
+
+// checkGRPCHealth checks that c health-checks its hosts actively with
+// grpc.health.v1, which sluice serves (NOT_SERVING once it drains), often
+// enough to drop a draining pod within the preStop pause.
+func checkGRPCHealth(t *testing.T, where string, c *clusterv3.Cluster) {
+	t.Helper()
+	for _, hc := range c.GetHealthChecks() {
+		if hc.GetGrpcHealthCheck() == nil {
+			continue
+		}
+		if iv := hc.GetInterval().AsDuration(); iv <= 0 || iv*time.Duration(max(hc.GetUnhealthyThreshold().GetValue(), 1)) > 5*time.Second {
+			t.Errorf("%s: gRPC health check every %v, %d failures to eject: a draining pod stays in rotation past the 5s preStop pause", where, iv, hc.GetUnhealthyThreshold().GetValue())
+		}
+		return
+	}
+	t.Errorf("%s: no active gRPC health check (sluice serves grpc.health.v1)", where)
 }
 
 // checkHTTP2 checks that c speaks HTTP/2 to its upstream, as gRPC needs.
@@ -207,7 +218,8 @@ func loadRules(t *testing.T, files map[string]string, domain string) *descriptor
 }
 
 // checkDescriptorRules checks each rate_limits entry: it cannot produce an
-// empty descriptor (which sluice refuses as malformed), and the descriptor
+// empty descriptor (which sluice answers OK for that descriptor: an entry
+// that limits nothing, docs/design-notes.md), and the descriptor
 // it produces, with sample values where the request supplies them, matches
 // a rule of dom.
 func checkDescriptorRules(t *testing.T, where string, dom *descriptors.Domain, rls []*routev3.RateLimit) {
@@ -218,7 +230,7 @@ func checkDescriptorRules(t *testing.T, where string, dom *descriptors.Domain, r
 	for i, rl := range rls {
 		entries, mayBeEmpty := descriptorShape(t, rl)
 		if mayBeEmpty {
-			t.Errorf("%s: rate_limits entry %d (%v) sends an empty descriptor when its headers are absent (skip_if_absent on every action)", where, i, rl)
+			t.Errorf("%s: rate_limits entry %d (%v) sends an empty descriptor when its headers are absent (skip_if_absent on every action), which limits nothing", where, i, rl)
 		}
 		var rest []descriptors.Entry
 		for _, e := range entries {

@@ -2,6 +2,7 @@ package examples
 
 import (
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +22,11 @@ type envoyFilterSpec struct {
 	WorkloadSelector struct {
 		Labels map[string]string `yaml:"labels"`
 	} `yaml:"workloadSelector"`
+	TargetRefs []struct {
+		Group string `yaml:"group"`
+		Kind  string `yaml:"kind"`
+		Name  string `yaml:"name"`
+	} `yaml:"targetRefs"`
 	ConfigPatches []struct {
 		ApplyTo string         `yaml:"applyTo"`
 		Match   map[string]any `yaml:"match"`
@@ -60,15 +66,25 @@ type istioPatches struct {
 // ConfigMap there.
 func TestEnvoyFilters(t *testing.T) {
 	found := false
-	for dir, objs := range objectsByDir(t) {
+	byDir := objectsByDir(t)
+	for dir, objs := range byDir {
 		efs := ofKind(objs, "EnvoyFilter")
 		if len(efs) == 0 {
 			continue
 		}
 		found = true
+		// A variant in a subdirectory (istio/gateway-api/) is applied
+		// with sluice from its parent (istio/sluice.yaml).
+		if parent := path.Dir(dir); parent != "." {
+			for _, o := range byDir[parent] {
+				if o.Kind != "EnvoyFilter" {
+					objs = append(objs, o)
+				}
+			}
+		}
 		p := istioPatches{clusters: make(map[string]*clusterv3.Cluster)}
 		for _, ef := range efs {
-			decodePatches(t, ef, &p)
+			decodePatches(t, ef, &p, objs)
 		}
 		if len(p.filters) != 1 {
 			t.Fatalf("%s/: %d ratelimit filters inserted, want 1", dir, len(p.filters))
@@ -80,6 +96,7 @@ func TestEnvoyFilters(t *testing.T) {
 			t.Fatalf("%s/: the ratelimit filter calls cluster %q, which no CLUSTER patch adds", dir, name)
 		}
 		checkHTTP2(t, dir+"/ cluster "+name, c)
+		checkGRPCHealth(t, dir+"/ cluster "+name, c)
 		checkClusterService(t, dir, c, objs)
 		checkDescriptorRules(t, dir+"/ EnvoyFilters", configMapDomain(t, objs, rl.GetDomain()), p.rateLimits)
 	}
@@ -90,15 +107,19 @@ func TestEnvoyFilters(t *testing.T) {
 
 // decodePatches decodes and validates the patches of one EnvoyFilter and
 // collects what they add into p.
-func decodePatches(t *testing.T, ef *object, p *istioPatches) {
+func decodePatches(t *testing.T, ef *object, p *istioPatches, objs []*object) {
 	t.Helper()
 	var spec envoyFilterSpec
 	ef.spec(t, &spec)
-	if len(spec.WorkloadSelector.Labels) == 0 {
-		t.Errorf("%s: no workloadSelector: it would patch every proxy in its namespace", ef)
-	}
+	context := patchContext(t, ef, &spec, objs)
 	for i, cp := range spec.ConfigPatches {
 		where := fmt.Sprintf("%s: configPatches[%d] %s %s", ef, i, cp.ApplyTo, cp.Patch.Operation)
+		if got := cp.Match["context"]; got != context {
+			t.Errorf("%s: match.context %v, want %s for the proxy it attaches to", where, got, context)
+		}
+		if _, ok := cp.Match["waypoint"]; ok != (context == "WAYPOINT") {
+			t.Errorf("%s: a waypoint match goes with context WAYPOINT and only with it", where)
+		}
 		newMsg, ok := patchTypes[cp.ApplyTo]
 		if !ok {
 			t.Errorf("%s: applyTo %q unknown to this test", where, cp.ApplyTo)
@@ -139,12 +160,66 @@ func decodePatches(t *testing.T, ef *object, p *istioPatches) {
 	}
 }
 
+// patchContext returns the patch context an EnvoyFilter's patches must
+// match, from what it attaches to: a workloadSelector (the classic
+// ingress gateway), or targetRefs to a Gateway defined beside it in its
+// namespace, of Istio's gateway class (GATEWAY) or waypoint class
+// (WAYPOINT). It fails an EnvoyFilter that would patch every proxy of its
+// namespace, or both selects and targets.
+func patchContext(t *testing.T, ef *object, spec *envoyFilterSpec, objs []*object) string {
+	t.Helper()
+	selector, refs := len(spec.WorkloadSelector.Labels) > 0, len(spec.TargetRefs) > 0
+	switch {
+	case selector && refs:
+		t.Errorf("%s: both workloadSelector and targetRefs: Istio refuses it", ef)
+		return ""
+	case selector:
+		if spec.WorkloadSelector.Labels["istio"] == "ingressgateway" {
+			return "GATEWAY"
+		}
+		return "SIDECAR_INBOUND"
+	case !refs:
+		t.Errorf("%s: no workloadSelector nor targetRefs: it would patch every proxy in its namespace", ef)
+		return ""
+	}
+	context := ""
+	for _, ref := range spec.TargetRefs {
+		var gw *object
+		for _, o := range ofKind(objs, "Gateway") {
+			if o.Metadata.Name == ref.Name && o.Metadata.Namespace == ef.Metadata.Namespace {
+				gw = o
+			}
+		}
+		if ref.Group != "gateway.networking.k8s.io" || ref.Kind != "Gateway" || gw == nil {
+			t.Errorf("%s: targetRef %+v is no Gateway defined beside it in namespace %s", ef, ref, ef.Metadata.Namespace)
+			continue
+		}
+		var gs struct {
+			GatewayClassName string `yaml:"gatewayClassName"`
+		}
+		gw.spec(t, &gs)
+		want := map[string]string{"istio": "GATEWAY", "istio-waypoint": "WAYPOINT"}[gs.GatewayClassName]
+		if want == "" {
+			t.Errorf("%s: targets %s of class %q, not Istio's gateway or waypoint class", ef, gw, gs.GatewayClassName)
+		}
+		if context != "" && context != want {
+			t.Errorf("%s: targets both gateways and waypoints", ef)
+		}
+		context = want
+	}
+	return context
+}
+
 // checkFilterPosition checks that an HTTP filter goes right before the
 // router of the HTTP connection manager, as Istio documents.
 func checkFilterPosition(t *testing.T, where string, match map[string]any, op string) {
 	t.Helper()
 	filter := dig(match, "listener", "filterChain", "filter", "name")
 	sub := dig(match, "listener", "filterChain", "filter", "subFilter", "name")
+	if _, ok := match["waypoint"]; ok {
+		filter = dig(match, "waypoint", "filter", "name")
+		sub = dig(match, "waypoint", "filter", "subFilter", "name")
+	}
 	if op != "INSERT_BEFORE" || filter != "envoy.filters.network.http_connection_manager" || sub != routerFilter {
 		t.Errorf("%s: inserted %s %v/%v, want INSERT_BEFORE envoy.filters.network.http_connection_manager/%s",
 			where, op, filter, sub, routerFilter)
@@ -203,4 +278,48 @@ func configMapDomain(t *testing.T, objs []*object, domain string) *descriptors.D
 		}
 	}
 	return loadRules(t, files, domain)
+}
+
+// TestGatewayRoutes checks that every HTTPRoute attaches to a Gateway of
+// Istio's class defined beside it, by name and listener.
+func TestGatewayRoutes(t *testing.T) {
+	found := false
+	for dir, objs := range objectsByDir(t) {
+		for _, r := range ofKind(objs, "HTTPRoute") {
+			found = true
+			var spec struct {
+				ParentRefs []struct {
+					Name        string `yaml:"name"`
+					SectionName string `yaml:"sectionName"`
+				} `yaml:"parentRefs"`
+			}
+			r.spec(t, &spec)
+			if len(spec.ParentRefs) == 0 {
+				t.Errorf("%s: no parentRefs", r)
+			}
+			for _, ref := range spec.ParentRefs {
+				ok := slices.ContainsFunc(ofKind(objs, "Gateway"), func(g *object) bool {
+					var gs struct {
+						GatewayClassName string `yaml:"gatewayClassName"`
+						Listeners        []struct {
+							Name string `yaml:"name"`
+						} `yaml:"listeners"`
+					}
+					g.spec(t, &gs)
+					return g.Metadata.Name == ref.Name && g.Metadata.Namespace == r.Metadata.Namespace && gs.GatewayClassName == "istio" &&
+						(ref.SectionName == "" || slices.ContainsFunc(gs.Listeners, func(l struct {
+							Name string `yaml:"name"`
+						}) bool {
+							return l.Name == ref.SectionName
+						}))
+				})
+				if !ok {
+					t.Errorf("%s: parentRef %+v is no listener of an Istio Gateway in %s/", r, ref, dir)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no HTTPRoute found")
+	}
 }
