@@ -40,6 +40,7 @@ var designMetrics = map[string]metricSpec{
 	"ratelimit_invalid_requests_total":                {},
 	"ratelimit_malformed_parts_total":                 {labels: []string{"kind"}},
 	"ratelimit_memory_full_refusals_total":            {labels: []string{"backend"}},
+	"ratelimit_build_info":                            {labels: []string{"version", "commit", "goversion"}},
 }
 
 // targetLabels are the labels Prometheus adds to every scraped series.

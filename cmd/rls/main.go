@@ -3,7 +3,7 @@
 //	rls serve [flags]                 run the service (embedded example rules by default)
 //	rls validate PATH...              check rule files or directories
 //	rls check --domain D k=v[,k=v]... ask a running server for a decision
-//	rls version                       print the version
+//	rls version                       print the version, commit and Go version
 //
 // main only wires signals and exit codes; run holds the logic so that tests
 // can call it in-process.
@@ -47,7 +47,7 @@ const usage = `usage:
   rls validate PATH...                 check rule files or directories of *.yaml
   rls check [flags] KEY=VALUE[,KEY=VALUE]...
                                        ask a running server; one argument per descriptor
-  rls version                          print the version
+  rls version                          print the version, commit and Go version
 `
 
 // run executes one rls command.
@@ -64,7 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "check":
 		return check(ctx, args[1:], stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "rls", version())
+		fmt.Fprintln(stdout, currentBuild())
 		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

@@ -58,6 +58,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	defer cancel()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerBuildInfo(reg, currentBuild())
 	reloadMetrics := config.NewReloadMetrics(reg)
 	reloadMetrics.Loaded(true, time.Now())
 	reloader := &config.Reloader{
