@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
 # sluice's container image: a static rls binary on distroless, running as
-# nonroot (uid 65532).
+# nonroot (uid:gid 65532:65532).
 #
 #   docker build -t sluice-rls/sluice .
 #   docker run --rm -p 8080:8080 -p 8081:8081 sluice-rls/sluice
@@ -17,22 +17,54 @@
 # variables (-e RLS_REDIS=...). The root filesystem can be read-only: sluice
 # writes nothing to disk.
 
+# Release builds pass the tag and commit (README.md, "Release"); without them
+# `rls version` reports "devel" and "unknown" (the context has no .git).
+#
+#   docker build --build-arg VERSION=v1.2.3 --build-arg COMMIT=$(git rev-parse HEAD) .
+ARG VERSION=devel
+ARG COMMIT=unknown
+
+# Base images are pinned by digest (the multi-platform index), so a rebuild
+# of the same commit uses the same bases; the tag stays beside it for
+# readers and for Renovate/Dependabot. To refresh, read the current index
+# digest of the tag and replace the one after @sha256:
+#
+#   docker buildx imagetools inspect golang:1.26
+#   docker buildx imagetools inspect gcr.io/distroless/static-debian12:nonroot
+#
+# (the "Digest:" line of the top-level index). Both digests below were taken
+# without registry access, from public Dockerfiles that pin them (December
+# 2026): golang's from cilium/ariane's Renovate-maintained Dockerfile,
+# distroless's as pinned in over ten others. Check both with the commands
+# above before a release.
+#
 # Go 1.26, as go.mod requires.
-FROM golang:1.26 AS build
+FROM golang:1.26@sha256:3aff6657219a4d9c14e27fb1d8976c49c29fddb70ba835014f477e1c70636647 AS build
+ARG VERSION
+ARG COMMIT
 WORKDIR /src
 # Module downloads first: a layer that survives source-only changes.
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# The Makefile's build target, minus the -X version stamp (no .git in the
-# build context): `rls version` reports the module version or "devel".
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/rls ./cmd/rls
+# The Makefile's build target, with the tag and commit of the build args.
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.buildVersion=${VERSION} -X main.buildCommit=${COMMIT}" -o /out/rls ./cmd/rls
 
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM gcr.io/distroless/static-debian12:nonroot@sha256:d093aa3e30dbadd3efe1310db061a14da60299baff8450a17fe0ccc514a16639
+ARG VERSION
+ARG COMMIT
+LABEL org.opencontainers.image.source="https://github.com/sluice-rls/sluice" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${COMMIT}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.title="sluice" \
+      org.opencontainers.image.description="Rate-limit service for Envoy (gRPC RateLimitService v3)"
 COPY --from=build /out/rls /rls
 # 8081: gRPC (RateLimitService v3, grpc.health.v1). 8080: HTTP (/healthcheck,
 # /metrics, /rlconfig).
 EXPOSE 8080 8081
-USER nonroot:nonroot
+# Numeric: a kubelet with runAsNonRoot and no runAsUser refuses a named user
+# (it cannot check that "nonroot" is not root). 65532 is distroless's nonroot.
+USER 65532:65532
 ENTRYPOINT ["/rls"]
 CMD ["serve"]

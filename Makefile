@@ -4,7 +4,9 @@ GO        ?= go
 GOFLAGS   ?=
 BIN       := bin/rls
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
-LDFLAGS   := -s -w -X main.buildVersion=$(VERSION)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# `rls version` and ratelimit_build_info report these (cmd/rls/version.go).
+LDFLAGS   := -s -w -X main.buildVersion=$(VERSION) -X main.buildCommit=$(COMMIT)
 
 .PHONY: all build run test unit lint fuzz bench bench-micro clean
 

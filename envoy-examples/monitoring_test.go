@@ -41,6 +41,7 @@ var designMetrics = map[string]metricSpec{
 	"ratelimit_malformed_parts_total":                 {labels: []string{"kind"}},
 	"ratelimit_memory_full_refusals_total":            {labels: []string{"backend"}},
 	"ratelimit_config_last_load_successful":           {},
+	"ratelimit_build_info":                            {labels: []string{"version", "commit", "goversion"}},
 }
 
 // targetLabels are the labels Prometheus adds to every scraped series.

@@ -152,7 +152,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ratelimit_request_duration_seconds",
 			Help:    "Time to decide a ShouldRateLimit request.",
-			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .02, .05},
+			Buckets: []float64{.000005, .00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .02, .05},
 		}),
 		unknownDomains: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ratelimit_unknown_domain_requests_total",

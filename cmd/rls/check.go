@@ -2,20 +2,46 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
+// errOverLimit is check's answer OVER_LIMIT, already printed: exit 1.
+var errOverLimit = errors.New("over limit")
+
+// checkError is a check that got no decision (connection, TLS, a call
+// error or an answer other than OK and OVER_LIMIT): exit 2, as for a usage
+// error, so that 1 always means OVER_LIMIT.
+type checkError struct{ err error }
+
+func (e checkError) Error() string { return e.err.Error() }
+func (e checkError) Unwrap() error { return e.err }
+
+const checkUsage = `usage: rls check [flags] KEY=VALUE[,KEY=VALUE]...  (one argument per descriptor)
+
+Exit status: 0 OK, 1 OVER_LIMIT, 2 error (usage, connection, TLS, no decision).
+TLS: --tls-ca (or --tls-cert) switches to TLS and verifies the server;
+--tls-cert and --tls-key present a client certificate (mTLS).
+
+`
+
 // check asks a running server for one decision and prints it: the overall
-// code, one line per descriptor and the headers the server adds.
+// code, one line per descriptor and the headers the server adds. It
+// returns nil on OK, errOverLimit on OVER_LIMIT, errUsage or a checkError
+// otherwise.
 func check(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -23,18 +49,32 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	domain := fs.String("domain", "edge", "rate-limit domain")
 	hits := fs.Uint("hits", 0, "hits_addend of the request (0 = 1)")
 	timeout := fs.Duration("timeout", 2*time.Second, "deadline of the call")
+	var tf checkTLSFlags
+	fs.StringVar(&tf.ca, "tls-ca", "", "PEM bundle of the CAs to verify the server with (default with --tls-cert: the system roots)")
+	fs.StringVar(&tf.cert, "tls-cert", "", "PEM client certificate to present (mTLS; needs --tls-key)")
+	fs.StringVar(&tf.key, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&tf.serverName, "tls-server-name", "", "name the server certificate must carry (default: the host of --addr)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: rls check [flags] KEY=VALUE[,KEY=VALUE]...  (one argument per descriptor)\n")
+		fmt.Fprint(stderr, checkUsage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if (tf.cert == "") != (tf.key == "") {
+		fmt.Fprintln(stderr, "rls check: --tls-cert and --tls-key go together")
+		return errUsage
+	}
+	if tf.serverName != "" && !tf.enabled() {
+		fmt.Fprintln(stderr, "rls check: --tls-server-name needs --tls-ca or --tls-cert")
 		return errUsage
 	}
 	req := &rlsv3.RateLimitRequest{Domain: *domain, HitsAddend: uint32(*hits)}
 	for _, arg := range fs.Args() {
 		d, err := parseDescriptor(arg)
 		if err != nil {
-			return err
+			fmt.Fprintln(stderr, "rls check:", err)
+			return errUsage
 		}
 		req.Descriptors = append(req.Descriptors, d)
 	}
@@ -42,19 +82,63 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errUsage
 	}
-	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds, err := tf.credentials()
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", *addr, err)
+		return checkError{err}
+	}
+	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return checkError{fmt.Errorf("connect to %s: %w", *addr, err)}
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
 	if err != nil {
-		return fmt.Errorf("ShouldRateLimit on %s: %w", *addr, err)
+		return checkError{fmt.Errorf("ShouldRateLimit on %s: %w", *addr, err)}
 	}
 	printResponse(stdout, fs.Args(), resp)
-	return nil
+	switch resp.GetOverallCode() {
+	case rlsv3.RateLimitResponse_OK:
+		return nil
+	case rlsv3.RateLimitResponse_OVER_LIMIT:
+		return errOverLimit
+	}
+	return checkError{fmt.Errorf("%s answered %s, neither OK nor OVER_LIMIT", *addr, resp.GetOverallCode())}
+}
+
+// checkTLSFlags are rls check's --tls-* flags.
+type checkTLSFlags struct{ ca, cert, key, serverName string }
+
+func (f checkTLSFlags) enabled() bool { return f.ca != "" || f.cert != "" }
+
+// credentials returns plaintext without --tls-ca and --tls-cert, else TLS
+// verifying the server (against --tls-ca, or the system roots) and
+// presenting --tls-cert when set.
+func (f checkTLSFlags) credentials() (credentials.TransportCredentials, error) {
+	if !f.enabled() {
+		return insecure.NewCredentials(), nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.serverName}
+	if f.ca != "" {
+		pem, err := os.ReadFile(f.ca)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca %s: no PEM certificates", f.ca)
+		}
+		cfg.RootCAs = pool
+	}
+	if f.cert != "" {
+		pair, err := tls.LoadX509KeyPair(f.cert, f.key)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return credentials.NewTLS(cfg), nil
 }
 
 // parseDescriptor turns "k=v,k2=v2" into a descriptor.

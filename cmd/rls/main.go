@@ -3,7 +3,8 @@
 //	rls serve [flags]                 run the service (embedded example rules by default)
 //	rls validate PATH...              check rule files or directories
 //	rls check --domain D k=v[,k=v]... ask a running server for a decision
-//	rls version                       print the version
+//	                                  (exit 0 OK, 1 OVER_LIMIT, 2 error)
+//	rls version                       print the version, commit and Go version
 //
 // main only wires signals and exit codes; run holds the logic so that tests
 // can call it in-process.
@@ -23,7 +24,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv); err != nil {
-		if !errors.Is(err, errUsage) {
+		if !errors.Is(err, errUsage) && !errors.Is(err, errOverLimit) {
 			fmt.Fprintln(os.Stderr, "rls:", err)
 		}
 		stop()
@@ -34,9 +35,10 @@ func main() {
 // errUsage marks errors whose message the flag package already printed.
 var errUsage = errors.New("usage")
 
-// exitCode is 2 for usage errors, 1 otherwise.
+// exitCode is 2 for usage errors and failed checks, 1 otherwise (among
+// them rls check's OVER_LIMIT).
 func exitCode(err error) int {
-	if errors.Is(err, errUsage) {
+	if errors.Is(err, errUsage) || errors.As(err, new(checkError)) {
 		return 2
 	}
 	return 1
@@ -46,8 +48,9 @@ const usage = `usage:
   rls serve [flags]                    run the rate-limit service (rls serve -h lists flags)
   rls validate PATH...                 check rule files or directories of *.yaml
   rls check [flags] KEY=VALUE[,KEY=VALUE]...
-                                       ask a running server; one argument per descriptor
-  rls version                          print the version
+                                       ask a running server; one argument per descriptor;
+                                       exit 0 OK, 1 OVER_LIMIT, 2 error (--tls-* for TLS)
+  rls version                          print the version, commit and Go version
 `
 
 // run executes one rls command.
@@ -64,7 +67,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "check":
 		return check(ctx, args[1:], stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "rls", version())
+		fmt.Fprintln(stdout, currentBuild())
 		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

@@ -24,3 +24,19 @@ func registerFullRefusals(reg prometheus.Registerer, name string, count func() u
 		ConstLabels: prometheus.Labels{"backend": name},
 	}, func() float64 { return float64(count()) }))
 }
+
+// registerBuildInfo exports ratelimit_build_info{version,commit,goversion},
+// always 1: the build of the running binary, for joins and dashboards.
+func registerBuildInfo(reg prometheus.Registerer, b buildInfo) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ratelimit_build_info",
+		Help: "Build of the running rls binary (always 1): release version, VCS commit and Go version.",
+		ConstLabels: prometheus.Labels{
+			"version":   b.Version,
+			"commit":    b.Commit,
+			"goversion": b.GoVersion,
+		},
+	})
+	g.Set(1)
+	reg.MustRegister(g)
+}

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rls/sluice/service"
 )
 
 func TestRegisterFullRefusals(t *testing.T) {
@@ -32,5 +35,43 @@ func TestRegisterFullRefusals(t *testing.T) {
 	}
 	if len(got) != 2 || got["local"] != 7 || got["global"] != 0 {
 		t.Errorf("ratelimit_memory_full_refusals_total by backend = %v, want local 7, global 0", got)
+	}
+}
+
+// TestDecisionHistogramBuckets: local decisions take a few microseconds, so
+// the histogram needs buckets below 20 µs to tell them apart, and a bound at
+// 10 ms, the threshold of the SluiceSlowDecisions alert.
+func TestDecisionHistogramBuckets(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	service.NewMetrics(reg)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bounds []float64
+	for _, mf := range mfs {
+		if mf.GetName() == "ratelimit_request_duration_seconds" {
+			for _, b := range mf.GetMetric()[0].GetHistogram().GetBucket() {
+				bounds = append(bounds, b.GetUpperBound())
+			}
+		}
+	}
+	if len(bounds) == 0 {
+		t.Fatal("ratelimit_request_duration_seconds not registered")
+	}
+	if !slices.IsSorted(bounds) {
+		t.Errorf("bounds %v not increasing", bounds)
+	}
+	var below20us int
+	for _, b := range bounds {
+		if b < 20e-6 {
+			below20us++
+		}
+	}
+	if bounds[0] > 5e-6 || below20us < 2 {
+		t.Errorf("bounds %v: want the lowest at 5 µs or less and at least two below 20 µs", bounds)
+	}
+	if !slices.Contains(bounds, 0.01) || bounds[len(bounds)-1] < 0.05 {
+		t.Errorf("bounds %v: want 0.01 (the alert's threshold) and a top bound of at least 50 ms", bounds)
 	}
 }

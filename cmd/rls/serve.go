@@ -58,6 +58,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	defer cancel()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerBuildInfo(reg, currentBuild())
 	reloadMetrics := config.NewReloadMetrics(reg)
 	reloadMetrics.Loaded(true, time.Now())
 	reloader := &config.Reloader{
@@ -318,6 +319,7 @@ func newLogger(st config.Settings, w io.Writer) (*slog.Logger, error) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case "json":
+		opts.ReplaceAttr = durationsAsText
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format must be text or json, not %q", st.LogFormat)

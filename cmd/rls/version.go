@@ -1,27 +1,82 @@
 package main
 
-import "runtime/debug"
+import (
+	"runtime"
+	"runtime/debug"
+)
 
-// buildVersion is set at link time: -ldflags "-X main.buildVersion=v1.2.3".
-var buildVersion string
+// Set at link time by `make build` and the Dockerfile:
+//
+//	-ldflags "-X main.buildVersion=v1.2.3 -X main.buildCommit=0123abc"
+var (
+	buildVersion string
+	buildCommit  string
+)
 
-// version returns the link-time version, else the module version or VCS
-// revision recorded by the go command.
-func version() string {
+// buildInfo is what `rls version` prints and ratelimit_build_info exports.
+type buildInfo struct {
+	Version   string // the release tag, e.g. v1.2.3
+	Commit    string // the VCS revision the binary was built from
+	GoVersion string // the Go toolchain, e.g. go1.26.8
+}
+
+// String is the line `rls version` prints.
+func (b buildInfo) String() string {
+	return "rls " + b.Version + " (commit " + b.Commit + ", " + b.GoVersion + ")"
+}
+
+// currentBuild returns the link-time version and commit; without them, the
+// module version or VCS revision the go command recorded.
+func currentBuild() buildInfo {
+	info, _ := debug.ReadBuildInfo()
+	return buildInfo{
+		Version:   versionOf(info),
+		Commit:    commitOf(info),
+		GoVersion: runtime.Version(),
+	}
+}
+
+// version returns the version of the running binary (currentBuild).
+func version() string { return currentBuild().Version }
+
+// versionOf returns the link-time version, else the module version or VCS
+// revision in info (nil: none recorded), else "devel".
+func versionOf(info *debug.BuildInfo) string {
 	if buildVersion != "" {
 		return buildVersion
 	}
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
+	if info == nil {
+		return "devel"
 	}
 	if v := info.Main.Version; v != "" && v != "(devel)" {
 		return v
 	}
-	for _, s := range info.Settings {
-		if s.Key == "vcs.revision" {
-			return "devel-" + s.Value[:min(12, len(s.Value))]
-		}
+	if rev := vcsRevision(info); rev != "" {
+		return "devel-" + rev[:min(12, len(rev))]
 	}
 	return "devel"
+}
+
+// commitOf returns the link-time commit, else the VCS revision in info,
+// else "unknown".
+func commitOf(info *debug.BuildInfo) string {
+	if buildCommit != "" {
+		return buildCommit
+	}
+	if rev := vcsRevision(info); rev != "" {
+		return rev
+	}
+	return "unknown"
+}
+
+func vcsRevision(info *debug.BuildInfo) string {
+	if info == nil {
+		return ""
+	}
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" {
+			return s.Value
+		}
+	}
+	return ""
 }
