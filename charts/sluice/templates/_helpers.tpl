@@ -115,9 +115,6 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- fail "networkPolicy.grpcFrom and networkPolicy.httpFrom must not be empty (an empty from admits every pod)" }}
 {{- end }}
 {{- if not .Values.rules.existingConfigMap }}
-{{- if empty .Values.rules.files }}
-{{- fail "rules.files is empty: give rule files or rules.existingConfigMap" }}
-{{- end }}
 {{- range $name, $_ := .Values.rules.files }}
 {{- if not (hasSuffix ".yaml" $name) }}
 {{- fail (printf "rules.files key %q must end in .yaml (sluice reads *.yaml only)" $name) }}
