@@ -5,6 +5,7 @@ package charttest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
@@ -21,6 +22,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -94,26 +96,37 @@ var kinds = map[string]struct {
 	"PrometheusRule":          {"monitoring.coreos.com/v1", func() any { return new(monitoringv1.PrometheusRule) }},
 }
 
-// decodeStrict decodes one YAML document into the Go type of its kind:
-// unknown or duplicate fields are errors (sigs.k8s.io/yaml.UnmarshalStrict
-// converts to JSON and decodes with DisallowUnknownFields).
-func decodeStrict(doc []byte) (any, error) {
+// decodeStrict decodes one YAML document into the Go type of its kind as the
+// API server's strict field validation does: unknown fields, duplicate keys
+// and fields that match only case-insensitively are errors. (sigs.k8s.io/yaml's
+// UnmarshalStrict goes through encoding/json, which matches field names
+// case-insensitively and lets readOnlyRootFileSystem through; the API server
+// would drop it. sigs.k8s.io/json, which the API server uses, does not.)
+func decodeStrict(doc []byte) (kind string, obj any, err error) {
 	var tm metav1.TypeMeta
 	if err := yaml.Unmarshal(doc, &tm); err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	k, ok := kinds[tm.Kind]
 	if !ok {
-		return nil, fmt.Errorf("unexpected kind %q", tm.Kind)
+		return "", nil, fmt.Errorf("unexpected kind %q", tm.Kind)
 	}
 	if tm.APIVersion != k.apiVersion {
-		return nil, fmt.Errorf("%s: apiVersion %q, want %q", tm.Kind, tm.APIVersion, k.apiVersion)
+		return "", nil, fmt.Errorf("%s: apiVersion %q, want %q", tm.Kind, tm.APIVersion, k.apiVersion)
 	}
-	obj := k.new()
-	if err := yaml.UnmarshalStrict(doc, obj); err != nil {
-		return nil, fmt.Errorf("%s: %w", tm.Kind, err)
+	obj = k.new()
+	j, err := yaml.YAMLToJSONStrict(doc) // duplicate keys are errors
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", tm.Kind, err)
 	}
-	return obj, nil
+	strict, err := kjson.UnmarshalStrict(j, obj, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	if err == nil {
+		err = errors.Join(strict...)
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", tm.Kind, err)
+	}
+	return tm.Kind, obj, nil
 }
 
 var docSep = regexp.MustCompile(`(?m)^---\s*$`)
@@ -161,13 +174,12 @@ func decodeAll(t *testing.T, out map[string]string) *objects {
 	sort.Strings(paths)
 	for _, p := range paths {
 		for _, doc := range splitDocs(out[p]) {
-			obj, err := decodeStrict(doc)
+			kind, obj, err := decodeStrict(doc)
 			if err != nil {
 				t.Fatalf("%s: %v\n%s", p, err, doc)
 			}
 			m := obj.(metav1.ObjectMetaAccessor).GetObjectMeta()
-			kind := fmt.Sprintf("%T", obj)
-			key := kind[strings.LastIndex(kind, ".")+1:] + "/" + m.GetName()
+			key := kind + "/" + m.GetName()
 			if !dnsName.MatchString(m.GetName()) || len(m.GetName()) > 63 {
 				t.Errorf("%s: name %q is not a DNS label", p, m.GetName())
 			}
