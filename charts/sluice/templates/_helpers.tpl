@@ -1,0 +1,137 @@
+{{- define "sluice.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Release-qualified name; just the release name when it contains the chart name. */}}
+{{- define "sluice.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "sluice.redisName" -}}
+{{- printf "%s-redis" (include "sluice.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "sluice.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sluice.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "sluice.labels" -}}
+{{ include "sluice.selectorLabels" . }}
+app.kubernetes.io/component: ratelimit
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+
+{{- define "sluice.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "sluice.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* N for --fallback-nodes-initial: the most pods that can run. */}}
+{{- define "sluice.maxPods" -}}
+{{- if .Values.autoscaling.enabled }}
+{{- int .Values.autoscaling.maxReplicas }}
+{{- else }}
+{{- int .Values.replicaCount }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret and key RLS_REDIS comes from; empty name: no Redis. */}}
+{{- define "sluice.redisSecretName" -}}
+{{- if .Values.redis.existingSecret.name }}
+{{- .Values.redis.existingSecret.name }}
+{{- else if or .Values.redis.bundled.enabled .Values.redis.url }}
+{{- include "sluice.redisName" . }}
+{{- end }}
+{{- end }}
+
+{{- define "sluice.redisSecretKey" -}}
+{{- if .Values.redis.existingSecret.name }}
+{{- required "redis.existingSecret.key is required" .Values.redis.existingSecret.key }}
+{{- else }}
+{{- "url" }}
+{{- end }}
+{{- end }}
+
+{{/* The chart creates the Redis Secret (from redis.url, or the bundled Redis' URL). */}}
+{{- define "sluice.createRedisSecret" -}}
+{{- if and (not .Values.redis.existingSecret.name) (or .Values.redis.bundled.enabled .Values.redis.url) }}true{{ end }}
+{{- end }}
+
+{{- define "sluice.redisURL" -}}
+{{- if .Values.redis.bundled.enabled }}
+{{- printf "redis://%s:6379/0" (include "sluice.redisName" .) }}
+{{- else }}
+{{- .Values.redis.url }}
+{{- end }}
+{{- end }}
+
+{{- define "sluice.rulesConfigMap" -}}
+{{- if .Values.rules.existingConfigMap }}
+{{- .Values.rules.existingConfigMap }}
+{{- else }}
+{{- printf "%s-rules" (include "sluice.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+{{- end }}
+
+{{/* Checks of value combinations that would render a broken release. */}}
+{{- define "sluice.validate" -}}
+{{- if and .Values.autoscaling.enabled (lt (int .Values.autoscaling.maxReplicas) (int .Values.autoscaling.minReplicas)) }}
+{{- fail "autoscaling.maxReplicas must be at least autoscaling.minReplicas" }}
+{{- end }}
+{{- if lt (int (include "sluice.maxPods" .)) 1 }}
+{{- fail "replicaCount (or autoscaling.maxReplicas) must be at least 1" }}
+{{- end }}
+{{- if and .Values.tls.enabled (not .Values.tls.secretName) }}
+{{- fail "tls.enabled needs tls.secretName (a kubernetes.io/tls Secret)" }}
+{{- end }}
+{{- if and .Values.tls.clientCA.enabled (not .Values.tls.enabled) }}
+{{- fail "tls.clientCA.enabled (mTLS) needs tls.enabled" }}
+{{- end }}
+{{- if and .Values.tls.clientCA.enabled (not .Values.tls.clientCA.secretName) }}
+{{- fail "tls.clientCA.enabled needs tls.clientCA.secretName" }}
+{{- end }}
+{{- if not (has .Values.probes.type (list "http" "grpc")) }}
+{{- fail "probes.type must be http or grpc" }}
+{{- end }}
+{{- if and (eq .Values.probes.type "grpc") .Values.tls.enabled }}
+{{- fail "probes.type grpc cannot be used with tls.enabled (the kubelet's gRPC probe has no TLS); use http" }}
+{{- end }}
+{{- if and .Values.networkPolicy.enabled (or (empty .Values.networkPolicy.grpcFrom) (empty .Values.networkPolicy.httpFrom)) }}
+{{- fail "networkPolicy.grpcFrom and networkPolicy.httpFrom must not be empty (an empty from admits every pod)" }}
+{{- end }}
+{{- if not .Values.rules.existingConfigMap }}
+{{- range $name, $_ := .Values.rules.files }}
+{{- if not (hasSuffix ".yaml" $name) }}
+{{- fail (printf "rules.files key %q must end in .yaml (sluice reads *.yaml only)" $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The bundled Redis' labels: not sluice's, so that no sluice selector (Service, ServiceMonitor, PDB) picks it. */}}
+{{- define "sluice.redisSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "sluice.name" . }}-redis
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "sluice.redisLabels" -}}
+{{ include "sluice.redisSelectorLabels" . }}
+app.kubernetes.io/component: redis
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}

@@ -1,0 +1,376 @@
+package charttest
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+)
+
+// valueSets are the renderings tested; each check asserts what its values
+// promise, on top of checkCommon.
+var valueSets = []struct {
+	name  string
+	vals  string
+	kinds string // the objects rendered, sorted
+	check func(t *testing.T, o *objects)
+}{
+	{
+		name:  "defaults",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			_, c := o.sluice(t)
+			wantRedisSecret(t, o, c, "sluice-redis", "url", "redis://redis:6379/0")
+			if got, _ := flag(c.Args, "--fallback-nodes-initial"); got != "12" {
+				t.Errorf("--fallback-nodes-initial %q, want 12", got)
+			}
+			if c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/healthcheck" || c.ReadinessProbe.HTTPGet.Port.String() != "http" {
+				t.Errorf("readiness probe %+v, want GET /healthcheck on http", c.ReadinessProbe)
+			}
+			if _, ok := flag(c.Args, "--tls-cert"); ok {
+				t.Errorf("TLS on by default")
+			}
+		},
+	},
+	{
+		name:  "hpa",
+		vals:  "autoscaling: {enabled: true, minReplicas: 4, maxReplicas: 20, targetCPUUtilizationPercentage: 70}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			d, c := o.sluice(t)
+			h := o.HPAs[0].Spec
+			if h.MaxReplicas != 20 || h.MinReplicas == nil || *h.MinReplicas != 4 ||
+				h.Metrics[0].Resource.Target.AverageUtilization == nil || *h.Metrics[0].Resource.Target.AverageUtilization != 70 {
+				t.Errorf("HPA spec %+v", h)
+			}
+			if got, _ := flag(c.Args, "--fallback-nodes-initial"); got != "20" {
+				t.Errorf("--fallback-nodes-initial %q, want maxReplicas 20", got)
+			}
+			if d.Spec.Replicas != nil {
+				t.Errorf("replicas set with HPA")
+			}
+		},
+	},
+	{
+		name:  "fixed replicas",
+		vals:  "autoscaling: {enabled: false}\nreplicaCount: 5",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			d, c := o.sluice(t)
+			if d.Spec.Replicas == nil || *d.Spec.Replicas != 5 {
+				t.Errorf("replicas %v, want 5", d.Spec.Replicas)
+			}
+			if got, _ := flag(c.Args, "--fallback-nodes-initial"); got != "5" {
+				t.Errorf("--fallback-nodes-initial %q, want 5", got)
+			}
+		},
+	},
+	{
+		name:  "redis from an existing secret",
+		vals:  "redis: {existingSecret: {name: platform-redis, key: uri}}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			d, c := o.sluice(t)
+			wantRedisSecret(t, o, c, "platform-redis", "uri", "")
+			if _, ok := d.Spec.Template.Annotations["checksum/redis-url"]; ok {
+				t.Errorf("checksum of a URL the chart does not know")
+			}
+		},
+	},
+	{
+		name:  "redis url from values",
+		vals:  "redis: {url: 'rediss://sluice:s3cret@redis.example:6380/0'}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			d, c := o.sluice(t)
+			wantRedisSecret(t, o, c, "sluice-redis", "url", "rediss://sluice:s3cret@redis.example:6380/0")
+			if d.Spec.Template.Annotations["checksum/redis-url"] == "" {
+				t.Errorf("no checksum/redis-url: a new URL would not restart the pods")
+			}
+		},
+	},
+	{
+		name:  "no redis",
+		vals:  "redis: {url: ''}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			if _, c := o.sluice(t); env(c, "RLS_REDIS") != nil {
+				t.Errorf("RLS_REDIS set without a Redis")
+			}
+		},
+	},
+	{
+		name:  "bundled redis",
+		vals:  "redis: {bundled: {enabled: true}}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice Deployment/sluice-redis HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice Service/sluice-redis ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			_, c := o.sluice(t)
+			wantRedisSecret(t, o, c, "sluice-redis", "url", "redis://sluice-redis:6379/0")
+			var rd = o.Deployments[slices.IndexFunc(o.Deployments, func(d *appsv1.Deployment) bool { return d.Name == "sluice-redis" })]
+			rs := o.service("sluice-redis")
+			if !selects(t, &metav1.LabelSelector{MatchLabels: rs.Spec.Selector}, rd.Spec.Template.Labels) {
+				t.Errorf("redis Service does not select the redis pod")
+			}
+			if len(rs.Spec.Ports) != 1 || rs.Spec.Ports[0].Port != 6379 {
+				t.Errorf("redis Service ports %+v", rs.Spec.Ports)
+			}
+			rc := rd.Spec.Template.Spec.Containers[0]
+			if !strings.HasPrefix(rc.Image, "redis:") || rc.SecurityContext == nil || !ptrIs(rc.SecurityContext.ReadOnlyRootFilesystem, true) ||
+				!ptrIs(rd.Spec.Template.Spec.SecurityContext.RunAsNonRoot, true) {
+				t.Errorf("redis container %+v", rc)
+			}
+		},
+	},
+	{
+		name:  "tls and mtls",
+		vals:  "tls: {enabled: true, secretName: sluice-tls, clientCA: {enabled: true, secretName: envoy-ca, key: ca.pem}}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			d, c := o.sluice(t)
+			for flagName, want := range map[string]string{
+				"--tls-cert":      "sluice-tls/tls.crt",
+				"--tls-key":       "sluice-tls/tls.key",
+				"--tls-client-ca": "envoy-ca/ca.pem",
+			} {
+				file, ok := flag(c.Args, flagName)
+				if !ok {
+					t.Errorf("no %s in %v", flagName, c.Args)
+					continue
+				}
+				if got := secretFile(d, c, file); got != want {
+					t.Errorf("%s %s is Secret file %q, want %q", flagName, file, got, want)
+				}
+			}
+		},
+	},
+	{
+		name:  "tls without client ca",
+		vals:  "tls: {enabled: true, secretName: sluice-tls}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			_, c := o.sluice(t)
+			if _, ok := flag(c.Args, "--tls-cert"); !ok {
+				t.Errorf("no --tls-cert")
+			}
+			if _, ok := flag(c.Args, "--tls-client-ca"); ok {
+				t.Errorf("--tls-client-ca without clientCA.enabled")
+			}
+		},
+	},
+	{
+		name:  "grpc probes",
+		vals:  "probes: {type: grpc}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			_, c := o.sluice(t)
+			for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+				if p.GRPC == nil || p.GRPC.Port != 8081 || p.HTTPGet != nil {
+					t.Errorf("probe %+v, want gRPC on 8081", p)
+				}
+			}
+		},
+	},
+	{
+		name:  "servicemonitor and prometheusrule",
+		vals:  "metrics: {serviceMonitor: {enabled: true, labels: {release: kps}}, prometheusRule: {enabled: true, labels: {release: kps}}}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice PrometheusRule/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice ServiceMonitor/sluice",
+		check: func(t *testing.T, o *objects) {
+			sm := o.ServiceMonitors[0]
+			if sm.Labels["release"] != "kps" || o.PrometheusRules[0].Labels["release"] != "kps" {
+				t.Errorf("extra labels missing")
+			}
+			svc := o.service(releaseName)
+			if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "http" || sm.Spec.Endpoints[0].Path != "/metrics" ||
+				!slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "http" && p.Port == 8080 }) {
+				t.Errorf("ServiceMonitor endpoints %+v vs Service ports %+v", sm.Spec.Endpoints, svc.Spec.Ports)
+			}
+			want := plainRuleGroups(t)
+			if got := o.PrometheusRules[0].Spec; !equality.Semantic.DeepEqual(got, want) {
+				g, _ := yaml.Marshal(got)
+				w, _ := yaml.Marshal(want)
+				t.Errorf("PrometheusRule spec differs from envoy-examples/prometheus-rules.yaml:\n%s\nwant:\n%s", g, w)
+			}
+		},
+	},
+	{
+		name:  "rules from an existing configmap",
+		vals:  "rules: {existingConfigMap: platform-rules}",
+		kinds: "Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			if got := rulesConfigMap(t, o); got != "platform-rules" {
+				t.Errorf("rules volume from ConfigMap %q, want platform-rules", got)
+			}
+		},
+	},
+	{
+		name:  "rules from values",
+		vals:  "rules: {files: {a.yaml: 'domain: a', b.yaml: 'domain: b'}}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			cm := o.ConfigMaps[0]
+			if rulesConfigMap(t, o) != cm.Name || len(cm.Data) != 2 || cm.Data["a.yaml"] != "domain: a" || cm.Data["b.yaml"] != "domain: b" {
+				t.Errorf("ConfigMap %s data %v", cm.Name, cm.Data)
+			}
+		},
+	},
+	{
+		name: "networkpolicy",
+		vals: `networkPolicy:
+  enabled: true
+  grpcFrom:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: istio-system}}
+      podSelector: {matchLabels: {app: istio-ingressgateway}}
+  httpFrom:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}
+    - ipBlock: {cidr: 10.0.0.0/16}`,
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice NetworkPolicy/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			np := o.NetworkPolicies[0].Spec
+			if !slices.Equal(np.PolicyTypes, []networkingv1.PolicyType{"Ingress"}) || len(np.Ingress) != 2 {
+				t.Fatalf("NetworkPolicy %+v", np)
+			}
+			grpc, http := np.Ingress[0], np.Ingress[1]
+			if len(grpc.Ports) != 1 || grpc.Ports[0].Port.IntValue() != 8081 || len(grpc.From) != 1 ||
+				grpc.From[0].PodSelector.MatchLabels["app"] != "istio-ingressgateway" || grpc.From[0].NamespaceSelector == nil {
+				t.Errorf("gRPC rule %+v", grpc)
+			}
+			if len(http.Ports) != 1 || http.Ports[0].Port.IntValue() != 8080 || len(http.From) != 2 ||
+				http.From[1].IPBlock == nil || http.From[1].IPBlock.CIDR != "10.0.0.0/16" {
+				t.Errorf("HTTP rule %+v", http)
+			}
+		},
+	},
+	{
+		name:  "spread and pdb off",
+		vals:  "topologySpread: {zone: {enabled: false}, host: {whenUnsatisfiable: DoNotSchedule}}\npodDisruptionBudget: {enabled: false}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			d, _ := o.sluice(t)
+			tsc := d.Spec.Template.Spec.TopologySpreadConstraints
+			if len(tsc) != 1 || tsc[0].TopologyKey != "kubernetes.io/hostname" || tsc[0].WhenUnsatisfiable != "DoNotSchedule" {
+				t.Errorf("topology spread %+v", tsc)
+			}
+		},
+	},
+	{
+		name:  "release name without the chart name",
+		vals:  "fullnameOverride: rl",
+		kinds: "ConfigMap/rl-rules Deployment/rl HorizontalPodAutoscaler/rl PodDisruptionBudget/rl Secret/rl-redis Service/rl ServiceAccount/rl",
+	},
+}
+
+func TestValueSets(t *testing.T) {
+	for _, vs := range valueSets {
+		t.Run(vs.name, func(t *testing.T) {
+			o := decodeAll(t, mustRender(t, vs.vals))
+			if got := names(o); got != vs.kinds {
+				t.Errorf("rendered\n  %s\nwant\n  %s", got, vs.kinds)
+			}
+			if strings.Contains(vs.vals, "fullnameOverride") {
+				return // checkCommon looks for objects named after the release
+			}
+			checkCommon(t, o)
+			if vs.check != nil {
+				vs.check(t, o)
+			}
+		})
+	}
+}
+
+// wantRedisSecret asserts that RLS_REDIS comes from Secret name, key, and,
+// when url is set, that the chart rendered that Secret with that URL.
+func wantRedisSecret(t *testing.T, o *objects, c *corev1.Container, name, key, url string) {
+	t.Helper()
+	e := env(c, "RLS_REDIS")
+	if e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+		t.Fatalf("RLS_REDIS not from a Secret: %+v", e)
+	}
+	if ref := e.ValueFrom.SecretKeyRef; ref.Name != name || ref.Key != key {
+		t.Errorf("RLS_REDIS from %s/%s, want %s/%s", ref.Name, ref.Key, name, key)
+	}
+	s := o.secret(name)
+	if url == "" {
+		if s != nil {
+			t.Errorf("the chart rendered Secret %s, which the user owns", name)
+		}
+		return
+	}
+	if s == nil || string(s.Data[key]) != url {
+		t.Errorf("Secret %s: %v, want %s=%s", name, s, key, url)
+	}
+}
+
+// secretFile returns "secret/key" for the file at path in container c of d,
+// following its volume mounts and secret volume items; "" when it is none.
+func secretFile(d *appsv1.Deployment, c *corev1.Container, path string) string {
+	for _, m := range c.VolumeMounts {
+		rel, ok := strings.CutPrefix(path, m.MountPath+"/")
+		if !ok {
+			continue
+		}
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name != m.Name || v.Secret == nil {
+				continue
+			}
+			for _, it := range v.Secret.Items {
+				if it.Path == rel {
+					return v.Secret.SecretName + "/" + it.Key
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func rulesConfigMap(t *testing.T, o *objects) string {
+	d, _ := o.sluice(t)
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == "rules" && v.ConfigMap != nil {
+			return v.ConfigMap.Name
+		}
+	}
+	return ""
+}
+
+// plainRuleGroups decodes envoy-examples/prometheus-rules.yaml strictly as
+// a PrometheusRule spec.
+func plainRuleGroups(t *testing.T) monitoringv1.PrometheusRuleSpec {
+	t.Helper()
+	b, err := os.ReadFile("../../../envoy-examples/prometheus-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec monitoringv1.PrometheusRuleSpec
+	if err := yaml.UnmarshalStrict(b, &spec); err != nil {
+		t.Fatalf("envoy-examples/prometheus-rules.yaml: %v", err)
+	}
+	if len(spec.Groups) == 0 {
+		t.Fatal("envoy-examples/prometheus-rules.yaml: no groups")
+	}
+	return spec
+}
+
+// TestPrometheusRulesCopy keeps the chart's copy of the alerts equal to
+// envoy-examples/prometheus-rules.yaml (promtool tests that one).
+func TestPrometheusRulesCopy(t *testing.T) {
+	want, err := os.ReadFile("../../../envoy-examples/prometheus-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("../files/prometheus-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("charts/sluice/files/prometheus-rules.yaml differs from envoy-examples/prometheus-rules.yaml: cp envoy-examples/prometheus-rules.yaml charts/sluice/files/")
+	}
+}
