@@ -133,7 +133,7 @@ func TestValidateCommand(t *testing.T) {
 func TestCheckCommand(t *testing.T) {
 	p := startRLS(t)
 	out, errOut, code := runRLS(t, "check", "--addr", p.GRPCAddr, "--domain", "edge", "remote_address=50.0.0.5")
-	if code != 0 || !strings.HasPrefix(out, "OVER_LIMIT") || !strings.Contains(out, "retry-after") {
+	if code != 1 || !strings.HasPrefix(out, "OVER_LIMIT") || !strings.Contains(out, "retry-after") { // 1: OVER_LIMIT
 		t.Errorf("check: code %d out %q err %q", code, out, errOut)
 	}
 	out, _, _ = runRLS(t, "version")
