@@ -4,6 +4,10 @@ import (
 	"context"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/metadata"
+
 	"github.com/sluice-rls/sluice/service"
 )
 
@@ -19,11 +23,18 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		metrics        bool
 		globalInMemory bool
 		one            bool // one descriptor (remote_address) instead of three
+		// tracing: a tracer provider sampling root traces at 1% (""),
+		// and with Envoy's trace context in the metadata: "unsampled"
+		// (traceparent flags 00) or "sampled" (01).
+		tracing string
 	}{
-		{"sharedkeys/metrics=off", false, false, false},
-		{"sharedkeys/metrics=on", true, false, false},
-		{"nodekeys/metrics=on", true, true, false},
-		{"nodekeys/metrics=on/1descriptor", true, true, true},
+		{"sharedkeys/metrics=off", false, false, false, ""},
+		{"sharedkeys/metrics=on", true, false, false, ""},
+		{"nodekeys/metrics=on", true, true, false, ""},
+		{"nodekeys/metrics=on/1descriptor", true, true, true, ""},
+		{"sharedkeys/metrics=on/tracing=0.01", true, false, false, "root"},
+		{"sharedkeys/metrics=on/tracing=0.01/unsampled-parent", true, false, false, "unsampled"},
+		{"sharedkeys/metrics=on/tracing=0.01/sampled-parent", true, false, false, "sampled"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			h := newHarness(b, `
@@ -46,12 +57,21 @@ descriptors:
 					o.Metrics = nil
 				}
 				o.GlobalInMemory = bc.globalInMemory
+				if bc.tracing != "" {
+					o.Tracer = benchTracer(b)
+				}
 			})
 			req := request("edge", desc("remote_address=10.1.2.3"), desc("user_id=alice"), desc("route=/api/orders/42", "user_id=alice"))
 			if bc.one {
 				req = request("edge", desc("remote_address=10.1.2.3"))
 			}
 			ctx := context.Background()
+			switch bc.tracing {
+			case "unsampled":
+				ctx = withTraceparent(ctx, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00")
+			case "sampled":
+				ctx = withTraceparent(ctx, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
@@ -62,3 +82,24 @@ descriptors:
 		})
 	}
 }
+
+// benchTracer is a tracer sampling as `rls serve --tracing-sample-ratio
+// 0.01` does, its spans batched to an exporter that drops them.
+func benchTracer(b *testing.B) trace.Tracer {
+	tp := sdktrace.NewTracerProvider(
+		sdktrace.WithBatcher(discardExporter{}),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01))),
+	)
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tp.Tracer("bench")
+}
+
+// withTraceparent is ctx as a gRPC handler gets it from Envoy with tracing.
+func withTraceparent(ctx context.Context, tp string) context.Context {
+	return metadata.NewIncomingContext(ctx, metadata.Pairs("traceparent", tp))
+}
+
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
