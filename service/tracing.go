@@ -101,13 +101,14 @@ func (n *traceNote) note(sc *scratch, out *outcome) {
 // samples ParentBased (as package tracing's does): a request whose parent
 // Envoy did not sample gets no span.
 func (s *Server) shouldRateLimitTraced(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	carrier := mdCarrier{ctx}
-	if unsampled(carrier.Get(traceparent)) {
+	switch tp := (mdCarrier{ctx}).Get(traceparent); {
+	case unsampled(tp):
 		// Envoy did not sample this trace, so ParentBased sampling would
 		// not either: skip the span's cost (ids, contexts) altogether.
 		return s.shouldRateLimit(ctx, req, nil)
+	case tp != "":
+		ctx = traceContext.Extract(ctx, mdCarrier{ctx})
 	}
-	ctx = traceContext.Extract(ctx, carrier)
 	ctx, span := s.tracer.Start(ctx, SpanShouldRateLimit, serverSpan...)
 	defer span.End()
 	if !span.IsRecording() {

@@ -43,6 +43,9 @@ type Options struct {
 	SampleRatio float64
 	// Version is the service.version resource attribute.
 	Version string
+	// Exporter, when set, receives the spans instead of an OTLP exporter
+	// to Endpoint (tests and benchmarks); tracing is then on.
+	Exporter sdktrace.SpanExporter
 	// BatchTimeout is the longest a finished span waits before export
 	// (0: the SDK's default, 5 s).
 	BatchTimeout time.Duration
@@ -51,7 +54,8 @@ type Options struct {
 // Provider is a running tracer provider with its exporter. Shut it down to
 // flush the spans it holds.
 type Provider struct {
-	tp *sdktrace.TracerProvider
+	tp     *sdktrace.TracerProvider
+	tracer trace.Tracer
 }
 
 // New starts a Provider exporting to opts.Endpoint. It returns nil, and no
@@ -59,19 +63,22 @@ type Provider struct {
 // nil trace.Tracer on (see Provider.Tracer). The exporter connects lazily:
 // an unreachable collector is no error here; its spans are dropped.
 func New(ctx context.Context, opts Options) (*Provider, error) {
-	if opts.Endpoint == "" {
+	if opts.Endpoint == "" && opts.Exporter == nil {
 		return nil, nil
 	}
 	if !(opts.SampleRatio >= 0 && opts.SampleRatio <= 1) {
 		return nil, fmt.Errorf("tracing: sample ratio must be in [0, 1], not %v", opts.SampleRatio)
 	}
-	eopts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(opts.Endpoint)}
-	if opts.Insecure {
-		eopts = append(eopts, otlptracegrpc.WithInsecure())
-	}
-	exp, err := otlptracegrpc.New(ctx, eopts...)
-	if err != nil {
-		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
+	exp := opts.Exporter
+	if exp == nil {
+		eopts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(opts.Endpoint)}
+		if opts.Insecure {
+			eopts = append(eopts, otlptracegrpc.WithInsecure())
+		}
+		var err error
+		if exp, err = otlptracegrpc.New(ctx, eopts...); err != nil {
+			return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
+		}
 	}
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
 		attribute.String("service.name", ServiceName),
@@ -88,17 +95,20 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		sdktrace.WithBatcher(exp, bopts...),
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(opts.SampleRatio))),
+		sdktrace.WithIDGenerator(idGenerator{}),
 	)
-	return &Provider{tp: tp}, nil
+	return &Provider{tp: tp, tracer: newRootTracer(tp.Tracer(InstrumentationName), opts.SampleRatio)}, nil
 }
 
 // Tracer returns sluice's tracer, or nil when p is nil (tracing off): the
-// service and the Redis backend then trace nothing and pay nothing.
+// service and the Redis backend then trace nothing and pay nothing. A root
+// span (one without a parent) that the sampler would drop is not started at
+// all: Start returns its context unchanged and a no-op span.
 func (p *Provider) Tracer() trace.Tracer {
 	if p == nil {
 		return nil
 	}
-	return p.tp.Tracer(InstrumentationName)
+	return p.tracer
 }
 
 // Shutdown flushes the spans not yet exported, within ctx, and stops the
