@@ -100,7 +100,9 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, note *
 		s.decideGlobal(ctx, sc, &out)
 	}
 	resp := s.respond(sc, req, &out)
-	note.note(sc, &out)
+	if note != nil {
+		note.note(sc, &out)
+	}
 	s.opts.Metrics.request(dom.Name, resp.OverallCode == rlsv3.RateLimitResponse_OK)
 	return resp, nil
 }

@@ -62,8 +62,10 @@ type Options struct {
 	MaxMetricValues int
 
 	// Tracer writes a span per ShouldRateLimit, the child of the W3C trace
-	// context (traceparent) in the call's gRPC metadata. Nil: a no-op
-	// tracer, and a request costs nothing more than without tracing.
+	// context (traceparent) in the call's gRPC metadata. Its sampler is
+	// taken to be parent-based: a call whose traceparent says "not
+	// sampled" gets no span, without asking it. Nil: a no-op tracer, and a
+	// request costs nothing more than without tracing.
 	Tracer trace.Tracer
 }
 

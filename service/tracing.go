@@ -78,9 +78,6 @@ type traceNote struct {
 // note records how out was decided: by the refusing layer, else the
 // deepest layer that answered.
 func (n *traceNote) note(sc *scratch, out *outcome) {
-	if n == nil {
-		return
-	}
 	switch {
 	case !out.allowed:
 		n.layer = layers[out.layer]

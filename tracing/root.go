@@ -46,15 +46,17 @@ func (t rootTracer) Start(ctx context.Context, name string, opts ...trace.SpanSt
 	if t.all {
 		return t.Tracer.Start(ctx, name, opts...)
 	}
-	var tid trace.TraceID
-	for !tid.IsValid() {
-		binary.NativeEndian.PutUint64(tid[:8], rand.Uint64())
-		binary.NativeEndian.PutUint64(tid[8:], rand.Uint64())
-	}
-	if binary.BigEndian.Uint64(tid[8:16])>>1 >= t.bound {
+	// TraceIDRatioBased decides on the id's last 8 bytes: draw them first.
+	lo := rand.Uint64()
+	if lo>>1 >= t.bound {
 		// Not sampled: ctx holds no span, whose SpanFromContext is the
 		// no-op span.
 		return ctx, trace.SpanFromContext(ctx)
+	}
+	var tid trace.TraceID
+	binary.BigEndian.PutUint64(tid[8:], lo)
+	for !tid.IsValid() {
+		binary.NativeEndian.PutUint64(tid[:8], rand.Uint64())
 	}
 	return t.Tracer.Start(context.WithValue(ctx, presetTraceID{}, tid), name, opts...)
 }

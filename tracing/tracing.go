@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -47,8 +48,10 @@ type Options struct {
 	// to Endpoint (tests and benchmarks); tracing is then on.
 	Exporter sdktrace.SpanExporter
 	// BatchTimeout is the longest a finished span waits before export
-	// (0: the SDK's default, 5 s).
+	// (0: 5 s). A batch of 512 spans goes at once.
 	BatchTimeout time.Duration
+	// Logger gets the exporter's failures and dropped spans (nil: discard).
+	Logger *slog.Logger
 }
 
 // Provider is a running tracer provider with its exporter. Shut it down to
@@ -87,12 +90,12 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("tracing: resource: %w", err), exp.Shutdown(ctx))
 	}
-	var bopts []sdktrace.BatchSpanProcessorOption
-	if opts.BatchTimeout > 0 {
-		bopts = append(bopts, sdktrace.WithBatchTimeout(opts.BatchTimeout))
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exp, bopts...),
+		sdktrace.WithSpanProcessor(newBatcher(exp, opts.BatchTimeout, log)),
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(opts.SampleRatio))),
 		sdktrace.WithIDGenerator(idGenerator{}),

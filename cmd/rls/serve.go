@@ -89,12 +89,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	registerBucketGauge(reg, "local", local.Len)
 	registerFullRefusals(reg, "local", local.FullRefusals)
 	traces, err := tracing.New(ctx, tracing.Options{
-		Endpoint: st.TracingEndpoint, Insecure: st.TracingInsecure, SampleRatio: st.TracingSampleRatio, Version: version(),
+		Endpoint: st.TracingEndpoint, Insecure: st.TracingInsecure, SampleRatio: st.TracingSampleRatio, Version: version(), Logger: log,
 	})
 	if err != nil {
 		return err
 	}
 	defer shutdownTracing(traces, st.DrainTimeout, log) // on early returns; a no-op after the drain's
+	if traces != nil {
+		log.Info("tracing on", "endpoint", st.TracingEndpoint, "sample_ratio", st.TracingSampleRatio, "insecure", st.TracingInsecure)
+	}
 	global, backendName, closeGlobal, err := newGlobal(ctx, st, log, reg, traces.Tracer())
 	if err != nil {
 		return err

@@ -67,6 +67,9 @@ func TestServeTracing(t *testing.T) {
 			if on && spans[0].Resource["service.version"] != version() {
 				t.Errorf("service.version %q, want %q", spans[0].Resource["service.version"], version())
 			}
+			if got := strings.Contains(stderr.String(), `"msg":"tracing on"`); got != on {
+				t.Errorf("log has the \"tracing on\" line: %v, want %v", got, on)
+			}
 			if !on && col.Exports() != 0 {
 				t.Fatalf("tracing off: the collector got %d exports, want none", col.Exports())
 			}
