@@ -24,9 +24,10 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		metrics        bool
 		globalInMemory bool
 		one            bool // one descriptor (remote_address) instead of three
-		// tracing: a tracer provider sampling root traces at 1% (""),
-		// and with Envoy's trace context in the metadata: "unsampled"
-		// (traceparent flags 00) or "sampled" (01).
+		// tracing: none (""); a tracer provider sampling root traces at
+		// 1% ("root"), with Envoy's trace context in the metadata:
+		// "unsampled" (traceparent flags 00) or "sampled" (01); at ratio
+		// 0 or 1 without trace context ("ratio0", "ratio1").
 		tracing string
 	}{
 		{"sharedkeys/metrics=off", false, false, false, ""},
@@ -36,6 +37,10 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		{"tracing=0.01/sharedkeys/metrics=on", true, false, false, "root"},
 		{"tracing=0.01/unsampled-parent/sharedkeys/metrics=on", true, false, false, "unsampled"},
 		{"tracing=0.01/sampled-parent/sharedkeys/metrics=on", true, false, false, "sampled"},
+		// What the 1% is made of: every request's cost (ratio 0) and a
+		// sampled span's (ratio 1).
+		{"tracing=0/sharedkeys/metrics=on", true, false, false, "ratio0"},
+		{"tracing=1/sharedkeys/metrics=on", true, false, false, "ratio1"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			h := newHarness(b, `
@@ -58,8 +63,14 @@ descriptors:
 					o.Metrics = nil
 				}
 				o.GlobalInMemory = bc.globalInMemory
-				if bc.tracing != "" {
-					o.Tracer = benchTracer(b)
+				switch bc.tracing {
+				case "":
+				case "ratio0":
+					o.Tracer = benchTracer(b, 0)
+				case "ratio1":
+					o.Tracer = benchTracer(b, 1)
+				default:
+					o.Tracer = benchTracer(b, 0.01)
 				}
 			})
 			req := request("edge", desc("remote_address=10.1.2.3"), desc("user_id=alice"), desc("route=/api/orders/42", "user_id=alice"))
@@ -87,10 +98,10 @@ descriptors:
 	}
 }
 
-// benchTracer is the tracer of `rls serve --tracing-sample-ratio 0.01`,
+// benchTracer is the tracer of `rls serve --tracing-sample-ratio ratio`,
 // its spans batched to an exporter that drops them.
-func benchTracer(b *testing.B) trace.Tracer {
-	p, err := tracing.New(context.Background(), tracing.Options{Exporter: discardExporter{}, SampleRatio: 0.01})
+func benchTracer(b *testing.B, ratio float64) trace.Tracer {
+	p, err := tracing.New(context.Background(), tracing.Options{Exporter: discardExporter{}, SampleRatio: ratio})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,7 +4,10 @@
 //
 // Nothing here is global: the provider is built by cmd/rls and its Tracer
 // handed to service.Options and backend/redis.Options; otel's global
-// provider and propagator are never set.
+// provider and propagator are never set. (The SDK and the exporter report
+// a few internal errors through otel's global error handler, which sluice
+// leaves as it is: plain lines on stderr. Export failures and dropped
+// spans go to Options.Logger.)
 package tracing
 
 import (
@@ -23,10 +26,6 @@ import (
 
 // ServiceName is the service.name resource attribute of sluice's spans.
 const ServiceName = "sluice"
-
-// DefaultSampleRatio is the share of root traces (requests Envoy sent
-// without a sampled trace) that are sampled when tracing is on.
-const DefaultSampleRatio = 0.01
 
 // InstrumentationName names sluice's tracer (the instrumentation scope).
 const InstrumentationName = "github.com/sluice-rls/sluice"
