@@ -10,10 +10,13 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
-// Batching limits, as the SDK's batch span processor's defaults.
+// Batching limits: the SDK batch span processor's, but for the batch size,
+// 64 rather than 512. Queued spans are live heap that every GC cycle marks;
+// at ratio 0.01 the handler benchmark measured 1.07-1.09 x the CPU of
+// tracing off with 64, 1.13 x with 512.
 const (
 	defaultBatchTimeout = 5 * time.Second
-	maxBatch            = 512
+	maxBatch            = 64
 	maxQueue            = 2048
 	exportTimeout       = 30 * time.Second
 )
