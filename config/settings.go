@@ -65,6 +65,13 @@ type Settings struct {
 	TLSClientCA string
 
 	DrainTimeout time.Duration
+
+	// OpenTelemetry tracing over OTLP/gRPC: off while TracingEndpoint is
+	// empty. TracingSampleRatio samples root traces; a request Envoy sent
+	// with a sampled traceparent is always traced.
+	TracingEndpoint    string
+	TracingSampleRatio float64
+	TracingInsecure    bool
 }
 
 // Redis failure modes (--redis-failure).
@@ -122,6 +129,9 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Setti
 	fs.StringVar(&s.TLSKey, "tls-key", "", "gRPC server private key (PEM)")
 	fs.StringVar(&s.TLSClientCA, "tls-client-ca", "", "CA bundle (PEM) for client certificates; enables mTLS")
 	fs.DurationVar(&s.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
+	fs.StringVar(&s.TracingEndpoint, "tracing-endpoint", "", "OpenTelemetry collector (OTLP/gRPC) host:port to send traces to (default: tracing off)")
+	fs.Float64Var(&s.TracingSampleRatio, "tracing-sample-ratio", 0.01, "share of requests traced when Envoy sent no trace context, in [0, 1]; Envoy's sampling decision wins when it sent one")
+	fs.BoolVar(&s.TracingInsecure, "tracing-insecure", false, "send traces without TLS (plaintext gRPC) to --tracing-endpoint")
 
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -175,6 +185,9 @@ func (s Settings) validate() error {
 	}
 	if s.GRPCHandshakeTimeout <= 0 {
 		return fmt.Errorf("--grpc-handshake-timeout must be positive, not %v", s.GRPCHandshakeTimeout)
+	}
+	if !(s.TracingSampleRatio >= 0 && s.TracingSampleRatio <= 1) {
+		return fmt.Errorf("--tracing-sample-ratio must be in [0, 1], not %v", s.TracingSampleRatio)
 	}
 	if s.FallbackNodes < 0 || s.FallbackNodesInitial < 0 || s.MaxDescriptors < 1 || s.MaxEntries < 1 || s.MaxValueBytes < 1 || s.MaxBuckets < 1 ||
 		s.MaxRuleBytes < 1 || s.MaxMetricValues < 1 || s.LogRefusals < 0 {

@@ -60,7 +60,7 @@ type outcome struct {
 }
 
 // decide runs the two layers for a checked request and builds the response.
-func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, note *traceNote) (*rlsv3.RateLimitResponse, error) {
 	cfg := s.opts.Rules.Rules()
 	s.opts.Metrics.useRules(cfg)
 	dom := cfg.Domain(req.GetDomain())
@@ -70,6 +70,9 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	}
 	if s.failover != nil && s.failover.allowAll() {
 		s.opts.Metrics.request(dom.Name, true)
+		if note != nil {
+			note.layer = LayerFallback
+		}
 		return allOK(len(req.GetDescriptors())), nil
 	}
 	sc := s.scratch.Get().(*scratch)
@@ -97,6 +100,9 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		s.decideGlobal(ctx, sc, &out)
 	}
 	resp := s.respond(sc, req, &out)
+	if note != nil {
+		note.note(sc, &out)
+	}
 	s.opts.Metrics.request(dom.Name, resp.OverallCode == rlsv3.RateLimitResponse_OK)
 	return resp, nil
 }

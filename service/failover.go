@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluice-rls/sluice/descriptors"
 )
 
@@ -56,6 +58,9 @@ type FailoverOptions struct {
 	Logger     *slog.Logger
 	Metrics    *FailoverMetrics // nil records nothing
 	Now        func() time.Time // nil = time.Now
+	// Tracer writes a span for each answer of the fallback (share and deny
+	// modes) within a traced request. Nil: none.
+	Tracer trace.Tracer
 }
 
 // Failover is the global layer with failing open. While Primary answers it
@@ -169,20 +174,28 @@ func (f *Failover) abandoned(ctx context.Context, err error) bool {
 var errSkipped = errors.New("global layer skipped in fallback (--redis-failure local)")
 
 // fallback answers by the failure mode.
-func (f *Failover) fallback(ctx context.Context, hits []descriptors.Hit, states []descriptors.BucketState) (bool, int, error) {
-	switch f.opts.Mode {
-	case FailLocal, FailAllow:
+func (f *Failover) fallback(ctx context.Context, hits []descriptors.Hit, states []descriptors.BucketState) (ok bool, layer int, err error) {
+	if f.opts.Mode == FailLocal || f.opts.Mode == FailAllow {
 		return true, layerFallback, errSkipped
+	}
+	ctx, span := f.fallbackSpan(ctx)
+	ok, err = f.answer(ctx, hits, states)
+	endFallbackSpan(span, ok, err)
+	return ok, layerFallback, err
+}
+
+// answer decides hits in the share or deny mode.
+func (f *Failover) answer(ctx context.Context, hits []descriptors.Hit, states []descriptors.BucketState) (bool, error) {
+	switch f.opts.Mode {
 	case FailDeny:
 		for i := range hits {
 			states[i] = descriptors.BucketState{Allowed: hits[i].Give, RetryAfter: probeMaxBackoff, ResetAfter: probeMaxBackoff}
 		}
-		return false, layerFallback, nil
+		return false, nil
 	}
 	n := f.opts.Nodes()
 	if n <= 1 {
-		ok, err := f.opts.Fallback.Hit(ctx, hits, states)
-		return ok, layerFallback, err
+		return f.opts.Fallback.Hit(ctx, hits, states)
 	}
 	bp := f.scratch.Get().(*[]descriptors.Hit)
 	shared := append((*bp)[:0], hits...)
@@ -192,7 +205,7 @@ func (f *Failover) fallback(ctx context.Context, hits []descriptors.Hit, states 
 	ok, err := f.opts.Fallback.Hit(ctx, shared, states)
 	*bp = shared
 	f.scratch.Put(bp)
-	return ok, layerFallback, err
+	return ok, err
 }
 
 // share is this node's part of a global limit among n nodes: the same

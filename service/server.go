@@ -8,6 +8,8 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -58,6 +60,13 @@ type Options struct {
 	// (detailed_metric, value_to_metric) in Metrics; values beyond it are
 	// counted under "<rule path>:overflow". Default DefaultMaxMetricValues.
 	MaxMetricValues int
+
+	// Tracer writes a span per ShouldRateLimit, the child of the W3C trace
+	// context (traceparent) in the call's gRPC metadata. Its sampler is
+	// taken to be parent-based: a call whose traceparent says "not
+	// sampled" gets no span, without asking it. Nil: a no-op tracer, and a
+	// request costs nothing more than without tracing.
+	Tracer trace.Tracer
 }
 
 // Server implements rlsv3.RateLimitServiceServer. Build it with New.
@@ -71,6 +80,8 @@ type Server struct {
 	now      func() time.Time
 	scratch  sync.Pool     // *scratch: per-request buffers, so the hot path does not allocate
 	refusals atomic.Uint64 // refused requests, for sampled logging
+	tracer   trace.Tracer  // never nil
+	traced   bool          // opts.Tracer was set
 }
 
 // New returns a Server deciding with opts.
@@ -100,6 +111,10 @@ func New(opts Options) *Server {
 		s.now = time.Now
 	}
 	s.scratch.New = func() any { return new(scratch) }
+	s.tracer, s.traced = opts.Tracer, opts.Tracer != nil
+	if !s.traced {
+		s.tracer = noop.NewTracerProvider().Tracer("")
+	}
 	return s
 }
 
@@ -107,13 +122,22 @@ func New(opts Options) *Server {
 // codes.InvalidArgument; every other request gets an answer, even when the
 // global layer fails (the request is then decided by what did answer).
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if s.traced {
+		return s.shouldRateLimitTraced(ctx, req)
+	}
+	return s.shouldRateLimit(ctx, req, nil)
+}
+
+// shouldRateLimit is ShouldRateLimit; note, when not nil, learns how the
+// request was decided for its span.
+func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest, note *traceNote) (*rlsv3.RateLimitResponse, error) {
 	start := s.now()
 	if err := s.checkRequest(req); err != nil {
 		s.opts.Metrics.invalidRequest()
 		s.log.Debug("invalid request: answered InvalidArgument, which Envoy lets through", "err", err)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	resp, err := s.decide(ctx, req)
+	resp, err := s.decide(ctx, req, note)
 	if err != nil {
 		return nil, err
 	}

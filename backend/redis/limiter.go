@@ -10,6 +10,7 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rls/sluice/descriptors"
 )
@@ -44,6 +45,10 @@ type Options struct {
 	// master of a Redis Cluster): requests arriving while that many are in
 	// flight queue up and share the next call (DefaultWriters when 0).
 	Writers int
+	// Tracer writes a span (SpanScript) for each Hit that goes to Redis
+	// within a traced request: one whose context holds a recording span.
+	// Nil: none.
+	Tracer trace.Tracer
 }
 
 // routing says how hits are split into script calls.
@@ -94,6 +99,7 @@ type Limiter struct {
 	keyLen  int // of every key: prefix + ":{" + 32 hex digits + "}"
 	cache   *emptyCache
 	writers int
+	tracer  trace.Tracer // nil: no spans
 	// shaArg and srcArg are the script's SHA-1 and source, converted to
 	// interfaces once rather than per call.
 	shaArg, srcArg any
@@ -119,6 +125,7 @@ func New(opts Options) *Limiter {
 		prefix:  opts.Prefix,
 		cache:   newEmptyCache(opts.CacheSize),
 		writers: opts.Writers,
+		tracer:  opts.Tracer,
 		srcArg:  tokenBucketLua,
 		shaArg:  goredis.NewScript(tokenBucketLua).Hash(),
 	}
@@ -216,7 +223,9 @@ func (l *Limiter) Hit(ctx context.Context, hits []descriptors.Hit, states []desc
 	r.reset()
 	r.refs.Store(1)
 	r.dec.hits, r.dec.states = hits, states[:len(hits)]
+	ctx, span := l.startSpan(ctx, len(hits))
 	allowed, err := l.hit(ctx, r, start)
+	endSpan(span, r, allowed, err)
 	r.dec.hits, r.dec.states = nil, nil // the caller's: not kept in the pool
 	l.release(r)
 	return allowed, err

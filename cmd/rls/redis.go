@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
@@ -25,7 +26,7 @@ const stallCalls = 3
 // newRedisGlobal connects the global layer to --redis, wrapped in the
 // fail-open switch: a memory fallback enforcing this node's share, the
 // node registry that gives N, and the probe.
-func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, reg prometheus.Registerer) (service.Limiter, string, func(), error) {
+func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (service.Limiter, string, func(), error) {
 	opts, err := redisbackend.ParseURL(st.Redis, st.RedisTimeout)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("--redis: %w", err)
@@ -39,7 +40,7 @@ func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, r
 	// lines follow --log-format and --log-level.
 	goredis.SetLogger(redisLogger{log})
 	client := goredis.NewUniversalClient(opts)
-	lim := redisbackend.New(redisbackend.Options{Client: client, Timeout: st.RedisTimeout})
+	lim := redisbackend.New(redisbackend.Options{Client: client, Timeout: st.RedisTimeout, Tracer: tracer})
 
 	host, _ := os.Hostname()
 	nodes := redisbackend.NewNodes(redisbackend.NodesOptions{Client: client, ID: host + ":" + strconv.Itoa(os.Getpid())})
@@ -72,6 +73,7 @@ func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, r
 		StallAfter: stallCalls * st.RedisTimeout,
 		Logger:     log,
 		Metrics:    service.NewFailoverMetrics(reg),
+		Tracer:     tracer,
 	})
 	closeAll := func() {
 		failover.Close()

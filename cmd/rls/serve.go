@@ -20,6 +20,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -30,6 +31,7 @@ import (
 	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/descriptors"
 	"github.com/sluice-rls/sluice/service"
+	"github.com/sluice-rls/sluice/tracing"
 )
 
 // evictEvery is how often the memory backends drop full (idle) buckets.
@@ -87,7 +89,17 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	go local.Run(ctx, evictEvery)
 	registerBucketGauge(reg, "local", local.Len)
 	registerFullRefusals(reg, "local", local.FullRefusals)
-	global, backendName, closeGlobal, err := newGlobal(ctx, st, log, reg)
+	traces, err := tracing.New(ctx, tracing.Options{
+		Endpoint: st.TracingEndpoint, Insecure: st.TracingInsecure, SampleRatio: st.TracingSampleRatio, Version: version(), Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(traces, st.DrainTimeout, log) // on early returns; a no-op after the drain's
+	if traces != nil {
+		log.Info("tracing on", "endpoint", st.TracingEndpoint, "sample_ratio", st.TracingSampleRatio, "insecure", st.TracingInsecure)
+	}
+	global, backendName, closeGlobal, err := newGlobal(ctx, st, log, reg, traces.Tracer())
 	if err != nil {
 		return err
 	}
@@ -108,6 +120,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		MaxEntries:       st.MaxEntries,
 		MaxValueBytes:    st.MaxValueBytes,
 		MaxMetricValues:  st.MaxMetricValues,
+		Tracer:           traces.Tracer(), // nil when off: no tracing cost
 	})
 
 	tlsConfig, err := serverTLSConfig(st)
@@ -190,6 +203,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	if adminServer != nil {
 		_ = adminServer.Shutdown(shutdownCtx)
 	}
+	shutdownTracing(traces, st.DrainTimeout, log) // flush the drained calls' spans
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, grpc.ErrServerStopped) {
 		return fmt.Errorf("serving: %w", serveErr)
 	}
@@ -285,7 +299,7 @@ func stopGRPC(s *grpc.Server, timeout time.Duration) {
 
 // newGlobal builds the global layer: Redis when --redis is set, else a
 // memory backend holding global rules on this node.
-func newGlobal(ctx context.Context, st config.Settings, log *slog.Logger, reg prometheus.Registerer) (service.Limiter, string, func(), error) {
+func newGlobal(ctx context.Context, st config.Settings, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (service.Limiter, string, func(), error) {
 	if st.Redis == "" {
 		m := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
 		go m.Run(ctx, evictEvery)
@@ -293,7 +307,17 @@ func newGlobal(ctx context.Context, st config.Settings, log *slog.Logger, reg pr
 		registerFullRefusals(reg, "global", m.FullRefusals)
 		return m, "memory", func() {}, nil
 	}
-	return newRedisGlobal(ctx, st, log, reg)
+	return newRedisGlobal(ctx, st, log, reg, tracer)
+}
+
+// shutdownTracing flushes the spans not yet exported, for up to timeout,
+// and stops the exporter (nil: tracing off, nothing to do).
+func shutdownTracing(p *tracing.Provider, timeout time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := p.Shutdown(ctx); err != nil {
+		log.Warn("tracing: spans not flushed", "err", err)
+	}
 }
 
 // isLoopback reports whether addr is a TCP address on a loopback IP.
