@@ -1,7 +1,6 @@
 package examples
 
 import (
-	"bufio"
 	"encoding/json"
 	"io"
 	"os/exec"
@@ -24,26 +23,17 @@ var digest = regexp.MustCompile(`@sha256:[0-9a-f]{64}`)
 
 // dockerfile is the Dockerfile as instructions: keyword and arguments, with
 // comments and line continuations resolved.
+// instruction is one Dockerfile instruction: keyword and arguments,
+// comments dropped and line continuations joined.
 type instruction struct{ keyword, args string }
 
+// dockerfile returns the Dockerfile's instructions in order.
 func dockerfile(t *testing.T) []instruction {
 	t.Helper()
-	var out []instruction
-	var cur string
-	sc := bufio.NewScanner(strings.NewReader(repoFile(t, "Dockerfile")))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "#") || (line == "" && cur == "") {
-			continue
-		}
-		if more, ok := strings.CutSuffix(line, `\`); ok {
-			cur += more + " "
-			continue
-		}
-		cur += line
-		kw, args, _ := strings.Cut(cur, " ")
-		out = append(out, instruction{strings.ToUpper(kw), strings.TrimSpace(args)})
-		cur = ""
+	out, stages := parseDockerfile(t, repoFile(t, "Dockerfile"))
+	for _, st := range stages {
+		out = append(out, instruction{"FROM", st.from})
+		out = append(out, st.body...)
 	}
 	return out
 }

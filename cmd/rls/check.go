@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -121,13 +119,9 @@ func (f checkTLSFlags) credentials() (credentials.TransportCredentials, error) {
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.serverName}
 	if f.ca != "" {
-		pem, err := os.ReadFile(f.ca)
+		pool, err := loadCertPool(f.ca)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-ca %s: no PEM certificates", f.ca)
 		}
 		cfg.RootCAs = pool
 	}

@@ -26,13 +26,9 @@ func serverTLSConfig(st config.Settings) (*tls.Config, error) {
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	if st.TLSClientCA != "" {
-		pem, err := os.ReadFile(st.TLSClientCA)
+		pool, err := loadCertPool(st.TLSClientCA)
 		if err != nil {
 			return nil, fmt.Errorf("TLS client CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("TLS client CA %s: no PEM certificates", st.TLSClientCA)
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
@@ -47,4 +43,17 @@ func serverCredentials(cfg *tls.Config) []grpc.ServerOption {
 		return nil
 	}
 	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(cfg.Clone()))}
+}
+
+// loadCertPool reads a PEM bundle of CA certificates.
+func loadCertPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificates", path)
+	}
+	return pool, nil
 }

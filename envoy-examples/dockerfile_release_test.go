@@ -1,26 +1,21 @@
-package main
+package examples
 
 import (
 	"bufio"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
 )
 
-// dockerInstruction is one Dockerfile instruction: keyword and arguments,
-// comments dropped and line continuations joined.
-type dockerInstruction struct{ keyword, args string }
-
 // dockerStage is the instructions of one FROM, with the FROM's arguments.
 type dockerStage struct {
 	from string
-	body []dockerInstruction
+	body []instruction
 }
 
 // parseDockerfile splits a Dockerfile into the instructions before the
 // first FROM (global ARGs) and its stages.
-func parseDockerfile(t *testing.T, text string) (global []dockerInstruction, stages []dockerStage) {
+func parseDockerfile(t *testing.T, text string) (global []instruction, stages []dockerStage) {
 	t.Helper()
 	var cur string
 	sc := bufio.NewScanner(strings.NewReader(text))
@@ -35,7 +30,7 @@ func parseDockerfile(t *testing.T, text string) (global []dockerInstruction, sta
 		}
 		cur += line
 		kw, args, _ := strings.Cut(cur, " ")
-		in := dockerInstruction{strings.ToUpper(kw), strings.TrimSpace(args)}
+		in := instruction{strings.ToUpper(kw), strings.TrimSpace(args)}
 		cur = ""
 		switch {
 		case in.keyword == "FROM":
@@ -53,7 +48,7 @@ func parseDockerfile(t *testing.T, text string) (global []dockerInstruction, sta
 }
 
 // args returns the names of the ARGs declared in ins.
-func args(ins []dockerInstruction) map[string]bool {
+func args(ins []instruction) map[string]bool {
 	names := map[string]bool{}
 	for _, in := range ins {
 		if in.keyword == "ARG" {
@@ -72,11 +67,7 @@ var (
 )
 
 func TestDockerfileRelease(t *testing.T) {
-	text, err := os.ReadFile("../../Dockerfile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	global, stages := parseDockerfile(t, string(text))
+	global, stages := parseDockerfile(t, repoFile(t, "Dockerfile"))
 	if g := args(global); !g["VERSION"] || !g["COMMIT"] {
 		t.Errorf("no global ARG VERSION and COMMIT before the first FROM (declared: %v)", g)
 	}
@@ -93,10 +84,7 @@ func TestDockerfileRelease(t *testing.T) {
 	if a := args(build.body); !a["VERSION"] || !a["COMMIT"] {
 		t.Errorf("build stage lacks ARG VERSION and ARG COMMIT (an ARG before FROM is not visible in a stage without them)")
 	}
-	makefile, err := os.ReadFile("../../Makefile")
-	if err != nil {
-		t.Fatal(err)
-	}
+	makefile := []byte(repoFile(t, "Makefile"))
 	m := regexp.MustCompile(`(?m)^LDFLAGS\s*:?=\s*(.*)$`).FindSubmatch(makefile)
 	if m == nil {
 		t.Fatal("Makefile defines no LDFLAGS")
@@ -151,12 +139,9 @@ func TestDockerfileRelease(t *testing.T) {
 	if labels["org.opencontainers.image.description"] == "" {
 		t.Error("no LABEL org.opencontainers.image.description")
 	}
-	license, err := os.ReadFile("../../LICENSE")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(license), "Apache License\n                           Version 2.0, January 2004") ||
-		!strings.Contains(string(license), "Copyright 2026 The sluice authors") {
+	license := repoFile(t, "LICENSE")
+	if !strings.Contains(license, "Apache License\n                           Version 2.0, January 2004") ||
+		!strings.Contains(license, "Copyright 2026 The sluice authors") {
 		t.Error("LICENSE is not the Apache License 2.0 with the sluice authors' copyright, as the licenses label says")
 	}
 }
