@@ -4,7 +4,7 @@
 // embedded sluice rules load with the real rule parser, container arguments
 // parse with the real flag parser, Envoy configuration decodes into Envoy's
 // own protos and passes their validation, and the monitoring files reference
-// only the metrics of DESIGN.md. The package has no non-test code.
+// only the metrics docs/metrics.md documents. The package has no non-test code.
 //
 // integration/examples_test.go runs the promises written in envoy.yaml
 // against a real sluice.

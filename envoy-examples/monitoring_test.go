@@ -15,33 +15,47 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// metricSpec is one metric of DESIGN.md's "Metrics" table.
+// metricSpec is one metric of docs/metrics.md's table.
 type metricSpec struct {
 	histogram bool
 	labels    []string
 }
 
-// designMetrics are the metric names and labels of DESIGN.md (a contract;
-// docs/metrics.md documents them), and those docs/metrics.md adds.
-var designMetrics = map[string]metricSpec{
-	"ratelimit_requests_total":                        {labels: []string{"domain", "code"}},
-	"ratelimit_decisions_total":                       {labels: []string{"domain", "rule", "layer", "result"}},
-	"ratelimit_request_duration_seconds":              {histogram: true},
-	"ratelimit_redis_duration_seconds":                {histogram: true, labels: []string{"op"}},
-	"ratelimit_redis_errors_total":                    {labels: []string{"kind"}},
-	"ratelimit_fallback_active":                       {},
-	"ratelimit_fallback_transitions_total":            {labels: []string{"to"}},
-	"ratelimit_live_nodes":                            {},
-	"ratelimit_fallback_nodes":                        {labels: []string{"source"}},
-	"ratelimit_config_loads_total":                    {labels: []string{"result"}},
-	"ratelimit_config_last_success_timestamp_seconds": {},
-	"ratelimit_unknown_domain_requests_total":         {},
-	"ratelimit_memory_buckets":                        {labels: []string{"backend"}},
-	"ratelimit_invalid_requests_total":                {},
-	"ratelimit_malformed_parts_total":                 {labels: []string{"kind"}},
-	"ratelimit_memory_full_refusals_total":            {labels: []string{"backend"}},
-	"ratelimit_config_last_load_successful":           {},
-	"ratelimit_build_info":                            {labels: []string{"version", "commit", "goversion"}},
+// documentedMetrics reads the metric names, types and labels from the table
+// of docs/metrics.md, the contract the alerts and the dashboard are held to:
+// a row is | `name` | type | labels | meaning |, its labels the backquoted
+// words of the third cell outside parentheses (inside them: values).
+func documentedMetrics(t *testing.T) map[string]metricSpec {
+	t.Helper()
+	specs := map[string]metricSpec{}
+	for line := range strings.SplitSeq(repoFile(t, "docs/metrics.md"), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 5 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`ratelimit_") {
+			continue
+		}
+		name := strings.Trim(strings.TrimSpace(cells[1]), "`")
+		spec := metricSpec{histogram: strings.TrimSpace(cells[2]) == "histogram"}
+		depth := 0
+		var outside strings.Builder
+		for _, r := range cells[3] {
+			switch {
+			case r == '(':
+				depth++
+			case r == ')':
+				depth--
+			case depth == 0:
+				outside.WriteRune(r)
+			}
+		}
+		for _, m := range backquoted.FindAllStringSubmatch(outside.String(), -1) {
+			spec.labels = append(spec.labels, m[1])
+		}
+		specs[name] = spec
+	}
+	if len(specs) == 0 {
+		t.Fatal("docs/metrics.md: no metric table")
+	}
+	return specs
 }
 
 // targetLabels are the labels Prometheus adds to every scraped series.
@@ -52,37 +66,39 @@ var (
 	selector     = regexp.MustCompile(`\b(ratelimit_[a-z_]+)\s*\{([^}]*)\}`)
 	matcherLabel = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)`)
 	grouping     = regexp.MustCompile(`\b(?:by|without|on|ignoring)\s*\(([^)]*)\)`)
+	backquoted   = regexp.MustCompile("`([a-z_]+)`")
 )
 
-// designMetric resolves a series name to its DESIGN.md metric: the name
+// documentedMetric resolves a series name to its metric in specs: the name
 // itself, or a histogram's _bucket, _sum or _count series.
-func designMetric(series string) (base string, spec metricSpec, ok bool) {
-	if spec, ok := designMetrics[series]; ok {
+func documentedMetric(specs map[string]metricSpec, series string) (base string, spec metricSpec, ok bool) {
+	if spec, ok := specs[series]; ok {
 		return series, spec, true
 	}
 	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 		base := strings.TrimSuffix(series, suffix)
-		if spec, ok := designMetrics[base]; ok && base != series && spec.histogram {
+		if spec, ok := specs[base]; ok && base != series && spec.histogram {
 			return base, spec, true
 		}
 	}
 	return "", metricSpec{}, false
 }
 
-// checkExpr checks that a PromQL expression uses only DESIGN.md metrics
-// (at least one), and only their labels (or target labels) in selectors
-// and groupings.
+// checkExpr checks that a PromQL expression uses only metrics of
+// docs/metrics.md (at least one), and only their labels (or target labels)
+// in selectors and groupings.
 func checkExpr(t *testing.T, where, expr string) {
 	t.Helper()
+	specs := documentedMetrics(t)
 	names := metricName.FindAllString(expr, -1)
 	if len(names) == 0 {
 		t.Errorf("%s: expression uses no sluice metric: %s", where, expr)
 	}
 	allowed := slices.Clone(targetLabels)
 	for _, n := range names {
-		base, spec, ok := designMetric(n)
+		base, spec, ok := documentedMetric(specs, n)
 		if !ok {
-			t.Errorf("%s: %s is not a metric of DESIGN.md", where, n)
+			t.Errorf("%s: %s is not a metric of docs/metrics.md", where, n)
 			continue
 		}
 		allowed = append(allowed, spec.labels...)
@@ -91,13 +107,13 @@ func checkExpr(t *testing.T, where, expr string) {
 		}
 	}
 	for _, m := range selector.FindAllStringSubmatch(expr, -1) {
-		_, spec, ok := designMetric(m[1])
+		_, spec, ok := documentedMetric(specs, m[1])
 		if !ok {
 			continue
 		}
 		for _, lm := range matcherLabel.FindAllStringSubmatch(m[2], -1) {
 			if !slices.Contains(spec.labels, lm[1]) && !slices.Contains(targetLabels, lm[1]) && lm[1] != "le" {
-				t.Errorf("%s: %s has no label %q (DESIGN.md: %v)", where, m[1], lm[1], spec.labels)
+				t.Errorf("%s: %s has no label %q (docs/metrics.md: %v)", where, m[1], lm[1], spec.labels)
 			}
 		}
 	}
@@ -369,5 +385,21 @@ func TestGrafanaDashboardPromtool(t *testing.T) {
 	}
 	if out, err := exec.Command(tool, "check", "rules", path).CombinedOutput(); err != nil {
 		t.Errorf("promtool check rules (the dashboard's queries): %v\n%s", err, out)
+	}
+}
+
+func TestDocumentedMetrics(t *testing.T) {
+	specs := documentedMetrics(t)
+	for name, want := range map[string]metricSpec{
+		"ratelimit_decisions_total":          {labels: []string{"domain", "rule", "layer", "result"}},
+		"ratelimit_request_duration_seconds": {histogram: true},
+		"ratelimit_redis_duration_seconds":   {histogram: true, labels: []string{"op"}},
+		"ratelimit_redis_errors_total":       {labels: []string{"kind"}},
+		"ratelimit_build_info":               {labels: []string{"version", "commit", "goversion"}},
+	} {
+		got, ok := specs[name]
+		if !ok || got.histogram != want.histogram || !slices.Equal(got.labels, want.labels) {
+			t.Errorf("docs/metrics.md %s read as %+v (found %v), want %+v", name, got, ok, want)
+		}
 	}
 }

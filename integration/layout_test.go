@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestDependencyDirection guards the layout of DESIGN.md and STYLE.md §1:
+// TestDependencyDirection guards the layout the README's table describes:
 // backends, config and descriptors never import service; descriptors
 // imports no other sluice package and no Redis client.
 func TestDependencyDirection(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 
 // BenchmarkShouldRateLimit is an Envoy-like request of three descriptors
 // (remote_address, user_id, route+user_id) through the handler on memory
-// backends, the buckets never running dry. DESIGN.md's goal: < 1 µs and
+// backends, the buckets never running dry. The goal (docs/benchmarks.md): < 1 µs and
 // ≤ 2 allocations per request. "sharedkeys" hashes global bucket keys with
 // SHA-256, as with Redis; "nodekeys" is the memory-only deployment, whose
 // keys never leave the process.

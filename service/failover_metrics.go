@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// FailoverMetrics are the Redis and fallback metrics of DESIGN.md.
+// FailoverMetrics are the Redis and fallback metrics of docs/metrics.md.
 type FailoverMetrics struct {
 	active      prometheus.Gauge
 	transitions *prometheus.CounterVec

@@ -46,7 +46,7 @@ var malformedKinds = [...]string{"long_value", "bad_override", "invalid_utf8"}
 // per-descriptor limit override.
 const overrideRule = "_override"
 
-// Metrics are the request-path Prometheus metrics of DESIGN.md. A nil
+// Metrics are the request-path Prometheus metrics of docs/metrics.md. A nil
 // *Metrics records nothing. Build it with NewMetrics on a registry the caller
 // owns.
 type Metrics struct {

@@ -16,7 +16,7 @@ import (
 	"github.com/sluice-rls/sluice/descriptors"
 )
 
-// Defaults for Options' request-size limits (DESIGN.md "Request semantics").
+// Defaults for Options' request-size limits (docs/operations.md, "Malformed requests").
 const (
 	DefaultMaxDescriptors = 256
 	DefaultMaxEntries     = 32

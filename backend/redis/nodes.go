@@ -14,7 +14,8 @@ import (
 //go:embed nodes.lua
 var nodesLua string
 
-// Heartbeat defaults: DESIGN.md's "every second, expiring after three".
+// Heartbeat defaults: every second, expiring after three
+// (docs/operations.md, "N: the node registry").
 const (
 	DefaultHeartbeatEvery = time.Second
 	DefaultHeartbeatTTL   = 3 * time.Second
