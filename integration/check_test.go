@@ -3,10 +3,8 @@
 package integration
 
 import (
-	"crypto/x509"
 	"errors"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -18,21 +16,7 @@ import (
 func TestCheckCommandOverMutualTLS(t *testing.T) {
 	m := newMTLS(t)
 	p := startRLS(t, m.flags...)
-	i := slices.Index(m.flags, "--tls-client-ca")
-	if i < 0 {
-		t.Fatalf("newMTLS flags %q lack --tls-client-ca", m.flags)
-	}
-	ca := m.flags[i+1]
-	dir := t.TempDir()
-	cert, key := filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
-	writePEM(t, cert, "CERTIFICATE", m.client.Certificate[0])
-	keyDER, err := x509.MarshalPKCS8PrivateKey(m.client.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, key, "PRIVATE KEY", keyDER)
-
-	mtls := []string{"--addr", p.GRPCAddr, "--timeout", "10s", "--tls-ca", ca, "--tls-cert", cert, "--tls-key", key, "--domain", "edge"}
+	mtls := []string{"--addr", p.GRPCAddr, "--timeout", "10s", "--tls-ca", m.CA, "--tls-cert", m.ClientCert, "--tls-key", m.ClientKey, "--domain", "edge"}
 	tests := []struct {
 		name  string
 		args  []string
@@ -45,7 +29,7 @@ func TestCheckCommandOverMutualTLS(t *testing.T) {
 		{"OVER_LIMIT", append(slices.Clone(mtls), "remote_address=50.0.0.5"), 1, "OVER_LIMIT"},
 		{"server name verified", append(slices.Clone(mtls), "--tls-server-name", "sluice", "user_id=alice"), 0, "OK"},
 		{"wrong server name", append(slices.Clone(mtls), "--tls-server-name", "elsewhere", "user_id=alice"), 2, ""},
-		{"no client certificate", []string{"--addr", p.GRPCAddr, "--timeout", "10s", "--tls-ca", ca, "user_id=alice"}, 2, ""},
+		{"no client certificate", []string{"--addr", p.GRPCAddr, "--timeout", "10s", "--tls-ca", m.CA, "user_id=alice"}, 2, ""},
 		{"plaintext", []string{"--addr", p.GRPCAddr, "--timeout", "10s", "user_id=alice"}, 2, ""},
 		{"usage", append(slices.Clone(mtls), "novalue"), 2, ""},
 	}

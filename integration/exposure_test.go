@@ -124,7 +124,7 @@ func TestAdminMutualTLS(t *testing.T) {
 	writeFile(t, dir, "m.yaml", drainRules)
 	m := newMTLS(t)
 	p := startRLS(t, append([]string{"--config", dir}, m.flags...)...)
-	roots := m.roots
+	roots := m.Roots
 	post := func(scheme string, certs []tls.Certificate) (int, error) {
 		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 			TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: certs, ServerName: "sluice"},
@@ -144,7 +144,7 @@ func TestAdminMutualTLS(t *testing.T) {
 	if _, err := post("https", nil); err == nil {
 		t.Errorf("POST /json without a client certificate was served")
 	}
-	if code, err := post("https", []tls.Certificate{m.client}); err != nil || code != http.StatusOK {
+	if code, err := post("https", []tls.Certificate{m.Client}); err != nil || code != http.StatusOK {
 		t.Errorf("POST /json with a client certificate: %d, %v; want 200", code, err)
 	}
 	if code, body := p.HTTPGet(t, "/healthcheck"); code != http.StatusOK {

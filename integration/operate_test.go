@@ -4,17 +4,8 @@ package integration
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,6 +17,8 @@ import (
 	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/sluice-rls/sluice/internal/pkitest"
 )
 
 func TestMetricsScrape(t *testing.T) {
@@ -144,42 +137,23 @@ func TestReloadThroughTheBinary(t *testing.T) {
 	}
 }
 
-// mTLS is a test PKI: a CA, a server certificate for "sluice" and a client
-// certificate, the first two written to files for rls' TLS flags.
+// mTLS is a test PKI with the flags that make rls serve use it.
 type mTLS struct {
-	flags  []string // --tls-cert, --tls-key, --tls-client-ca and their files
-	roots  *x509.CertPool
-	client tls.Certificate
+	pkitest.PKI
+	flags []string // --tls-cert, --tls-key, --tls-client-ca and their files
 }
 
 // newMTLS writes a PKI to a temporary directory.
 func newMTLS(t *testing.T) mTLS {
 	t.Helper()
-	dir := t.TempDir()
-	ca, caKey := newCA(t)
-	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.Raw)
-	serverCert, serverKey := newLeaf(t, ca, caKey, "sluice", true)
-	writePEM(t, filepath.Join(dir, "server.pem"), "CERTIFICATE", serverCert)
-	writePEM(t, filepath.Join(dir, "server-key.pem"), "PRIVATE KEY", serverKey)
-	clientCert, clientKey := newLeaf(t, ca, caKey, "envoy", false)
-	pair, err := tls.X509KeyPair(pemBytes("CERTIFICATE", clientCert), pemBytes("PRIVATE KEY", clientKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(ca)
-	return mTLS{
-		flags: []string{"--tls-cert", filepath.Join(dir, "server.pem"), "--tls-key", filepath.Join(dir, "server-key.pem"),
-			"--tls-client-ca", filepath.Join(dir, "ca.pem")},
-		roots:  roots,
-		client: pair,
-	}
+	p := pkitest.New(t)
+	return mTLS{PKI: p, flags: []string{"--tls-cert", p.ServerCert, "--tls-key", p.ServerKey, "--tls-client-ca", p.CA}}
 }
 
 func TestMutualTLS(t *testing.T) {
 	m := newMTLS(t)
 	p := startRLS(t, m.flags...)
-	roots := m.roots
+	roots := m.Roots
 	call := func(certs []tls.Certificate) error {
 		creds := credentials.NewTLS(&tls.Config{RootCAs: roots, Certificates: certs, ServerName: "sluice"})
 		conn, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(creds))
@@ -192,7 +166,7 @@ func TestMutualTLS(t *testing.T) {
 		_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, request("edge", "user_id=tls"))
 		return err
 	}
-	if err := call([]tls.Certificate{m.client}); err != nil {
+	if err := call([]tls.Certificate{m.Client}); err != nil {
 		t.Errorf("client with a valid certificate: %v", err)
 	}
 	if err := call(nil); err == nil {
@@ -201,74 +175,6 @@ func TestMutualTLS(t *testing.T) {
 	// Plaintext is refused too.
 	if _, err := p.Client.ShouldRateLimit(context.Background(), request("edge", "user_id=tls")); err == nil {
 		t.Errorf("plaintext client was served")
-	}
-}
-
-func newCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "sluice test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, key
-}
-
-// newLeaf returns a DER certificate and PKCS#8 key signed by ca.
-func newLeaf(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, name string, server bool) ([]byte, []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.DNSNames = []string{name}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return der, keyDER
-}
-
-func pemBytes(kind string, der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der})
-}
-
-func writePEM(t *testing.T, path, kind string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pemBytes(kind, der), 0o600); err != nil {
-		t.Fatal(err)
 	}
 }
 
