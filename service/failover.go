@@ -50,8 +50,10 @@ type FailoverOptions struct {
 	// taken as the caller's.
 	Abandoned func(error) bool
 	// StallAfter: a timed-out call switches the node only when no call has
-	// succeeded for this long; until then it is answered by the failure
-	// mode alone. One slow call (a large request, a busy CPU) is no stalled
+	// succeeded for this long, or when timeouts have kept coming for this
+	// long (no gap as long between two: a dead Redis Cluster master while
+	// the others answer); until then it is answered by the failure mode
+	// alone. One slow call (a large request, a busy CPU) is no stalled
 	// Redis. 0 switches at the first timeout. Other errors always switch at
 	// once.
 	StallAfter time.Duration
@@ -86,6 +88,9 @@ type Failover struct {
 	log        *slog.Logger
 	inFallback atomic.Bool
 	lastOK     atomic.Int64 // Unix nanoseconds of a recent success of Primary
+	// The current run of timeouts, in Unix nanoseconds: its first and its
+	// latest. Updated without a lock: a race only shifts a run's start.
+	timeoutsFrom, lastTimeout atomic.Int64
 
 	mu        sync.Mutex // guards probing, recovered and lastWait
 	probing   bool
@@ -147,11 +152,22 @@ func (f *Failover) hit(ctx context.Context, hits []descriptors.Hit, states []des
 			f.noteSuccess(end)
 			return ok, layerGlobal, nil
 		}
-		if !errors.Is(err, context.DeadlineExceeded) || end.UnixNano()-f.lastOK.Load() >= int64(f.opts.StallAfter) {
+		if !errors.Is(err, context.DeadlineExceeded) || f.stalled(end.UnixNano()) {
 			f.enterFallback(err)
 		}
 	}
 	return f.fallback(ctx, hits, states)
+}
+
+// stalled records a timeout at now (Unix nanoseconds) and reports whether
+// Redis counts as stalled: no success for StallAfter, or timeouts without a
+// gap of StallAfter for StallAfter.
+func (f *Failover) stalled(now int64) bool {
+	window := int64(f.opts.StallAfter)
+	if now-f.lastTimeout.Swap(now) >= window {
+		f.timeoutsFrom.Store(now) // a new run of timeouts
+	}
+	return now-f.lastOK.Load() >= window || now-f.timeoutsFrom.Load() >= window
 }
 
 // noteSuccess records a success of Primary at t. It writes the shared

@@ -292,3 +292,30 @@ func TestFailoverOneSlowCallIsNoStall(t *testing.T) {
 		t.Error("a connection error did not switch at once")
 	}
 }
+
+func TestFailoverTimeoutsAmidSuccessesSwitch(t *testing.T) {
+	// A dead Redis Cluster master while the others answer: its buckets'
+	// calls time out every time, the rest succeed in between.
+	var fh *failoverHarness
+	fh = newFailoverHarness(t, service.FailShare, 1, func(o *service.FailoverOptions) {
+		o.StallAfter = 30 * time.Millisecond
+		o.Now = func() time.Time { return fh.clock.Now() }
+	})
+	req := request("edge", desc("user_id=u"))
+	fh.call(t, req) // Redis answered once
+	for step := range 4 {
+		fh.primary.slow.Store(true)
+		fh.call(t, req)
+		if step < 3 && fh.failover.InFallback() {
+			t.Fatalf("switched after timeouts for %v (StallAfter 30ms)", time.Duration(step)*10*time.Millisecond)
+		}
+		fh.primary.slow.Store(false)
+		if step < 3 {
+			fh.call(t, req) // a success between the timeouts
+		}
+		fh.clock.Advance(10 * time.Millisecond)
+	}
+	if !fh.failover.InFallback() {
+		t.Fatal("still on Redis after timeouts kept coming for 30ms")
+	}
+}
