@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 // FuzzParse checks that Parse never panics, that every error is a list of
@@ -41,7 +43,7 @@ func FuzzParse(f *testing.F) {
 				t.Errorf("Match(%v) = %v, want %s", req, got, r.Path)
 			}
 			_ = r.MetricLabel(req)
-			_, _ = BucketKey(nil, r.Domain, r, GlobalBucket, req, Limit{})
+			_, _ = BucketKey(nil, r.Domain, r, GlobalBucket, req, bucket.Limit{})
 		}
 	})
 }
@@ -68,7 +70,7 @@ descriptors:
 			return e[:n%3]
 		}
 		e1, e2 := build(k1, v1, k2, v2, n1), build(k3, v3, k4, v4, n2)
-		lim := Limit{Requests: req, Period: time.Second, Burst: req}
+		lim := bucket.Limit{Requests: req, Period: time.Second, Burst: req}
 		for _, r := range []*Rule{nil, rule} {
 			a, buf := BucketKey(nil, d1, r, KeyKind(kind), e1, lim)
 			a2, _ := BucketKey(append(buf[:0], "garbage"...), d1, r, KeyKind(kind), e1, lim)

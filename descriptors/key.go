@@ -1,9 +1,9 @@
 package descriptors
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
-	"hash/maphash"
+
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 // KeyKind says which layer a bucket belongs to. The numbers are part of
@@ -45,21 +45,16 @@ const keyVersion = 1
 // so an unchanged rule keeps its keys across reloads; a changed limit
 // gets a fresh bucket.
 //
-// Why SHA-256 and not a fast hash: clients choose the values. With a
-// non-cryptographic hash an attacker could compute values whose key
-// collides with someone else's bucket and drain it; finding a collision of
-// even 128 bits of SHA-256 is out of reach.
-//
 // buf is scratch space, returned (grown) for reuse; with a reused buf,
 // BucketKey does not allocate.
-func BucketKey(buf []byte, domain string, rule *Rule, kind KeyKind, entries []Entry, limit Limit) (Key, []byte) {
+func BucketKey(buf []byte, domain string, rule *Rule, kind KeyKind, entries []Entry, limit bucket.Limit) (bucket.Key, []byte) {
 	b := AppendKeyMaterial(buf[:0], domain, rule, kind, entries, limit)
-	return SumKey(b), b
+	return bucket.SumKey(b), b
 }
 
 // AppendKeyMaterial appends to buf the canonical encoding BucketKey hashes.
-// Callers that hash it another way (NodeHasher) use it directly.
-func AppendKeyMaterial(buf []byte, domain string, rule *Rule, kind KeyKind, entries []Entry, limit Limit) []byte {
+// Callers that hash it another way (bucket.NodeHasher) use it directly.
+func AppendKeyMaterial(buf []byte, domain string, rule *Rule, kind KeyKind, entries []Entry, limit bucket.Limit) []byte {
 	b := append(buf, keyVersion, byte(kind))
 	b = appendString(b, domain)
 	if rule == nil {
@@ -92,39 +87,6 @@ func AppendKeyMaterial(buf []byte, domain string, rule *Rule, kind KeyKind, entr
 	b = binary.BigEndian.AppendUint64(b, limit.Requests)
 	b = binary.BigEndian.AppendUint64(b, uint64(limit.Period))
 	return binary.BigEndian.AppendUint64(b, limit.Burst)
-}
-
-// SumKey returns the shared key of a bucket's material: the first 16 bytes
-// of its SHA-256. Every node computes the same key, as buckets in Redis need.
-func SumKey(material []byte) Key {
-	sum := sha256.Sum256(material)
-	var k Key
-	copy(k[:], sum[:len(k)])
-	return k
-}
-
-// NodeHasher derives keys for buckets that never leave this process (the
-// local layer, and the global layer when it is held in memory). It is two
-// independently seeded hash/maphash sums, some ten times faster than
-// SHA-256. That is safe against chosen values because the seeds are random
-// per process and never leave it: without them, nobody can aim a value at
-// another's bucket; accidental collisions of 128 bits do not happen.
-// Keys differ between processes, so never send them to a shared store.
-type NodeHasher struct {
-	lo, hi maphash.Seed
-}
-
-// NewNodeHasher returns a NodeHasher with fresh random seeds.
-func NewNodeHasher() NodeHasher {
-	return NodeHasher{lo: maphash.MakeSeed(), hi: maphash.MakeSeed()}
-}
-
-// Sum returns the node-local key of a bucket's material.
-func (h NodeHasher) Sum(material []byte) Key {
-	var k Key
-	binary.LittleEndian.PutUint64(k[:8], maphash.Bytes(h.lo, material))
-	binary.LittleEndian.PutUint64(k[8:], maphash.Bytes(h.hi, material))
-	return k
 }
 
 func appendString(b []byte, s string) []byte {

@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"testing"
 	"time"
+
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 const keyRules = `
@@ -31,14 +33,14 @@ func TestBucketKeyDistinct(t *testing.T) {
 	t.Parallel()
 	c := mustConfig(t, keyRules)
 	d := c.Domain("d")
-	lim := Limit{Requests: 10, Period: time.Second, Burst: 10}
+	lim := bucket.Limit{Requests: 10, Period: time.Second, Burst: 10}
 	type in struct {
 		name    string
 		domain  string
 		rule    *Rule
 		kind    KeyKind
 		entries []Entry
-		limit   Limit
+		limit   bucket.Limit
 	}
 	user := d.Match(entries("user=x"))
 	ab := d.Match(entries("a=x", "b=y"))
@@ -52,9 +54,9 @@ func TestBucketKeyDistinct(t *testing.T) {
 		{"exact rule", "d", d.Match(entries("user=admin")), GlobalBucket, entries("user=admin"), lim},
 		{"key-only rule, same value", "d", user, GlobalBucket, entries("user=admin"), lim},
 		{"no rule", "d", nil, GlobalBucket, entries("user=x"), lim},
-		{"other requests", "d", user, GlobalBucket, entries("user=x"), Limit{Requests: 11, Period: time.Second, Burst: 10}},
-		{"other period", "d", user, GlobalBucket, entries("user=x"), Limit{Requests: 10, Period: time.Minute, Burst: 10}},
-		{"other burst", "d", user, GlobalBucket, entries("user=x"), Limit{Requests: 10, Period: time.Second, Burst: 11}},
+		{"other requests", "d", user, GlobalBucket, entries("user=x"), bucket.Limit{Requests: 11, Period: time.Second, Burst: 10}},
+		{"other period", "d", user, GlobalBucket, entries("user=x"), bucket.Limit{Requests: 10, Period: time.Minute, Burst: 10}},
+		{"other burst", "d", user, GlobalBucket, entries("user=x"), bucket.Limit{Requests: 10, Period: time.Second, Burst: 11}},
 		// Separators inside values must not shift bytes between fields.
 		{"two levels a_b", "d", ab, GlobalBucket, entries("a=x_y", "b=z"), lim},
 		{"two levels a b_", "d", ab, GlobalBucket, entries("a=x", "b=y_z"), lim},
@@ -75,10 +77,10 @@ func TestBucketKeyDistinct(t *testing.T) {
 		{"wildcard per value x", "d", path, GlobalBucket, entries("path=/api/x"), lim},
 		{"wildcard per value y", "d", path, GlobalBucket, entries("path=/api/y"), lim},
 	}
-	seen := make(map[Key]string)
+	seen := make(map[bucket.Key]string)
 	var buf []byte
 	for _, tc := range inputs {
-		var k Key
+		var k bucket.Key
 		k, buf = BucketKey(buf, tc.domain, tc.rule, tc.kind, tc.entries, tc.limit)
 		if other, dup := seen[k]; dup {
 			t.Errorf("BucketKey(%s) = BucketKey(%s) = %x, want distinct", tc.name, other, k)
@@ -90,7 +92,7 @@ func TestBucketKeyDistinct(t *testing.T) {
 func TestBucketKeyShareThreshold(t *testing.T) {
 	t.Parallel()
 	d := mustConfig(t, keyRules).Domain("d")
-	lim := Limit{Requests: 10, Period: time.Hour, Burst: 10}
+	lim := bucket.Limit{Requests: 10, Period: time.Hour, Burst: 10}
 	r := d.Match(entries("files=files/a.pdf"))
 	ka, _ := BucketKey(nil, "d", r, GlobalBucket, entries("files=files/a.pdf"), lim)
 	kb, _ := BucketKey(nil, "d", r, GlobalBucket, entries("files=files/b.csv"), lim)
@@ -128,7 +130,7 @@ descriptors:
   - key: user
     rate_limit: {unit: second, requests_per_unit: 10}
 `
-	lim := Limit{Requests: 1, Period: time.Second, Burst: 1}
+	lim := bucket.Limit{Requests: 1, Period: time.Second, Burst: 1}
 	req := entries("a=x", "b=y")
 	k1, _ := BucketKey(nil, "d", mustConfig(t, keyRules).Domain("d").Match(req), GlobalBucket, req, lim)
 	k2, _ := BucketKey(nil, "d", mustConfig(t, reordered).Domain("d").Match(req), GlobalBucket, req, lim)
@@ -145,7 +147,7 @@ func TestBucketKeyNoAllocs(t *testing.T) {
 	d := mustConfig(t, keyRules).Domain("d")
 	req := entries("a=x", "b=y")
 	r := d.Match(req)
-	lim := Limit{Requests: 1, Period: time.Second, Burst: 1}
+	lim := bucket.Limit{Requests: 1, Period: time.Second, Burst: 1}
 	buf := make([]byte, 0, 256)
 	if n := testing.AllocsPerRun(100, func() { _, buf = BucketKey(buf, "d", r, GlobalBucket, req, lim) }); n != 0 {
 		t.Errorf("BucketKey allocates %v times per call with a reused buf, want 0", n)
@@ -162,22 +164,5 @@ func BenchmarkBucketKey(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		_, buf = BucketKey(buf, "edge", r, GlobalBucket, req, lim)
-	}
-}
-
-func TestNodeHasher(t *testing.T) {
-	h := NewNodeHasher()
-	a, b := []byte("material a"), []byte("material b")
-	if h.Sum(a) != h.Sum(a) {
-		t.Errorf("Sum is not deterministic")
-	}
-	if h.Sum(a) == h.Sum(b) {
-		t.Errorf("distinct materials share a key")
-	}
-	if other := NewNodeHasher(); other.Sum(a) == h.Sum(a) {
-		t.Errorf("two hashers (seeds) gave the same key")
-	}
-	if n := testing.AllocsPerRun(100, func() { h.Sum(a) }); n != 0 {
-		t.Errorf("Sum allocates %v times", n)
 	}
 }

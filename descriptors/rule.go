@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 // Rule is one descriptor of a rule file that carries a rate_limit, with
@@ -31,9 +33,9 @@ type Rule struct {
 	Unlimited bool
 	// Global is the cluster-wide bucket shape; nil for an unlimited or a
 	// local-only rule.
-	Global *Limit
+	Global *bucket.Limit
 	// Local is the per-node bucket shape; nil without a local block.
-	Local *Limit
+	Local *bucket.Limit
 	// GlobalRate and LocalRate are Global and Local as written (unit and
 	// multiplier), for the response's current_limit; nil when absent.
 	GlobalRate, LocalRate *Rate
@@ -63,8 +65,8 @@ func (r Rate) Period() time.Duration {
 }
 
 // Limit returns the bucket shape of the rate.
-func (r Rate) Limit() Limit {
-	return Limit{Requests: uint64(r.RequestsPerUnit), Period: r.Period(), Burst: uint64(r.Burst)}
+func (r Rate) Limit() bucket.Limit {
+	return bucket.Limit{Requests: uint64(r.RequestsPerUnit), Period: r.Period(), Burst: uint64(r.Burst)}
 }
 
 // String returns e.g. "100/second burst 200" or "10/5 minutes burst 10".

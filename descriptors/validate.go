@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 // Error is one problem in a rule file. Parse and New return every problem
@@ -272,16 +274,16 @@ func refillTime(burst uint64, period time.Duration, requests uint64) (time.Durat
 // describes one. It holds the override to the bounds of rule files: an error
 // when the period or the time to refill exceeds 100 years, which also keeps
 // every duration the backends compute from overflowing.
-func NewLimit(u Unit, requests, multiplier uint32) (Limit, error) {
+func NewLimit(u Unit, requests, multiplier uint32) (bucket.Limit, error) {
 	period, ok := periodOf(u, multiplier)
 	if !ok {
-		return Limit{}, fmt.Errorf("period %s is longer than 100 years", Rate{Unit: u, UnitMultiplier: multiplier}.periodString())
+		return bucket.Limit{}, fmt.Errorf("period %s is longer than 100 years", Rate{Unit: u, UnitMultiplier: multiplier}.periodString())
 	}
 	n := uint64(requests)
 	if n > 0 {
 		if _, ok := refillTime(n, period, n); !ok {
-			return Limit{}, fmt.Errorf("%d/%s takes more than 100 years to refill", n, Rate{Unit: u, UnitMultiplier: multiplier}.periodString())
+			return bucket.Limit{}, fmt.Errorf("%d/%s takes more than 100 years to refill", n, Rate{Unit: u, UnitMultiplier: multiplier}.periodString())
 		}
 	}
-	return Limit{Requests: n, Period: period, Burst: n}, nil
+	return bucket.Limit{Requests: n, Period: period, Burst: n}, nil
 }

@@ -3,33 +3,72 @@
 package integration
 
 import (
+	"encoding/json"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// TestDependencyDirection guards the layout the README's table describes:
-// backends, config and descriptors never import service; descriptors
-// imports no other sluice package and no Redis client.
+// mod is the module path every sluice package starts with.
+const mod = "github.com/sluice-rls/sluice/"
+
+// allowedImports pins the arrows of the package graph the README's layout
+// table describes: for each package, the sluice packages it may import
+// (tests aside). Main wires everything; the service sees the bucket
+// contract and the rules, never a backend or the fail-open switch; the
+// fail-open switch sees the contract, never a backend; backends and rules
+// see only the contract; the contract sees nothing.
+var allowedImports = map[string][]string{
+	"bucket":         {},
+	"descriptors":    {"bucket"},
+	"config":         {"descriptors"},
+	"backend/memory": {"bucket"},
+	"backend/redis":  {"bucket"},
+	"fallback":       {"bucket"},
+	"service":        {"bucket", "descriptors"},
+	"tracing":        {},
+	"cmd/rls":        {"backend/memory", "backend/redis", "bucket", "config", "descriptors", "fallback", "service", "tracing"},
+	"cmd/rlsbench":   {},
+}
+
+// TestDependencyDirection checks every package's sluice imports against
+// allowedImports, that every package is listed, and that the bucket
+// contract depends on the standard library alone.
 func TestDependencyDirection(t *testing.T) {
-	const mod = "github.com/sluice-rls/sluice/"
-	deps := func(pkg string) []string {
-		out, err := exec.Command("go", "list", "-deps", "../"+pkg).Output()
-		if err != nil {
-			t.Fatalf("go list -deps %s: %v", pkg, err)
-		}
-		return strings.Fields(string(out))
+	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", "../...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
 	}
-	for _, pkg := range []string{"backend/memory", "backend/redis", "config", "descriptors"} {
-		for _, d := range deps(pkg) {
-			if d == mod+"service" {
-				t.Errorf("%s imports service", pkg)
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimPrefix(p.ImportPath, mod)
+		if strings.HasPrefix(name, "internal/") || name == "integration" || name == "envoy-examples" {
+			continue // test support
+		}
+		allowed, ok := allowedImports[name]
+		if !ok {
+			t.Errorf("package %s is not in allowedImports: add it, with its arrows, and to the README's layout table", name)
+			continue
+		}
+		for _, imp := range p.Imports {
+			if dep, ok := strings.CutPrefix(imp, mod); ok && !slices.Contains(allowed, dep) {
+				t.Errorf("%s imports %s, which the layout does not allow", name, dep)
 			}
 		}
 	}
-	for _, d := range deps("descriptors") {
-		if (strings.HasPrefix(d, mod) && d != mod+"descriptors") || strings.Contains(d, "go-redis") {
-			t.Errorf("descriptors depends on %s", d)
-		}
+	deps, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "../bucket").Output()
+	if err != nil {
+		t.Fatalf("go list -deps bucket: %v", err)
+	}
+	if got := strings.Fields(string(deps)); !slices.Equal(got, []string{mod + "bucket"}) {
+		t.Errorf("bucket depends on %v, want the standard library alone", got)
 	}
 }

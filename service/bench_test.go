@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sluice-rls/sluice/backend/memory"
 	"github.com/sluice-rls/sluice/service"
 	"github.com/sluice-rls/sluice/tracing"
 )
@@ -62,7 +63,9 @@ descriptors:
 				if !bc.metrics {
 					o.Metrics = nil
 				}
-				o.GlobalInMemory = bc.globalInMemory
+				if bc.globalInMemory {
+					o.Global = memory.New(memory.Options{Now: o.Now})
+				}
 				switch bc.tracing {
 				case "":
 				case "ratio0":

@@ -4,12 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/descriptors"
 )
 
@@ -22,7 +22,7 @@ type descState struct {
 	start, end int // its entries, gray entries removed, in scratch.entries
 	local      int // index into scratch.local, or none
 	global     int // index into scratch.global, or none
-	limit      descriptors.Limit
+	limit      bucket.Limit
 	name       string // current_limit.name
 	unlimited  bool   // matched an unlimited rule
 }
@@ -32,11 +32,11 @@ type descState struct {
 type scratch struct {
 	entries      []descriptors.Entry
 	descs        []descState
-	local        []descriptors.Hit
-	localStates  []descriptors.BucketState
-	global       []descriptors.Hit
-	globalStates []descriptors.BucketState
-	refund       []descriptors.Hit
+	local        []bucket.Hit
+	localStates  []bucket.State
+	global       []bucket.Hit
+	globalStates []bucket.State
+	refund       []bucket.Hit
 	keyBuf       []byte
 }
 
@@ -53,6 +53,7 @@ type outcome struct {
 	allowed     bool
 	layer       int  // the refusing layer when !allowed (layerLocal…)
 	globalLayer int  // the layer that answered for global hits: global or fallback
+	localDone   bool // local states are valid
 	globalDone  bool // global states are valid
 	gray        bool
 	cfg         *descriptors.Config
@@ -68,13 +69,6 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, note *
 		s.opts.Metrics.unknownDomain()
 		return allOK(len(req.GetDescriptors())), nil
 	}
-	if s.failover != nil && s.failover.allowAll() {
-		s.opts.Metrics.request(dom.Name, true)
-		if note != nil {
-			note.layer = LayerFallback
-		}
-		return allOK(len(req.GetDescriptors())), nil
-	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
 	sc.reset()
@@ -84,20 +78,29 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, note *
 
 	if len(sc.local) > 0 {
 		sc.localStates = grow(sc.localStates, len(sc.local))
-		ok, err := s.opts.Local.Hit(ctx, sc.local, sc.localStates)
-		if err != nil {
+		d, err := s.opts.Local.Hit(ctx, sc.local, sc.localStates)
+		switch {
+		case err != nil:
 			// The memory backend never fails; a limiter that does is skipped
 			// rather than failing the request.
 			s.log.Warn("local layer failed; not enforcing it", "err", err)
-			for i := range sc.local {
-				sc.localStates[i] = descriptors.BucketState{Allowed: true, Remaining: sc.local[i].Limit.Burst}
+		case d.Answer == bucket.Bypassed:
+			return s.bypass(dom.Name, len(req.GetDescriptors()), note), nil
+		case d.Answer != bucket.Skipped:
+			out.localDone = true
+			if !d.Allowed {
+				out.allowed, out.layer = false, layerLocal
 			}
-		} else if !ok {
-			out.allowed, out.layer = false, layerLocal
 		}
 	}
-	if out.allowed && len(sc.global) > 0 && s.opts.Global != nil {
-		s.decideGlobal(ctx, sc, &out)
+	if len(sc.global) > 0 && s.opts.Global != nil {
+		if out.allowed {
+			if s.decideGlobal(ctx, sc, &out) {
+				return s.bypass(dom.Name, len(req.GetDescriptors()), note), nil
+			}
+		} else {
+			s.giveGlobal(ctx, sc)
+		}
 	}
 	resp := s.respond(sc, req, &out)
 	if note != nil {
@@ -107,41 +110,50 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, note *
 	return resp, nil
 }
 
+// bypass answers OK to a request a layer said to let through whatever the
+// others say (--redis-failure allow while Redis is failing).
+func (s *Server) bypass(domain string, descs int, note *traceNote) *rlsv3.RateLimitResponse {
+	s.opts.Metrics.request(domain, true)
+	if note != nil {
+		note.layer = LayerFallback
+	}
+	return allOK(descs)
+}
+
 // decideGlobal asks the global layer for every global hit at once and gives
-// the local tokens back when it refuses.
-func (s *Server) decideGlobal(ctx context.Context, sc *scratch, out *outcome) {
+// the local tokens back when it refuses. It reports whether the global
+// layer said to let the whole request through (bucket.Bypassed).
+func (s *Server) decideGlobal(ctx context.Context, sc *scratch, out *outcome) (bypass bool) {
 	sc.globalStates = grow(sc.globalStates, len(sc.global))
-	var (
-		ok    bool
-		err   error
-		layer = layerGlobal
-	)
-	if s.failover != nil {
-		ok, layer, err = s.failover.hit(ctx, sc.global, sc.globalStates)
-	} else {
-		ok, err = s.opts.Global.Hit(ctx, sc.global, sc.globalStates)
-	}
-	if errors.Is(err, errSkipped) {
-		return // --redis-failure local: the local layer alone decides
-	}
+	d, err := s.opts.Global.Hit(ctx, sc.global, sc.globalStates)
 	if err != nil {
 		// Failing open: without a global answer the local layer decides.
-		// (A fallback limiter wrapping the global one answers instead of
-		// failing; this path is for a global limiter without one.)
+		// (The fail-open switch answers instead of failing; this path is
+		// for a caller that gave up, or a global limiter without one.)
 		if ctx.Err() == nil { // a caller that gave up is no failure of the layer
 			s.opts.Metrics.globalError()
 			s.log.Warn("global layer failed; answering from the local layer", "err", err)
 		}
-		return
+		return false
 	}
-	out.globalDone, out.globalLayer = true, layer
-	if ok {
-		return
+	switch d.Answer {
+	case bucket.Bypassed:
+		return true
+	case bucket.Skipped:
+		return false // --redis-failure local: the local layer alone decides
+	case bucket.Fallback:
+		out.globalLayer = layerFallback
+	default:
+		out.globalLayer = layerGlobal
+	}
+	out.globalDone = true
+	if d.Allowed {
+		return false
 	}
 	out.allowed, out.layer = false, out.globalLayer
-	// Give back what the local layer took for this request. Gives
-	// (is_negative_hits) stay applied: returning tokens is not something to
-	// refuse, and the global backends apply gives whatever their decision.
+	// Give back what the local layer took for this request. Its gives
+	// (is_negative_hits) stay applied: a give is never refused
+	// (bucket.Hit).
 	for _, h := range sc.local {
 		if h.Cost > 0 && !h.Give && !h.Independent {
 			h.Give = true
@@ -153,6 +165,28 @@ func (s *Server) decideGlobal(ctx context.Context, sc *scratch, out *outcome) {
 		// The refund's states are not reported; they land after the real ones.
 		_, _ = s.opts.Local.Hit(ctx, sc.refund, sc.localStates[len(sc.local):])
 	}
+	return false
+}
+
+// giveGlobal applies the request's global gives after the local layer
+// refused it: a give is never refused, whichever layer refuses the rest
+// (bucket.Hit). A request without gives costs nothing here.
+func (s *Server) giveGlobal(ctx context.Context, sc *scratch) {
+	for _, h := range sc.global {
+		if h.Give && h.Cost > 0 {
+			sc.refund = append(sc.refund, h)
+		}
+	}
+	if len(sc.refund) == 0 {
+		return
+	}
+	sc.globalStates = grow(sc.globalStates, len(sc.refund))
+	// Their states are not reported: the refused request reports the local
+	// layer's.
+	if _, err := s.opts.Global.Hit(ctx, sc.refund, sc.globalStates); err != nil && ctx.Err() == nil {
+		s.log.Warn("global layer failed to take back tokens", "err", err)
+	}
+	sc.refund = sc.refund[:0]
 }
 
 // isGray reports whether any descriptor carries the gray marker.
@@ -268,7 +302,7 @@ func (s *Server) buildHits(sc *scratch, req *rlsv3.RateLimitRequest, gray bool) 
 		if rule == nil && !hasOverride {
 			continue
 		}
-		hit := descriptors.Hit{Cost: cost(req, d), Give: d.GetIsNegativeHits()}
+		hit := bucket.Hit{Cost: cost(req, d), Give: d.GetIsNegativeHits()}
 		hit.Independent = s.opts.Shadow || (rule != nil && rule.ShadowMode)
 		if rule != nil {
 			ds.name = rule.Name
@@ -295,10 +329,10 @@ func (s *Server) buildHits(sc *scratch, req *rlsv3.RateLimitRequest, gray bool) 
 			continue
 		}
 		sc.keyBuf = descriptors.AppendKeyMaterial(sc.keyBuf[:0], domain, rule, descriptors.GlobalBucket, entries, hit.Limit)
-		if s.opts.GlobalInMemory {
-			hit.Key = s.nodeKeys.Sum(sc.keyBuf)
+		if s.sharedKeys {
+			hit.Key = bucket.SumKey(sc.keyBuf)
 		} else {
-			hit.Key = descriptors.SumKey(sc.keyBuf)
+			hit.Key = s.nodeKeys.Sum(sc.keyBuf)
 		}
 		ds.global = len(sc.global)
 		sc.global = append(sc.global, hit)
@@ -320,17 +354,17 @@ func cost(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) uint64 {
 // overrideLimit converts Envoy's per-descriptor limit override. An override
 // sluice cannot honour (an unknown unit, a period or refill time beyond the
 // bounds of rule files) is an error; the caller ignores it.
-func overrideLimit(o *commonv3.RateLimitDescriptor_RateLimitOverride) (descriptors.Limit, bool, error) {
+func overrideLimit(o *commonv3.RateLimitDescriptor_RateLimitOverride) (bucket.Limit, bool, error) {
 	if o == nil {
-		return descriptors.Limit{}, false, nil
+		return bucket.Limit{}, false, nil
 	}
 	u, ok := unitOf(o.GetUnit())
 	if !ok {
-		return descriptors.Limit{}, false, fmt.Errorf("limit override has unknown unit %v", o.GetUnit())
+		return bucket.Limit{}, false, fmt.Errorf("limit override has unknown unit %v", o.GetUnit())
 	}
 	l, err := descriptors.NewLimit(u, o.GetRequestsPerUnit(), o.GetUnitMultiplier().GetValue())
 	if err != nil {
-		return descriptors.Limit{}, false, fmt.Errorf("limit override: %w", err)
+		return bucket.Limit{}, false, fmt.Errorf("limit override: %w", err)
 	}
 	return l, true, nil
 }

@@ -8,7 +8,9 @@
 // are given back. It builds one status per descriptor, the overall code and,
 // on OVER_LIMIT, the retry headers and a JSON body.
 //
-// The package declares the two small interfaces it consumes, Limiter and
-// RuleSource; backends implement Limiter without importing this package.
+// It sees both layers only through the bucket.Limiter contract: it never
+// knows which backend answers, nor whether the fail-open switch (package
+// fallback) stands in front of one; a Decision says who answered. It
+// declares the one interface it consumes besides, RuleSource.
 // A Server is safe for concurrent use.
 package service

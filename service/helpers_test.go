@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rls/sluice/backend/memory"
+	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/descriptors"
 	"github.com/sluice-rls/sluice/internal/clocktest"
@@ -23,7 +24,7 @@ type harness struct {
 	clock  *clocktest.Clock // shared by the server and its backends
 	reg    *prometheus.Registry
 	local  *memory.Limiter
-	global service.Limiter
+	global bucket.Limiter
 }
 
 func mustRules(t testing.TB, yamls ...string) *descriptors.Config {
@@ -48,13 +49,12 @@ func newHarness(t testing.TB, rules string, opts ...func(*service.Options)) *har
 	t.Helper()
 	h := &harness{clock: clocktest.New(time.Unix(1_700_000_000, 0)), reg: prometheus.NewRegistry()}
 	h.local = memory.New(memory.Options{Now: h.clock.Now})
-	h.global = memory.New(memory.Options{Now: h.clock.Now})
+	h.global = sharedMemory{memory.New(memory.Options{Now: h.clock.Now})}
 	o := service.Options{
-		Rules:  config.NewStore(mustRules(t, rules)),
-		Local:  h.local,
-		Global: h.global,
-		Now:    h.clock.Now,
-		// Exercise the shared (SHA-256) keys; GlobalInMemory has its own test.
+		Rules:   config.NewStore(mustRules(t, rules)),
+		Local:   h.local,
+		Global:  h.global,
+		Now:     h.clock.Now,
 		Metrics: service.NewMetrics(h.reg),
 	}
 	for _, f := range opts {
@@ -64,6 +64,12 @@ func newHarness(t testing.TB, rules string, opts ...func(*service.Options)) *har
 	h.srv = service.New(o)
 	return h
 }
+
+// sharedMemory is a memory limiter that reports its buckets shared, as
+// Redis does, so that the server keys them with SHA-256 (bucket.SumKey).
+type sharedMemory struct{ *memory.Limiter }
+
+func (sharedMemory) Shared() bool { return true }
 
 // desc builds a descriptor from "key=value" pairs.
 func desc(pairs ...string) *commonv3.RateLimitDescriptor {

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 // statusParts are the messages of one descriptor status, allocated together.
@@ -83,15 +83,15 @@ func allOK(n int) *rlsv3.RateLimitResponse {
 
 // chosen is the layer a descriptor's status describes.
 type chosen struct {
-	state descriptors.BucketState
-	hit   descriptors.Hit
+	state bucket.State
+	hit   bucket.Hit
 	layer int // layerLocal…
 }
 
 // pick chooses the layer a status describes: the refusing one, else the one
 // with the fewest whole tokens left.
 func pick(sc *scratch, ds *descState, out *outcome) (chosen, bool) {
-	hasLocal := ds.local != none
+	hasLocal := ds.local != none && out.localDone
 	hasGlobal := ds.global != none && out.globalDone
 	var l, g chosen
 	if hasLocal {

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 // Defaults for Options' request-size limits (docs/operations.md, "Malformed requests").
@@ -35,13 +35,13 @@ const (
 // Options configures a Server. Rules and Local are required; Global may be
 // nil, in which case rules' global limits are not enforced.
 type Options struct {
-	Rules  RuleSource
-	Local  Limiter // per-node layer (backend/memory)
-	Global Limiter // cluster-wide layer: backend/redis, or backend/memory without Redis
-	// GlobalInMemory says the global layer is this process's memory (no
-	// Redis), so its bucket keys may use the fast node-local hash; keys
-	// sent to a shared store must be the same on every node (SHA-256).
-	GlobalInMemory bool
+	Rules RuleSource
+	Local bucket.Limiter // per-node layer (backend/memory)
+	// Global is the cluster-wide layer: backend/redis behind the fail-open
+	// switch (package fallback), or backend/memory without Redis. Its
+	// Shared method chooses its bucket keys: the same on every node
+	// (bucket.SumKey) when shared, else the faster node-local hash.
+	Global bucket.Limiter
 
 	Now     func() time.Time // nil = time.Now
 	Logger  *slog.Logger     // nil = discard
@@ -73,15 +73,15 @@ type Options struct {
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	opts     Options
-	failover *Failover // opts.Global when it is one
-	nodeKeys descriptors.NodeHasher
-	log      *slog.Logger
-	now      func() time.Time
-	scratch  sync.Pool     // *scratch: per-request buffers, so the hot path does not allocate
-	refusals atomic.Uint64 // refused requests, for sampled logging
-	tracer   trace.Tracer  // never nil
-	traced   bool          // opts.Tracer was set
+	opts       Options
+	nodeKeys   bucket.NodeHasher
+	sharedKeys bool // opts.Global is shared: its keys are bucket.SumKey
+	log        *slog.Logger
+	now        func() time.Time
+	scratch    sync.Pool     // *scratch: per-request buffers, so the hot path does not allocate
+	refusals   atomic.Uint64 // refused requests, for sampled logging
+	tracer     trace.Tracer  // never nil
+	traced     bool          // opts.Tracer was set
 }
 
 // New returns a Server deciding with opts.
@@ -102,8 +102,8 @@ func New(opts Options) *Server {
 		opts.MaxMetricValues = DefaultMaxMetricValues
 	}
 	opts.Metrics.capValues(opts.MaxMetricValues)
-	s := &Server{opts: opts, log: opts.Logger, now: opts.Now, nodeKeys: descriptors.NewNodeHasher()}
-	s.failover, _ = opts.Global.(*Failover)
+	s := &Server{opts: opts, log: opts.Logger, now: opts.Now, nodeKeys: bucket.NewNodeHasher()}
+	s.sharedKeys = opts.Global != nil && opts.Global.Shared()
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -143,16 +143,4 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	s.opts.Metrics.observeDuration(s.now().Sub(start))
 	return resp, nil
-}
-
-// GlobalState describes who answers global rules: "memory" without a
-// failover, "redis", or "fallback (<mode>)" while Redis is failing.
-func (s *Server) GlobalState() string {
-	switch {
-	case s.failover == nil:
-		return "memory"
-	case s.failover.InFallback():
-		return "fallback (" + s.failover.opts.Mode.String() + ")"
-	}
-	return "redis"
 }

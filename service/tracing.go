@@ -15,14 +15,12 @@ import (
 // "Tracing").
 const (
 	SpanShouldRateLimit = "sluice.ShouldRateLimit"
-	SpanFallback        = "sluice.fallback"
 
 	AttrDomain      = "sluice.domain"
 	AttrDecision    = "sluice.decision"    // OK or OVER_LIMIT
 	AttrLayer       = "sluice.layer"       // local, global, fallback or none
 	AttrDescriptors = "sluice.descriptors" // descriptors in the request
 	AttrRules       = "sluice.rules"       // descriptors that matched a rule
-	AttrMode        = "sluice.fallback.mode"
 )
 
 // LayerNone is the layer attribute of a request no layer decided (unknown
@@ -127,25 +125,4 @@ func (s *Server) shouldRateLimitTraced(ctx context.Context, req *rlsv3.RateLimit
 	}
 	span.SetAttributes(attrs[:]...)
 	return resp, err
-}
-
-// fallbackSpan starts the span of a fallback answer when the request is
-// traced; end it with endFallbackSpan.
-func (f *Failover) fallbackSpan(ctx context.Context) (context.Context, trace.Span) {
-	if f.opts.Tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
-		return ctx, nil
-	}
-	return f.opts.Tracer.Start(ctx, SpanFallback, trace.WithAttributes(attribute.String(AttrMode, f.opts.Mode.String())))
-}
-
-// endFallbackSpan ends span (nil: none), recording whether it refused.
-func endFallbackSpan(span trace.Span, ok bool, err error) {
-	if span == nil {
-		return
-	}
-	if err != nil && err != errSkipped {
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.SetAttributes(attribute.Bool("sluice.allowed", ok))
-	span.End()
 }

@@ -19,8 +19,10 @@ import (
 
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/fallback"
 	"github.com/sluice-rls/sluice/internal/otlptest"
 	"github.com/sluice-rls/sluice/internal/redistest"
 	"github.com/sluice-rls/sluice/service"
@@ -72,9 +74,11 @@ func newProvider(t *testing.T, c *otlptest.Collector) *tracing.Provider {
 // brokenRedis fails every call, as a Redis that is down does.
 type brokenRedis struct{}
 
-func (brokenRedis) Hit(context.Context, []descriptors.Hit, []descriptors.BucketState) (bool, error) {
-	return false, errors.New("connection refused")
+func (brokenRedis) Hit(context.Context, []bucket.Hit, []bucket.State) (bucket.Decision, error) {
+	return bucket.Decision{}, errors.New("connection refused")
 }
+
+func (brokenRedis) Shared() bool { return true }
 
 // serveGRPC serves srv's RateLimitService on 127.0.0.1 and returns a client.
 func serveGRPC(t *testing.T, srv *service.Server) rlsv3.RateLimitServiceClient {
@@ -134,13 +138,13 @@ func wantAttrs(t *testing.T, s otlptest.Span, want map[string]string) {
 func TestSpansOverGRPC(t *testing.T) {
 	col := otlptest.Start(t)
 	p := newProvider(t, col)
-	fo := service.NewFailover(service.FailoverOptions{
-		Primary:  brokenRedis{},
-		Fallback: memory.New(memory.Options{}),
-		Probe:    func(context.Context) error { return errors.New("still down") },
-		Nodes:    func() int { return 1 },
-		Mode:     service.FailShare,
-		Tracer:   p.Tracer(),
+	fo := fallback.New(fallback.Options{
+		Primary: brokenRedis{},
+		Share:   memory.New(memory.Options{}),
+		Probe:   func(context.Context) error { return errors.New("still down") },
+		Nodes:   func() int { return 1 },
+		Mode:    fallback.Share,
+		Tracer:  p.Tracer(),
 	})
 	t.Cleanup(fo.Close)
 	srv := service.New(service.Options{
@@ -164,9 +168,9 @@ func TestSpansOverGRPC(t *testing.T) {
 		t.Fatalf("got %d spans, want 4 (2 sampled calls, each with a fallback child)", len(spans))
 	}
 	calls := otlptest.Named(spans, service.SpanShouldRateLimit)
-	fallbacks := otlptest.Named(spans, service.SpanFallback)
+	fallbacks := otlptest.Named(spans, fallback.SpanName)
 	if len(calls) != 2 || len(fallbacks) != 2 {
-		t.Fatalf("spans %d %s and %d %s, want 2 of each", len(calls), service.SpanShouldRateLimit, len(fallbacks), service.SpanFallback)
+		t.Fatalf("spans %d %s and %d %s, want 2 of each", len(calls), service.SpanShouldRateLimit, len(fallbacks), fallback.SpanName)
 	}
 	byParent := map[string]otlptest.Span{}
 	for _, s := range calls {
@@ -197,12 +201,12 @@ func TestSpansOverGRPC(t *testing.T) {
 			}
 		}
 		if child == nil {
-			t.Fatalf("no %s span under %s %s", service.SpanFallback, service.SpanShouldRateLimit, s.SpanID())
+			t.Fatalf("no %s span under %s %s", fallback.SpanName, service.SpanShouldRateLimit, s.SpanID())
 		}
 		if child.TraceID() != traceID {
 			t.Errorf("fallback span trace %s, want %s", child.TraceID(), traceID)
 		}
-		wantAttrs(t, *child, map[string]string{service.AttrMode: "share", "sluice.allowed": map[string]string{"OK": "true", "OVER_LIMIT": "false"}[decision]})
+		wantAttrs(t, *child, map[string]string{fallback.AttrMode: "share", "sluice.allowed": map[string]string{"OK": "true", "OVER_LIMIT": "false"}[decision]})
 	}
 }
 
@@ -285,13 +289,15 @@ func TestOff(t *testing.T) {
 // limiterFunc allows every hit, calling f with the call's context.
 type limiterFunc func(ctx context.Context)
 
-func (f limiterFunc) Hit(ctx context.Context, hits []descriptors.Hit, states []descriptors.BucketState) (bool, error) {
+func (f limiterFunc) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.State) (bucket.Decision, error) {
 	f(ctx)
 	for i := range hits {
-		states[i] = descriptors.BucketState{Allowed: true}
+		states[i] = bucket.State{Allowed: true}
 	}
-	return true, nil
+	return bucket.Decision{Allowed: true}, nil
 }
+
+func (limiterFunc) Shared() bool { return true }
 
 func TestBadRatio(t *testing.T) {
 	for _, r := range []float64{-0.1, 1.5} {

@@ -2,7 +2,7 @@
 // the per-node local layer, for global rules when no Redis is configured, and
 // as the fallback that keeps enforcing global rules while Redis is down.
 //
-// A Limiter holds one bucket per descriptors.Key and decides a call's hits
+// A Limiter holds one bucket per bucket.Key and decides a call's hits
 // all-or-nothing (see Limiter.HitAt). Buckets refill continuously: Requests
 // tokens per Period, up to Burst, starting full.
 //

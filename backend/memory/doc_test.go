@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-rls/sluice/backend/memory"
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 // A bucket of 10 tokens refilling 10 a second: ten hits pass at once, the
@@ -15,12 +15,12 @@ func Example() {
 	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	l := memory.New(memory.Options{})
 
-	hits := []descriptors.Hit{{
-		Key:   descriptors.Key{1},
-		Limit: descriptors.Limit{Requests: 10, Period: time.Second, Burst: 10},
+	hits := []bucket.Hit{{
+		Key:   bucket.Key{1},
+		Limit: bucket.Limit{Requests: 10, Period: time.Second, Burst: 10},
 		Cost:  1,
 	}}
-	states := make([]descriptors.BucketState, len(hits))
+	states := make([]bucket.State, len(hits))
 	for range 10 {
 		l.HitAt(start, hits, states)
 	}
@@ -36,14 +36,14 @@ func Example() {
 func ExampleLimiter_HitAt_allOrNothing() {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	l := memory.New(memory.Options{})
-	perMinute := descriptors.Limit{Requests: 1, Period: time.Minute, Burst: 1}
-	l.HitAt(now, []descriptors.Hit{{Key: descriptors.Key{2}, Limit: perMinute, Cost: 1}}, make([]descriptors.BucketState, 1))
+	perMinute := bucket.Limit{Requests: 1, Period: time.Minute, Burst: 1}
+	l.HitAt(now, []bucket.Hit{{Key: bucket.Key{2}, Limit: perMinute, Cost: 1}}, make([]bucket.State, 1))
 
-	hits := []descriptors.Hit{
-		{Key: descriptors.Key{1}, Limit: perMinute, Cost: 1},
-		{Key: descriptors.Key{2}, Limit: perMinute, Cost: 1},
+	hits := []bucket.Hit{
+		{Key: bucket.Key{1}, Limit: perMinute, Cost: 1},
+		{Key: bucket.Key{2}, Limit: perMinute, Cost: 1},
 	}
-	states := make([]descriptors.BucketState, len(hits))
+	states := make([]bucket.State, len(hits))
 	fmt.Println(l.HitAt(now, hits, states))
 	for _, st := range states {
 		fmt.Printf("allowed=%t remaining=%d retry=%v\n", st.Allowed, st.Remaining, st.RetryAfter)
@@ -65,12 +65,12 @@ func ExampleLimiter_Run() {
 		l.Run(ctx, 10*time.Second)
 	}()
 
-	ok, err := l.Hit(ctx, []descriptors.Hit{{
-		Key:   descriptors.Key{1},
-		Limit: descriptors.Limit{Requests: 5, Period: time.Second, Burst: 5},
+	d, err := l.Hit(ctx, []bucket.Hit{{
+		Key:   bucket.Key{1},
+		Limit: bucket.Limit{Requests: 5, Period: time.Second, Burst: 5},
 		Cost:  1,
-	}}, make([]descriptors.BucketState, 1))
-	fmt.Println(ok, err, l.Len())
+	}}, make([]bucket.State, 1))
+	fmt.Println(d.Allowed, err, l.Len())
 
 	cancel()
 	<-done

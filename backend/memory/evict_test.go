@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 // take makes one single-hit call and returns its state.
-func take(t *testing.T, l *Limiter, at time.Duration, k descriptors.Key, lim descriptors.Limit, cost uint64) descriptors.BucketState {
+func take(t *testing.T, l *Limiter, at time.Duration, k bucket.Key, lim bucket.Limit, cost uint64) bucket.State {
 	t.Helper()
-	var st [1]descriptors.BucketState
-	l.HitAt(t0.Add(at), []descriptors.Hit{{Key: k, Limit: lim, Cost: cost}}, st[:])
+	var st [1]bucket.State
+	l.HitAt(t0.Add(at), []bucket.Hit{{Key: k, Limit: lim, Cost: cost}}, st[:])
 	return st[0]
 }
 
@@ -22,20 +22,20 @@ func TestEvictAt(t *testing.T) {
 	t.Parallel()
 	// Three buckets, full again at 100ms, 500ms and 1s.
 	setup := []struct {
-		key  descriptors.Key
+		key  bucket.Key
 		cost uint64
 	}{{key(1), 1}, {key(2), 5}, {key(3), 10}}
 	tests := []struct {
 		at          time.Duration
 		wantEvicted int
 		// wantTokens is each surviving key's whole tokens at the time.
-		wantTokens map[descriptors.Key]uint64
+		wantTokens map[bucket.Key]uint64
 	}{
-		{at: 0, wantEvicted: 0, wantTokens: map[descriptors.Key]uint64{key(1): 9, key(2): 5, key(3): 0}},
-		{at: 99 * time.Millisecond, wantEvicted: 0, wantTokens: map[descriptors.Key]uint64{key(1): 9, key(2): 5, key(3): 0}},
-		{at: 100 * time.Millisecond, wantEvicted: 1, wantTokens: map[descriptors.Key]uint64{key(2): 6, key(3): 1}},
-		{at: 999 * time.Millisecond, wantEvicted: 2, wantTokens: map[descriptors.Key]uint64{key(3): 9}},
-		{at: time.Second, wantEvicted: 3, wantTokens: map[descriptors.Key]uint64{}},
+		{at: 0, wantEvicted: 0, wantTokens: map[bucket.Key]uint64{key(1): 9, key(2): 5, key(3): 0}},
+		{at: 99 * time.Millisecond, wantEvicted: 0, wantTokens: map[bucket.Key]uint64{key(1): 9, key(2): 5, key(3): 0}},
+		{at: 100 * time.Millisecond, wantEvicted: 1, wantTokens: map[bucket.Key]uint64{key(2): 6, key(3): 1}},
+		{at: 999 * time.Millisecond, wantEvicted: 2, wantTokens: map[bucket.Key]uint64{key(3): 9}},
+		{at: time.Second, wantEvicted: 3, wantTokens: map[bucket.Key]uint64{}},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("at %v", tt.at), func(t *testing.T) {
@@ -67,26 +67,26 @@ func TestNoFullBucketsStored(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		hits []descriptors.Hit
+		hits []bucket.Hit
 	}{
-		{"check only", []descriptors.Hit{{Key: key(1), Limit: tenPerSecond}}},
-		{"give back", []descriptors.Hit{{Key: key(1), Limit: tenPerSecond, Cost: 3, Give: true}}},
-		{"take then give back", []descriptors.Hit{
+		{"check only", []bucket.Hit{{Key: key(1), Limit: tenPerSecond}}},
+		{"give back", []bucket.Hit{{Key: key(1), Limit: tenPerSecond, Cost: 3, Give: true}}},
+		{"take then give back", []bucket.Hit{
 			{Key: key(1), Limit: tenPerSecond, Cost: 3},
 			{Key: key(1), Limit: tenPerSecond, Cost: 3, Give: true},
 		}},
-		{"refused", []descriptors.Hit{{Key: key(1), Limit: tenPerSecond, Cost: 11}}},
-		{"rolled back", []descriptors.Hit{
+		{"refused", []bucket.Hit{{Key: key(1), Limit: tenPerSecond, Cost: 11}}},
+		{"rolled back", []bucket.Hit{
 			{Key: key(1), Limit: tenPerSecond, Cost: 3},
 			{Key: key(2), Limit: tenPerSecond, Cost: 11},
 		}},
-		{"requests 0", []descriptors.Hit{{Key: key(1), Limit: descriptors.Limit{Period: time.Second, Burst: 1}, Cost: 1}}},
+		{"requests 0", []bucket.Hit{{Key: key(1), Limit: bucket.Limit{Period: time.Second, Burst: 1}, Cost: 1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			l := New(Options{})
-			l.HitAt(t0, tt.hits, make([]descriptors.BucketState, len(tt.hits)))
+			l.HitAt(t0, tt.hits, make([]bucket.State, len(tt.hits)))
 			if got := l.Len(); got != 0 {
 				t.Errorf("Len() = %d, want 0", got)
 			}
@@ -105,10 +105,10 @@ func TestCapacityBound(t *testing.T) {
 			t.Parallel()
 			l := New(Options{MaxBuckets: maxBuckets})
 			// Three keys a call, so a call can fill a shard midway.
-			states := make([]descriptors.BucketState, 3)
+			states := make([]bucket.State, 3)
 			admitted, refused := 0, 0
 			for i := range uint64(10 * maxBuckets) {
-				hits := []descriptors.Hit{
+				hits := []bucket.Hit{
 					{Key: key(3 * i), Limit: onePerHour, Cost: 1},
 					{Key: key(3*i + 1), Limit: onePerHour, Cost: 1},
 					{Key: key(3*i + 2), Limit: onePerHour, Cost: 1},
@@ -237,9 +237,9 @@ func BenchmarkEvictAt(b *testing.B) {
 		b.Run(fmt.Sprintf("%d buckets, none full", n), func(b *testing.B) {
 			b.ReportAllocs()
 			l := New(Options{})
-			states := make([]descriptors.BucketState, 1)
+			states := make([]bucket.State, 1)
 			for i := range uint64(n) {
-				l.HitAt(t0, []descriptors.Hit{{Key: key(i), Limit: onePerHour, Cost: 1}}, states)
+				l.HitAt(t0, []bucket.Hit{{Key: key(i), Limit: onePerHour, Cost: 1}}, states)
 			}
 			b.ResetTimer()
 			for b.Loop() {

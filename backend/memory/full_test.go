@@ -5,12 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/internal/clocktest"
 )
 
 // fivePerDay is the flood's rule: one hit of cost 5 drains a bucket for a day.
-var fivePerDay = descriptors.Limit{Requests: 5, Period: 24 * time.Hour, Burst: 5}
+var fivePerDay = bucket.Limit{Requests: 5, Period: 24 * time.Hour, Burst: 5}
 
 // TestFloodNeverAdmitsAboveLimit is the hardening issue's flood, scaled down:
 // a victim spends its 5/day, then 1.5 × MaxBuckets distinct keys each drain
@@ -24,10 +24,10 @@ func TestFloodNeverAdmitsAboveLimit(t *testing.T) {
 	const maxBuckets = 256 // 4 shards of 64
 	clock := clocktest.New(t0)
 	l := New(Options{MaxBuckets: maxBuckets, Now: clock.Now})
-	hit := func(k descriptors.Key, cost uint64) descriptors.BucketState {
+	hit := func(k bucket.Key, cost uint64) bucket.State {
 		t.Helper()
-		var st [1]descriptors.BucketState
-		ok := l.HitAt(clock.Now(), []descriptors.Hit{{Key: k, Limit: fivePerDay, Cost: cost}}, st[:])
+		var st [1]bucket.State
+		ok := l.HitAt(clock.Now(), []bucket.Hit{{Key: k, Limit: fivePerDay, Cost: cost}}, st[:])
 		if ok != st[0].Allowed {
 			t.Fatalf("HitAt = %t but its state says Allowed = %t", ok, st[0].Allowed)
 		}
@@ -38,7 +38,7 @@ func TestFloodNeverAdmitsAboveLimit(t *testing.T) {
 	if st := hit(victim, 5); !st.Allowed {
 		t.Fatalf("the victim's first 5 tokens were refused: %+v", st)
 	}
-	var admitted []descriptors.Key
+	var admitted []bucket.Key
 	refused := 0
 	for i := range uint64(maxBuckets * 3 / 2) {
 		clock.Advance(time.Millisecond)
@@ -118,12 +118,12 @@ func TestFloodNeverAdmitsAboveLimit(t *testing.T) {
 
 // fillingKeys returns distinct keys from key(from) on, exactly as many in
 // each shard of l as it holds.
-func fillingKeys(l *Limiter, from uint64) []descriptors.Key {
+func fillingKeys(l *Limiter, from uint64) []bucket.Key {
 	room := make([]int, len(l.shards))
 	for i := range room {
 		room[i] = l.perShard
 	}
-	var keys []descriptors.Key
+	var keys []bucket.Key
 	for i := from; len(keys) < len(l.shards)*l.perShard; i++ {
 		k := key(i)
 		if s := shardIndex(&k, l.shift); room[s] > 0 {
@@ -142,13 +142,13 @@ func TestFullTableRefusesWholeCall(t *testing.T) {
 	for i := range uint64(minShardBuckets) {
 		take(t, l, 0, key(i), fivePerDay, 1)
 	}
-	hits := []descriptors.Hit{
+	hits := []bucket.Hit{
 		{Key: key(0), Limit: fivePerDay, Cost: 1},         // has 4 tokens
 		{Key: key(1 << 40), Limit: fivePerDay, Cost: 1},   // new: no room
 		{Key: key(1 << 41), Limit: tenPerSecond, Cost: 1}, // new, Independent
 	}
 	hits[2].Independent = true
-	states := make([]descriptors.BucketState, len(hits))
+	states := make([]bucket.State, len(hits))
 	if l.HitAt(t0, hits, states) {
 		t.Fatalf("call with a new key admitted into a full table: %+v", states)
 	}
@@ -176,29 +176,29 @@ func TestFullTableRoomWhenARefills(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name  string
-		setup func(t *testing.T, l *Limiter, early descriptors.Key)
+		setup func(t *testing.T, l *Limiter, early bucket.Key)
 		at    time.Duration // when a new key must find room; the early bucket is full by then
 	}{
 		{
 			name: "give back",
-			setup: func(t *testing.T, l *Limiter, early descriptors.Key) {
-				l.HitAt(t0, []descriptors.Hit{{Key: early, Limit: fivePerDay, Cost: 4, Give: true}}, make([]descriptors.BucketState, 1))
+			setup: func(t *testing.T, l *Limiter, early bucket.Key) {
+				l.HitAt(t0, []bucket.Hit{{Key: early, Limit: fivePerDay, Cost: 4, Give: true}}, make([]bucket.State, 1))
 			},
 			at: 24 * time.Hour / 5,
 		},
 		{
 			name: "rolled back after a walk",
-			setup: func(t *testing.T, l *Limiter, early descriptors.Key) {
-				l.HitAt(t0, []descriptors.Hit{{Key: early, Limit: fivePerDay, Cost: 4, Give: true}}, make([]descriptors.BucketState, 1))
+			setup: func(t *testing.T, l *Limiter, early bucket.Key) {
+				l.HitAt(t0, []bucket.Hit{{Key: early, Limit: fivePerDay, Cost: 4, Give: true}}, make([]bucket.State, 1))
 				// Once early has refilled: drain it again and ask for a new
 				// key, which walks the shard (nothing else is full) and is
 				// refused, so the call is rolled back and early is full
 				// again.
-				hits := []descriptors.Hit{
+				hits := []bucket.Hit{
 					{Key: early, Limit: fivePerDay, Cost: 5},
 					{Key: key(1 << 41), Limit: fivePerDay, Cost: 1},
 				}
-				if l.HitAt(t0.Add(5*time.Hour), hits, make([]descriptors.BucketState, 2)) {
+				if l.HitAt(t0.Add(5*time.Hour), hits, make([]bucket.State, 2)) {
 					t.Fatalf("new key admitted into a table full of drained buckets")
 				}
 			},
@@ -243,12 +243,12 @@ func TestFullTableRefusalDoesNotAllocate(t *testing.T) {
 			for i := range uint64(minShardBuckets) {
 				take(t, l, 0, key(i), fivePerDay, 1)
 			}
-			hits := make([]descriptors.Hit, n)
+			hits := make([]bucket.Hit, n)
 			for i := range hits {
-				hits[i] = descriptors.Hit{Key: key(uint64(i)), Limit: fivePerDay, Cost: 0}
+				hits[i] = bucket.Hit{Key: key(uint64(i)), Limit: fivePerDay, Cost: 0}
 			}
-			hits[n-1] = descriptors.Hit{Key: key(1 << 40), Limit: fivePerDay, Cost: 1}
-			states := make([]descriptors.BucketState, n)
+			hits[n-1] = bucket.Hit{Key: key(1 << 40), Limit: fivePerDay, Cost: 1}
+			states := make([]bucket.State, n)
 			l.HitAt(t0, hits, states)
 			if got := testing.AllocsPerRun(100, func() { l.HitAt(t0, hits, states) }); got != 0 {
 				t.Errorf("HitAt refused for room allocates %v times, want 0", got)

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 // DefaultMaxBuckets is the capacity used when Options.MaxBuckets is 0:
@@ -43,7 +43,7 @@ type Options struct {
 	MaxBuckets int
 }
 
-// Limiter holds token buckets in memory, one per descriptors.Key, and decides
+// Limiter holds token buckets in memory, one per bucket.Key, and decides
 // hits against them. Each bucket refills Requests tokens per Period
 // continuously, holds at most Burst tokens, and starts full.
 //
@@ -73,8 +73,8 @@ type Limiter struct {
 // entry with noRoom set changed nothing: it records that hit idx was refused
 // for want of room (see refuseFull), so that settle keeps its state.
 type change struct {
-	key     descriptors.Key
-	old     bucket
+	key     bucket.Key
+	old     cell
 	existed bool
 	noRoom  bool
 	idx     int32
@@ -105,18 +105,22 @@ func newLimiter(opts Options, shards int) *Limiter {
 		perShard: perShard,
 	}
 	for i := range l.shards {
-		l.shards[i].m = make(map[descriptors.Key]bucket)
+		l.shards[i].m = make(map[bucket.Key]cell)
 		l.shards[i].soonest = math.MaxInt64
 	}
 	return l
 }
 
-// Hit is HitAt at the Limiter's clock. It takes a context and returns an
-// error so that *Limiter satisfies the service's Limiter interface; it never
-// blocks on anything but its own mutexes and never returns an error.
-func (l *Limiter) Hit(_ context.Context, hits []descriptors.Hit, states []descriptors.BucketState) (bool, error) {
-	return l.HitAt(l.now(), hits, states), nil
+// Hit is HitAt at the Limiter's clock, as bucket.Limiter. It never blocks
+// on anything but its own mutexes, always decides (Answer Decided) and never
+// returns an error.
+func (l *Limiter) Hit(_ context.Context, hits []bucket.Hit, states []bucket.State) (bucket.Decision, error) {
+	return bucket.Decision{Allowed: l.HitAt(l.now(), hits, states)}, nil
 }
+
+// Shared reports false: the buckets never leave this process, so their keys
+// may be node-local (bucket.NodeHasher).
+func (l *Limiter) Shared() bool { return false }
 
 // HitAt decides hits at time now, writes one state per hit into states, and
 // reports whether every hit without Independent set was allowed.
@@ -141,7 +145,7 @@ func (l *Limiter) Hit(_ context.Context, hits []descriptors.Hit, states []descri
 // within ±292 years of it; times beyond saturate. HitAt panics if
 // len(states) < len(hits). It does not allocate: existing buckets cost no
 // memory, new ones only their share of map growth.
-func (l *Limiter) HitAt(now time.Time, hits []descriptors.Hit, states []descriptors.BucketState) bool {
+func (l *Limiter) HitAt(now time.Time, hits []bucket.Hit, states []bucket.State) bool {
 	if len(hits) == 0 {
 		return true
 	}
@@ -162,7 +166,7 @@ func (l *Limiter) HitAt(now time.Time, hits []descriptors.Hit, states []descript
 // decide is HitAt once the shards are locked, with log an empty undo log
 // with room for len(hits) changes. It does not retain log, which lets HitAt
 // keep small logs on its stack.
-func (l *Limiter) decide(hits []descriptors.Hit, t int64, states []descriptors.BucketState, log []change) bool {
+func (l *Limiter) decide(hits []bucket.Hit, t int64, states []bucket.State, log []change) bool {
 	ok := true
 	noRoom := 0
 	for i := range hits {
@@ -202,11 +206,11 @@ func (l *Limiter) decide(hits []descriptors.Hit, t int64, states []descriptors.B
 // partly drained bucket to a full shard with no full bucket to drop is
 // refused and changes nothing; apply then reports noRoom (the caller counts
 // it). The caller holds the shard's lock.
-func (l *Limiter) apply(h *descriptors.Hit, t int64, st *descriptors.BucketState) (old bucket, existed, changed, noRoom bool) {
+func (l *Limiter) apply(h *bucket.Hit, t int64, st *bucket.State) (old cell, existed, changed, noRoom bool) {
 	sh := &l.shards[shardIndex(&h.Key, l.shift)]
 	old, existed = sh.m[h.Key]
 	if !existed {
-		old = bucket{tat: minTime}
+		old = cell{tat: minTime}
 	}
 	next, s, changed := apply(old, h.Limit, t, h.Cost, h.Give)
 	if changed && !existed && len(sh.m) >= l.perShard && !next.fullAt(t) && !sh.makeRoom(t, l.perShard) {
@@ -224,13 +228,13 @@ func (l *Limiter) apply(h *descriptors.Hit, t int64, st *descriptors.BucketState
 // partly drained buckets: no tokens, and a retry when the shard's first
 // bucket refills and makes room (at least one token interval of the hit's
 // limit, also when that time has passed without room being found).
-func refuseFull(sh *shard, lim descriptors.Limit, t int64) descriptors.BucketState {
+func refuseFull(sh *shard, lim bucket.Limit, t int64) bucket.State {
 	// apply refuses a Requests or Period of 0 before anything changes.
 	wait := duration(u128{lo: uint64(lim.Period)}.ceilDiv(lim.Requests))
 	if sh.soonest > t {
 		wait = max(wait, duration(uint64(sh.soonest)-uint64(t)))
 	}
-	return descriptors.BucketState{RetryAfter: wait, ResetAfter: wait}
+	return bucket.State{RetryAfter: wait, ResetAfter: wait}
 }
 
 // rollback undoes log, newest first. The caller holds the shards' locks.
@@ -255,7 +259,7 @@ func (l *Limiter) rollback(log []change) {
 // other hits' Remaining and ResetAfter, except for those log says were
 // refused for want of room, whose refusal stands (refuseFull). It counts the
 // Independent hits it refuses for room. The caller holds the shards' locks.
-func (l *Limiter) settle(hits []descriptors.Hit, t int64, states []descriptors.BucketState, log []change) {
+func (l *Limiter) settle(hits []bucket.Hit, t int64, states []bucket.State, log []change) {
 	noRoom := uint64(0)
 	for i := range hits {
 		if hits[i].Independent {
@@ -274,7 +278,7 @@ func (l *Limiter) settle(hits []descriptors.Hit, t int64, states []descriptors.B
 		}
 		b, ok := l.shards[shardIndex(&h.Key, l.shift)].m[h.Key]
 		if !ok {
-			b = bucket{tat: minTime}
+			b = cell{tat: minTime}
 		}
 		_, now, _ := apply(b, h.Limit, t, 0, false)
 		states[i].Remaining, states[i].ResetAfter = now.Remaining, now.ResetAfter

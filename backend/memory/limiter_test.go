@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/sluice-rls/sluice/descriptors"
-	"github.com/sluice-rls/sluice/internal/clocktest"
 	"go.uber.org/goleak"
+
+	"github.com/sluice-rls/sluice/bucket"
+	"github.com/sluice-rls/sluice/internal/clocktest"
 )
 
 func TestMain(m *testing.M) {
@@ -23,16 +24,16 @@ func TestMain(m *testing.M) {
 var t0 = time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC)
 
 // key returns a distinct test key for n.
-func key(n uint64) descriptors.Key {
-	var k descriptors.Key
+func key(n uint64) bucket.Key {
+	var k bucket.Key
 	binary.LittleEndian.PutUint64(k[:], n)
 	return k
 }
 
 // keysInDistinctShards returns n keys of l that all lie in different shards.
-func keysInDistinctShards(t *testing.T, l *Limiter, n int) []descriptors.Key {
+func keysInDistinctShards(t *testing.T, l *Limiter, n int) []bucket.Key {
 	t.Helper()
-	var keys []descriptors.Key
+	var keys []bucket.Key
 	var used uint64
 	for i := uint64(0); len(keys) < n; i++ {
 		k := key(i)
@@ -49,8 +50,8 @@ func keysInDistinctShards(t *testing.T, l *Limiter, n int) []descriptors.Key {
 }
 
 var (
-	tenPerSecond = descriptors.Limit{Requests: 10, Period: time.Second, Burst: 10}
-	onePerHour   = descriptors.Limit{Requests: 1, Period: time.Hour, Burst: 1}
+	tenPerSecond = bucket.Limit{Requests: 10, Period: time.Second, Burst: 10}
+	onePerHour   = bucket.Limit{Requests: 1, Period: time.Hour, Burst: 1}
 )
 
 func TestLimiterScenarios(t *testing.T) {
@@ -60,10 +61,10 @@ func TestLimiterScenarios(t *testing.T) {
 			t.Parallel()
 			l := New(Options{Now: func() time.Time { return t0 }})
 			k := key(42)
-			runScenario(t, sc, func(at time.Duration, h descriptors.Hit) descriptors.BucketState {
+			runScenario(t, sc, func(at time.Duration, h bucket.Hit) bucket.State {
 				h.Key = k
-				var st [1]descriptors.BucketState
-				allowed := l.HitAt(t0.Add(at), []descriptors.Hit{h}, st[:])
+				var st [1]bucket.State
+				allowed := l.HitAt(t0.Add(at), []bucket.Hit{h}, st[:])
 				if allowed != st[0].Allowed {
 					t.Fatalf("HitAt = %t, but its state says Allowed = %t", allowed, st[0].Allowed)
 				}
@@ -76,19 +77,19 @@ func TestLimiterScenarios(t *testing.T) {
 // call is one HitAt call of a multi-hit test and what it must return.
 type call struct {
 	at   time.Duration
-	hits []descriptors.Hit
+	hits []bucket.Hit
 	want bool
 	// wantStates, when set, must equal the states written.
-	wantStates []descriptors.BucketState
+	wantStates []bucket.State
 }
 
 // runCalls makes the calls in order on a fresh limiter, then checks the
 // buckets with a cost-0 check of each key in remaining (key → whole tokens).
-func runCalls(t *testing.T, l *Limiter, calls []call, remaining map[descriptors.Key]uint64, lim descriptors.Limit) {
+func runCalls(t *testing.T, l *Limiter, calls []call, remaining map[bucket.Key]uint64, lim bucket.Limit) {
 	t.Helper()
 	var last time.Duration
 	for i, c := range calls {
-		states := make([]descriptors.BucketState, len(c.hits))
+		states := make([]bucket.State, len(c.hits))
 		if got := l.HitAt(t0.Add(c.at), c.hits, states); got != c.want {
 			t.Fatalf("call %d: HitAt = %t, want %t (states %+v)", i, got, c.want, states)
 		}
@@ -100,8 +101,8 @@ func runCalls(t *testing.T, l *Limiter, calls []call, remaining map[descriptors.
 		last = c.at
 	}
 	for k, want := range remaining {
-		var st [1]descriptors.BucketState
-		l.HitAt(t0.Add(last), []descriptors.Hit{{Key: k, Limit: lim}}, st[:])
+		var st [1]bucket.State
+		l.HitAt(t0.Add(last), []bucket.Hit{{Key: k, Limit: lim}}, st[:])
 		if st[0].Remaining != want {
 			t.Errorf("after the calls, key %x has %d tokens, want %d", k[:2], st[0].Remaining, want)
 		}
@@ -113,133 +114,133 @@ func TestHitAtAllOrNothing(t *testing.T) {
 	l := New(Options{})
 	keys := keysInDistinctShards(t, l, 4)
 	a, b, c, d := keys[0], keys[1], keys[2], keys[3]
-	take := func(k descriptors.Key, cost uint64) descriptors.Hit {
-		return descriptors.Hit{Key: k, Limit: tenPerSecond, Cost: cost}
+	take := func(k bucket.Key, cost uint64) bucket.Hit {
+		return bucket.Hit{Key: k, Limit: tenPerSecond, Cost: cost}
 	}
-	give := func(k descriptors.Key, cost uint64) descriptors.Hit {
-		return descriptors.Hit{Key: k, Limit: tenPerSecond, Cost: cost, Give: true}
+	give := func(k bucket.Key, cost uint64) bucket.Hit {
+		return bucket.Hit{Key: k, Limit: tenPerSecond, Cost: cost, Give: true}
 	}
-	shadow := func(h descriptors.Hit) descriptors.Hit { h.Independent = true; return h }
+	shadow := func(h bucket.Hit) bucket.Hit { h.Independent = true; return h }
 
 	tests := []struct {
 		name      string
 		calls     []call
-		remaining map[descriptors.Key]uint64
+		remaining map[bucket.Key]uint64
 	}{
 		{
 			name: "all allowed: every bucket pays",
-			calls: []call{{hits: []descriptors.Hit{take(a, 1), take(b, 2), take(c, 3)}, want: true,
-				wantStates: []descriptors.BucketState{ok(9, 100*time.Millisecond), ok(8, 200*time.Millisecond), ok(7, 300*time.Millisecond)}}},
-			remaining: map[descriptors.Key]uint64{a: 9, b: 8, c: 7},
+			calls: []call{{hits: []bucket.Hit{take(a, 1), take(b, 2), take(c, 3)}, want: true,
+				wantStates: []bucket.State{ok(9, 100*time.Millisecond), ok(8, 200*time.Millisecond), ok(7, 300*time.Millisecond)}}},
+			remaining: map[bucket.Key]uint64{a: 9, b: 8, c: 7},
 		},
 		{
 			name: "one refusal takes nothing in any shard",
 			calls: []call{
-				{hits: []descriptors.Hit{take(c, 9)}, want: true},
-				{hits: []descriptors.Hit{take(a, 1), take(b, 2), take(c, 2), take(d, 1)}, want: false,
+				{hits: []bucket.Hit{take(c, 9)}, want: true},
+				{hits: []bucket.Hit{take(a, 1), take(b, 2), take(c, 2), take(d, 1)}, want: false,
 					// Allowed hits report their buckets as left: untouched.
-					wantStates: []descriptors.BucketState{ok(10, 0), ok(10, 0), refused(1, 100*time.Millisecond, 900*time.Millisecond), ok(10, 0)}},
+					wantStates: []bucket.State{ok(10, 0), ok(10, 0), refused(1, 100*time.Millisecond, 900*time.Millisecond), ok(10, 0)}},
 			},
-			remaining: map[descriptors.Key]uint64{a: 10, b: 10, c: 1, d: 10},
+			remaining: map[bucket.Key]uint64{a: 10, b: 10, c: 1, d: 10},
 		},
 		{
 			name: "refusal first still takes nothing after it",
 			calls: []call{
-				{hits: []descriptors.Hit{take(a, 11), take(b, 5)}, want: false},
+				{hits: []bucket.Hit{take(a, 11), take(b, 5)}, want: false},
 			},
-			remaining: map[descriptors.Key]uint64{a: 10, b: 10},
+			remaining: map[bucket.Key]uint64{a: 10, b: 10},
 		},
 		{
 			name: "a refused call returns no tokens either",
 			calls: []call{
-				{hits: []descriptors.Hit{take(a, 5)}, want: true},
-				{hits: []descriptors.Hit{give(a, 3), take(b, 11)}, want: false,
-					wantStates: []descriptors.BucketState{ok(5, 500*time.Millisecond), refused(10, 0, 0)}},
+				{hits: []bucket.Hit{take(a, 5)}, want: true},
+				{hits: []bucket.Hit{give(a, 3), take(b, 11)}, want: false,
+					wantStates: []bucket.State{ok(5, 500*time.Millisecond), refused(10, 0, 0)}},
 			},
-			remaining: map[descriptors.Key]uint64{a: 5, b: 10},
+			remaining: map[bucket.Key]uint64{a: 5, b: 10},
 		},
 		{
 			name: "gives and takes in one allowed call",
 			calls: []call{
-				{hits: []descriptors.Hit{take(a, 5)}, want: true},
-				{hits: []descriptors.Hit{give(a, 3), take(b, 1)}, want: true},
+				{hits: []bucket.Hit{take(a, 5)}, want: true},
+				{hits: []bucket.Hit{give(a, 3), take(b, 1)}, want: true},
 			},
-			remaining: map[descriptors.Key]uint64{a: 8, b: 9},
+			remaining: map[bucket.Key]uint64{a: 8, b: 9},
 		},
 		{
 			name: "same key twice sees its first hit",
 			calls: []call{
-				{hits: []descriptors.Hit{take(a, 6), take(a, 4)}, want: true,
-					wantStates: []descriptors.BucketState{ok(4, 600*time.Millisecond), ok(0, time.Second)}},
+				{hits: []bucket.Hit{take(a, 6), take(a, 4)}, want: true,
+					wantStates: []bucket.State{ok(4, 600*time.Millisecond), ok(0, time.Second)}},
 			},
-			remaining: map[descriptors.Key]uint64{a: 0},
+			remaining: map[bucket.Key]uint64{a: 0},
 		},
 		{
 			name: "same key twice: the second hit is refused, the first is undone",
 			calls: []call{
-				{hits: []descriptors.Hit{take(a, 6), take(b, 1), take(a, 5)}, want: false,
-					wantStates: []descriptors.BucketState{ok(10, 0), ok(10, 0), refused(10, 100*time.Millisecond, 0)}},
+				{hits: []bucket.Hit{take(a, 6), take(b, 1), take(a, 5)}, want: false,
+					wantStates: []bucket.State{ok(10, 0), ok(10, 0), refused(10, 100*time.Millisecond, 0)}},
 			},
-			remaining: map[descriptors.Key]uint64{a: 10, b: 10},
+			remaining: map[bucket.Key]uint64{a: 10, b: 10},
 		},
 		{
 			name: "same key: give back then take",
 			calls: []call{
-				{hits: []descriptors.Hit{take(a, 10)}, want: true},
-				{hits: []descriptors.Hit{give(a, 4), take(a, 4)}, want: true},
+				{hits: []bucket.Hit{take(a, 10)}, want: true},
+				{hits: []bucket.Hit{give(a, 4), take(a, 4)}, want: true},
 			},
-			remaining: map[descriptors.Key]uint64{a: 0},
+			remaining: map[bucket.Key]uint64{a: 0},
 		},
 		{
 			name: "an independent refusal does not block the others",
 			calls: []call{
-				{hits: []descriptors.Hit{take(a, 10)}, want: true},
-				{hits: []descriptors.Hit{shadow(take(a, 1)), take(b, 1)}, want: true,
-					wantStates: []descriptors.BucketState{refused(0, 100*time.Millisecond, time.Second), ok(9, 100*time.Millisecond)}},
+				{hits: []bucket.Hit{take(a, 10)}, want: true},
+				{hits: []bucket.Hit{shadow(take(a, 1)), take(b, 1)}, want: true,
+					wantStates: []bucket.State{refused(0, 100*time.Millisecond, time.Second), ok(9, 100*time.Millisecond)}},
 			},
-			remaining: map[descriptors.Key]uint64{a: 0, b: 9},
+			remaining: map[bucket.Key]uint64{a: 0, b: 9},
 		},
 		{
 			name: "an independent hit takes its tokens even when the call is refused",
 			calls: []call{
-				{hits: []descriptors.Hit{shadow(take(a, 3)), take(b, 11), take(c, 1)}, want: false,
-					wantStates: []descriptors.BucketState{ok(7, 300*time.Millisecond), refused(10, 0, 0), ok(10, 0)}},
+				{hits: []bucket.Hit{shadow(take(a, 3)), take(b, 11), take(c, 1)}, want: false,
+					wantStates: []bucket.State{ok(7, 300*time.Millisecond), refused(10, 0, 0), ok(10, 0)}},
 			},
-			remaining: map[descriptors.Key]uint64{a: 7, b: 10, c: 10},
+			remaining: map[bucket.Key]uint64{a: 7, b: 10, c: 10},
 		},
 		{
 			name: "an independent hit on a key the refused call also took is decided again",
 			calls: []call{
 				// Tentatively the take of 8 leaves 2, so the shadow hit of
 				// 5 is refused; after the rollback it is allowed.
-				{hits: []descriptors.Hit{take(a, 8), shadow(take(a, 5)), take(b, 11)}, want: false,
-					wantStates: []descriptors.BucketState{ok(5, 500*time.Millisecond), ok(5, 500*time.Millisecond), refused(10, 0, 0)}},
+				{hits: []bucket.Hit{take(a, 8), shadow(take(a, 5)), take(b, 11)}, want: false,
+					wantStates: []bucket.State{ok(5, 500*time.Millisecond), ok(5, 500*time.Millisecond), refused(10, 0, 0)}},
 			},
-			remaining: map[descriptors.Key]uint64{a: 5, b: 10},
+			remaining: map[bucket.Key]uint64{a: 5, b: 10},
 		},
 		{
 			name: "only independent hits: always true",
 			calls: []call{
-				{hits: []descriptors.Hit{shadow(take(a, 11)), shadow(take(b, 1))}, want: true,
-					wantStates: []descriptors.BucketState{refused(10, 0, 0), ok(9, 100*time.Millisecond)}},
+				{hits: []bucket.Hit{shadow(take(a, 11)), shadow(take(b, 1))}, want: true,
+					wantStates: []bucket.State{refused(10, 0, 0), ok(9, 100*time.Millisecond)}},
 			},
-			remaining: map[descriptors.Key]uint64{a: 10, b: 9},
+			remaining: map[bucket.Key]uint64{a: 10, b: 9},
 		},
 		{
 			name: "a check-only hit can refuse the call",
 			calls: []call{
-				{hits: []descriptors.Hit{take(a, 10)}, want: true},
-				{hits: []descriptors.Hit{take(b, 1), take(a, 0)}, want: false},
+				{hits: []bucket.Hit{take(a, 10)}, want: true},
+				{hits: []bucket.Hit{take(b, 1), take(a, 0)}, want: false},
 			},
-			remaining: map[descriptors.Key]uint64{a: 0, b: 10},
+			remaining: map[bucket.Key]uint64{a: 0, b: 10},
 		},
 		{
 			name: "a Requests 0 rule refuses the call",
 			calls: []call{
-				{hits: []descriptors.Hit{take(a, 1), {Key: b, Limit: descriptors.Limit{Period: time.Second, Burst: 1}, Cost: 1}}, want: false,
-					wantStates: []descriptors.BucketState{ok(10, 0), refused(0, time.Second, time.Second)}},
+				{hits: []bucket.Hit{take(a, 1), {Key: b, Limit: bucket.Limit{Period: time.Second, Burst: 1}, Cost: 1}}, want: false,
+					wantStates: []bucket.State{ok(10, 0), refused(0, time.Second, time.Second)}},
 			},
-			remaining: map[descriptors.Key]uint64{a: 10},
+			remaining: map[bucket.Key]uint64{a: 10},
 		},
 		{
 			name:  "no hits: allowed",
@@ -259,11 +260,11 @@ func TestHitAtAllOrNothing(t *testing.T) {
 func TestHitAtManyHits(t *testing.T) {
 	t.Parallel()
 	l := New(Options{})
-	hits := make([]descriptors.Hit, 3*stackHits)
+	hits := make([]bucket.Hit, 3*stackHits)
 	for i := range hits {
-		hits[i] = descriptors.Hit{Key: key(uint64(i % (2 * stackHits))), Limit: tenPerSecond, Cost: 1}
+		hits[i] = bucket.Hit{Key: key(uint64(i % (2 * stackHits))), Limit: tenPerSecond, Cost: 1}
 	}
-	states := make([]descriptors.BucketState, len(hits))
+	states := make([]bucket.State, len(hits))
 	for i := range 5 {
 		if !l.HitAt(t0, hits, states) {
 			t.Fatalf("call %d: refused, states %+v", i, states)
@@ -293,8 +294,8 @@ func TestHitUsesClock(t *testing.T) {
 	t.Parallel()
 	clock := clocktest.New(t0)
 	l := New(Options{Now: clock.Now})
-	hits := []descriptors.Hit{{Key: key(1), Limit: tenPerSecond, Cost: 10}}
-	states := make([]descriptors.BucketState, 1)
+	hits := []bucket.Hit{{Key: key(1), Limit: tenPerSecond, Cost: 10}}
+	states := make([]bucket.State, 1)
 	ctx := context.Background()
 	steps := []struct {
 		advance time.Duration
@@ -307,8 +308,8 @@ func TestHitUsesClock(t *testing.T) {
 	for i, s := range steps {
 		clock.Advance(s.advance)
 		got, err := l.Hit(ctx, hits, states)
-		if err != nil || got != s.want {
-			t.Fatalf("step %d: Hit = %t, %v; want %t, nil", i, got, err, s.want)
+		if err != nil || got.Allowed != s.want {
+			t.Fatalf("step %d: Hit = %t, %v; want %t, nil", i, got.Allowed, err, s.want)
 		}
 	}
 }
@@ -316,21 +317,21 @@ func TestHitUsesClock(t *testing.T) {
 // TestHitAtDoesNotAllocate holds the zero-allocation promise for existing
 // buckets, for a typical call and for one that needs the pooled undo log.
 func TestHitAtDoesNotAllocate(t *testing.T) {
-	big := descriptors.Limit{Requests: 1 << 40, Period: time.Second, Burst: 1 << 40}
+	big := bucket.Limit{Requests: 1 << 40, Period: time.Second, Burst: 1 << 40}
 	for _, n := range []int{1, 3, stackHits, 4 * stackHits} {
 		t.Run(fmt.Sprintf("%d hits", n), func(t *testing.T) {
 			l := New(Options{})
-			hits := make([]descriptors.Hit, n)
+			hits := make([]bucket.Hit, n)
 			for i := range hits {
-				hits[i] = descriptors.Hit{Key: key(uint64(i)), Limit: big, Cost: 1}
+				hits[i] = bucket.Hit{Key: key(uint64(i)), Limit: big, Cost: 1}
 			}
-			states := make([]descriptors.BucketState, n)
+			states := make([]bucket.State, n)
 			l.HitAt(t0, hits, states)
 			if got := testing.AllocsPerRun(100, func() { l.HitAt(t0, hits, states) }); got != 0 {
 				t.Errorf("HitAt(%d existing buckets) allocates %v times, want 0", n, got)
 			}
-			refuse := append(hits[:n:n], descriptors.Hit{Key: key(1 << 40), Limit: tenPerSecond, Cost: 11})
-			states = append(states, descriptors.BucketState{})
+			refuse := append(hits[:n:n], bucket.Hit{Key: key(1 << 40), Limit: tenPerSecond, Cost: 11})
+			states = append(states, bucket.State{})
 			if got := testing.AllocsPerRun(100, func() { l.HitAt(t0, refuse, states) }); got != 0 {
 				t.Errorf("refused HitAt(%d existing buckets) allocates %v times, want 0", n, got)
 			}
@@ -347,8 +348,8 @@ func TestHitAtConcurrent(t *testing.T) {
 		goroutines = 16
 		calls      = 2000
 	)
-	hot := descriptors.Limit{Requests: 100, Period: time.Second, Burst: 50}
-	roomy := descriptors.Limit{Requests: 1 << 30, Period: time.Second, Burst: 1 << 30}
+	hot := bucket.Limit{Requests: 100, Period: time.Second, Burst: 50}
+	roomy := bucket.Limit{Requests: 1 << 30, Period: time.Second, Burst: 1 << 30}
 	tests := []struct {
 		name    string
 		advance time.Duration // per call, by every goroutine
@@ -370,15 +371,15 @@ func TestHitAtConcurrent(t *testing.T) {
 					// goroutine's own, in an order that varies, so lock
 					// ordering and rollback are both exercised.
 					own := key(uint64(1000 + g))
-					hits := []descriptors.Hit{
+					hits := []bucket.Hit{
 						{Key: keys[g%3], Limit: hot, Cost: 1},
 						{Key: own, Limit: roomy, Cost: 1},
 						{Key: keys[3+(g+1)%3], Limit: roomy, Cost: 1},
 					}
-					states := make([]descriptors.BucketState, len(hits))
+					states := make([]bucket.State, len(hits))
 					for range calls {
 						clock.Advance(tt.advance)
-						if ok, _ := l.Hit(context.Background(), hits, states); ok {
+						if ok, _ := l.Hit(context.Background(), hits, states); ok.Allowed {
 							admitted.Add(1)
 						}
 					}
@@ -401,11 +402,11 @@ func TestHitAtConcurrent(t *testing.T) {
 }
 
 func BenchmarkHitAt(b *testing.B) {
-	roomy := descriptors.Limit{Requests: 1 << 40, Period: time.Second, Burst: 1 << 40}
-	hitsFor := func(keys ...descriptors.Key) []descriptors.Hit {
-		hits := make([]descriptors.Hit, len(keys))
+	roomy := bucket.Limit{Requests: 1 << 40, Period: time.Second, Burst: 1 << 40}
+	hitsFor := func(keys ...bucket.Key) []bucket.Hit {
+		hits := make([]bucket.Hit, len(keys))
 		for i, k := range keys {
-			hits[i] = descriptors.Hit{Key: k, Limit: roomy, Cost: 1}
+			hits[i] = bucket.Hit{Key: k, Limit: roomy, Cost: 1}
 		}
 		return hits
 	}
@@ -413,7 +414,7 @@ func BenchmarkHitAt(b *testing.B) {
 		b.ReportAllocs()
 		l := New(Options{})
 		hits := hitsFor(key(1), key(2), key(3))
-		states := make([]descriptors.BucketState, len(hits))
+		states := make([]bucket.State, len(hits))
 		l.HitAt(t0, hits, states)
 		b.ResetTimer()
 		for b.Loop() {
@@ -425,7 +426,7 @@ func BenchmarkHitAt(b *testing.B) {
 		l := New(Options{})
 		hits := hitsFor(key(1), key(2), key(3))
 		hits[2].Limit = onePerHour
-		states := make([]descriptors.BucketState, len(hits))
+		states := make([]bucket.State, len(hits))
 		l.HitAt(t0, hits, states)
 		b.ResetTimer()
 		for b.Loop() {
@@ -440,7 +441,7 @@ func BenchmarkHitAt(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			n := next.Add(1) * 3
 			hits := hitsFor(key(n), key(n+1), key(n+2))
-			states := make([]descriptors.BucketState, len(hits))
+			states := make([]bucket.State, len(hits))
 			l.HitAt(t0, hits, states)
 			for pb.Next() {
 				l.HitAt(t0, hits, states)
@@ -455,7 +456,7 @@ func BenchmarkHitAt(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			n := next.Add(1) * 3
 			hits := hitsFor(key(0), key(n+1), key(n+2))
-			states := make([]descriptors.BucketState, len(hits))
+			states := make([]bucket.State, len(hits))
 			l.HitAt(t0, hits, states)
 			for pb.Next() {
 				l.HitAt(t0, hits, states)
@@ -471,7 +472,7 @@ func BenchmarkHitAtNewKey(b *testing.B) {
 	for _, tt := range []struct {
 		name       string
 		maxBuckets int
-		lim        descriptors.Limit
+		lim        bucket.Limit
 		step       time.Duration // clock advance per insert
 	}{
 		{"below capacity", 1 << 24, onePerHour, 0},
@@ -481,12 +482,12 @@ func BenchmarkHitAtNewKey(b *testing.B) {
 		b.Run(tt.name, func(b *testing.B) {
 			b.ReportAllocs()
 			l := New(Options{MaxBuckets: tt.maxBuckets})
-			keys := make([]descriptors.Key, b.N)
+			keys := make([]bucket.Key, b.N)
 			for i := range keys {
 				keys[i] = key(uint64(i))
 			}
-			hits := []descriptors.Hit{{Limit: tt.lim, Cost: 1}}
-			states := make([]descriptors.BucketState, 1)
+			hits := []bucket.Hit{{Limit: tt.lim, Cost: 1}}
+			states := make([]bucket.State, 1)
 			if tt.maxBuckets < b.N { // start full
 				for _, k := range fillingKeys(l, uint64(b.N)) {
 					hits[0].Key = k

@@ -6,7 +6,7 @@ import (
 	"math/bits"
 	"sync"
 
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 const (
@@ -37,7 +37,7 @@ const (
 // its hash, so one mutex serialises all hits on a key.
 type shard struct {
 	mu sync.Mutex
-	m  map[descriptors.Key]bucket
+	m  map[bucket.Key]cell
 	// soonest is a lower bound on the TAT of every bucket in m: before it,
 	// none is full, so an insert into a full shard is refused without
 	// looking. Takes only raise a TAT; store and rollback lower soonest
@@ -63,14 +63,14 @@ func shardLayout(maxBuckets, want int) (n, perShard int) {
 // shardIndex maps key to one of 1<<(64-shift) shards. Keys are already
 // hashes, but a Fibonacci multiply of both halves costs a nanosecond and
 // keeps the spread even for keys that are not, such as tests' Key{1}, Key{2}.
-func shardIndex(key *descriptors.Key, shift uint) int {
+func shardIndex(key *bucket.Key, shift uint) int {
 	x := binary.LittleEndian.Uint64(key[:8]) ^ binary.LittleEndian.Uint64(key[8:])
 	return int((x * 0x9e3779b97f4a7c15) >> shift)
 }
 
 // store records next as key's bucket. A full bucket is not kept, since it is
 // the same as an absent one.
-func (s *shard) store(key descriptors.Key, next bucket, now int64) {
+func (s *shard) store(key bucket.Key, next cell, now int64) {
 	if next.fullAt(now) {
 		delete(s.m, key)
 		return
@@ -131,7 +131,7 @@ func (s *shard) makeRoom(now int64, perShard int) bool {
 }
 
 // shardSet returns the set of shards that hits touch, as a bitmask.
-func (l *Limiter) shardSet(hits []descriptors.Hit) uint64 {
+func (l *Limiter) shardSet(hits []bucket.Hit) uint64 {
 	var set uint64
 	for i := range hits {
 		set |= 1 << shardIndex(&hits[i].Key, l.shift)

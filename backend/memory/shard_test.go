@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 func TestShardLayout(t *testing.T) {
@@ -66,7 +66,7 @@ func TestShardIndexSpread(t *testing.T) {
 // goroutine, on keys of their own. Run it at -cpu 1,2,4 (and more where
 // available); contention shows as ns/op growing with fewer shards.
 func BenchmarkShards(b *testing.B) {
-	roomy := descriptors.Limit{Requests: 1 << 40, Period: 1 << 30, Burst: 1 << 40}
+	roomy := bucket.Limit{Requests: 1 << 40, Period: 1 << 30, Burst: 1 << 40}
 	for _, n := range []int{1, 4, 16, 64} {
 		b.Run(fmt.Sprintf("%d shards", n), func(b *testing.B) {
 			b.ReportAllocs()
@@ -77,11 +77,11 @@ func BenchmarkShards(b *testing.B) {
 				g := next.Add(1) << 32
 				// Each goroutine cycles over 1024 keys so calls spread
 				// over the shards as real traffic does.
-				var hits [1024]descriptors.Hit
+				var hits [1024]bucket.Hit
 				for i := range hits {
-					hits[i] = descriptors.Hit{Key: key(g + uint64(i)), Limit: roomy, Cost: 1}
+					hits[i] = bucket.Hit{Key: key(g + uint64(i)), Limit: roomy, Cost: 1}
 				}
-				states := make([]descriptors.BucketState, 3)
+				states := make([]bucket.State, 3)
 				for i := 0; pb.Next(); i = (i + 3) % (len(hits) - 2) {
 					l.HitAt(t0, hits[i:i+3], states)
 				}

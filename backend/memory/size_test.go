@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 // BenchmarkBucketMemory measures what a bucket costs: each iteration fills a
@@ -19,8 +19,8 @@ func BenchmarkBucketMemory(b *testing.B) {
 	for _, n := range []int{1 << 16, DefaultMaxBuckets} {
 		b.Run(fmt.Sprintf("%d buckets", n), func(b *testing.B) {
 			keys := fillingKeys(New(Options{MaxBuckets: n}), 0)
-			hits := []descriptors.Hit{{Limit: onePerHour, Cost: 1}}
-			states := make([]descriptors.BucketState, 1)
+			hits := []bucket.Hit{{Limit: onePerHour, Cost: 1}}
+			states := make([]bucket.State, 1)
 			var live, alloc, held float64
 			for b.Loop() {
 				var before, after runtime.MemStats

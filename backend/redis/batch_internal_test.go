@@ -9,7 +9,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -100,9 +100,10 @@ func hitAsync(l *Limiter, n byte) <-chan result {
 
 func hitKey(l *Limiter, n byte) result {
 	start := time.Now()
-	lim := descriptors.Limit{Requests: 1, Period: time.Hour, Burst: 10}
-	states := make([]descriptors.BucketState, 1)
-	ok, err := l.Hit(context.Background(), []descriptors.Hit{{Key: descriptors.Key{n}, Limit: lim, Cost: 1}}, states)
+	lim := bucket.Limit{Requests: 1, Period: time.Hour, Burst: 10}
+	states := make([]bucket.State, 1)
+	d, err := l.Hit(context.Background(), []bucket.Hit{{Key: bucket.Key{n}, Limit: lim, Cost: 1}}, states)
+	ok := d.Allowed
 	return result{ok, err, time.Since(start)}
 }
 

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -24,13 +24,13 @@ func TestMain(m *testing.M) {
 
 // day is a limit that refills one token a day: nothing refills during a
 // test, so the tokens taken are exactly the burst.
-func day(burst uint64) descriptors.Limit {
-	return descriptors.Limit{Requests: 1, Period: 24 * time.Hour, Burst: burst}
+func day(burst uint64) bucket.Limit {
+	return bucket.Limit{Requests: 1, Period: 24 * time.Hour, Burst: burst}
 }
 
 // hammer runs callers goroutines, released together, each making each
 // decisions of hits, and returns how many were allowed. Errors fail the test.
-func hammer(t *testing.T, l *redisbackend.Limiter, callers, each int, hits ...descriptors.Hit) int64 {
+func hammer(t *testing.T, l *redisbackend.Limiter, callers, each int, hits ...bucket.Hit) int64 {
 	t.Helper()
 	var allowed atomic.Int64
 	var wg sync.WaitGroup
@@ -38,9 +38,10 @@ func hammer(t *testing.T, l *redisbackend.Limiter, callers, each int, hits ...de
 	for range callers {
 		wg.Go(func() {
 			<-start
-			states := make([]descriptors.BucketState, len(hits))
+			states := make([]bucket.State, len(hits))
 			for range each {
-				ok, err := l.Hit(context.Background(), hits, states)
+				d, err := l.Hit(context.Background(), hits, states)
+				ok := d.Allowed
 				if err != nil {
 					t.Errorf("Hit: %v", err)
 					return
@@ -90,7 +91,7 @@ func testBatching(t *testing.T, e env) {
 	const callers, each, burst = 64, 20, 500
 	k := f.key(0)
 	before := f.calls.Load()
-	got := hammer(t, f.l, callers, each, descriptors.Hit{Key: k, Limit: day(burst), Cost: 1})
+	got := hammer(t, f.l, callers, each, bucket.Hit{Key: k, Limit: day(burst), Cost: 1})
 	calls := f.calls.Load() - before
 	t.Logf("%d decisions from %d callers: %d script calls", callers*each, callers, calls)
 	if got != burst {
@@ -116,8 +117,8 @@ func testBatchingAllOrNothing(t *testing.T, e env) {
 	const callers, each = 64, 10
 	scarce, plenty := f.key(0), f.key(1)
 	got := hammer(t, f.l, callers, each,
-		descriptors.Hit{Key: plenty, Limit: day(1000), Cost: 1},
-		descriptors.Hit{Key: scarce, Limit: day(100), Cost: 1},
+		bucket.Hit{Key: plenty, Limit: day(1000), Cost: 1},
+		bucket.Hit{Key: scarce, Limit: day(100), Cost: 1},
 	)
 	if got != 100 {
 		t.Errorf("%d decisions on buckets of 1000 and 100: %d allowed, want 100", callers*each, got)
@@ -166,8 +167,8 @@ func testLoneRequest(t *testing.T, e env) {
 	f.client.AddHook(h)
 	for i := range 3 {
 		ctx := context.WithValue(context.Background(), callerKey{}, i)
-		states := make([]descriptors.BucketState, 1)
-		if _, err := f.l.Hit(ctx, []descriptors.Hit{{Key: f.key(0), Limit: slow, Cost: 1}}, states); err != nil {
+		states := make([]bucket.State, 1)
+		if _, err := f.l.Hit(ctx, []bucket.Hit{{Key: f.key(0), Limit: slow, Cost: 1}}, states); err != nil {
 			t.Fatalf("Hit %d: %v", i, err)
 		}
 	}
@@ -187,7 +188,7 @@ func TestStallConcurrent(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	f := singleEnv(s).fixture(t, redisbackend.Options{Timeout: timeout})
 	k := f.key(0)
-	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 0}) // connections warm
+	f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 0}) // connections warm
 	s.Stall()
 	defer s.Resume()
 	stalledFrom := f.calls.Load()
@@ -195,8 +196,8 @@ func TestStallConcurrent(t *testing.T) {
 	for range 64 {
 		wg.Go(func() {
 			start := time.Now()
-			states := make([]descriptors.BucketState, 1)
-			_, err := f.l.Hit(context.Background(), []descriptors.Hit{{Key: k, Limit: slow, Cost: 1}}, states)
+			states := make([]bucket.State, 1)
+			_, err := f.l.Hit(context.Background(), []bucket.Hit{{Key: k, Limit: slow, Cost: 1}}, states)
 			took := time.Since(start)
 			if kind := redisbackend.ErrorKind(err); kind != redisbackend.KindTimeout || !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("Hit on a stalled Redis: %v (kind %q), want kind timeout", err, kind)
@@ -224,11 +225,11 @@ func TestClose(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	f := singleEnv(s).fixture(t, redisbackend.Options{})
-	f.hit(descriptors.Hit{Key: f.key(0), Limit: slow, Cost: 1})
+	f.hit(bucket.Hit{Key: f.key(0), Limit: slow, Cost: 1})
 	f.l.Close()
 	f.l.Close()
-	states := make([]descriptors.BucketState, 1)
-	_, err := f.l.Hit(context.Background(), []descriptors.Hit{{Key: f.key(0), Limit: slow, Cost: 1}}, states)
+	states := make([]bucket.State, 1)
+	_, err := f.l.Hit(context.Background(), []bucket.Hit{{Key: f.key(0), Limit: slow, Cost: 1}}, states)
 	if kind := redisbackend.ErrorKind(err); kind != redisbackend.KindConnection {
 		t.Errorf("Hit after Close: %v (kind %q), want kind connection", err, kind)
 	}

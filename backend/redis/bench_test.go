@@ -13,7 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -101,15 +101,15 @@ func benchHitN(b *testing.B, url string, keys, par int) {
 	b.Cleanup(l.Close)
 
 	const buckets = 1024
-	lim := descriptors.Limit{Requests: 1 << 40, Period: time.Second, Burst: 1 << 40}
-	table := make([]descriptors.Key, buckets)
+	lim := bucket.Limit{Requests: 1 << 40, Period: time.Second, Burst: 1 << 40}
+	table := make([]bucket.Key, buckets)
 	for i := range table {
 		sum := sha256.Sum256(fmt.Appendf(nil, "bench/%d", i))
-		table[i] = descriptors.Key(sum[:16])
+		table[i] = bucket.Key(sum[:16])
 	}
 	// Warm up: scripts loaded, connections open, cluster slots known.
-	warm := []descriptors.Hit{{Key: table[0], Limit: lim, Cost: 1}}
-	if _, err := l.Hit(context.Background(), warm, make([]descriptors.BucketState, 1)); err != nil {
+	warm := []bucket.Hit{{Key: table[0], Limit: lim, Cost: 1}}
+	if _, err := l.Hit(context.Background(), warm, make([]bucket.State, 1)); err != nil {
 		b.Fatal(err)
 	}
 	trips.Store(0)
@@ -122,12 +122,12 @@ func benchHitN(b *testing.B, url string, keys, par int) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		g := int(next.Add(1))
-		hits := make([]descriptors.Hit, keys)
-		states := make([]descriptors.BucketState, keys)
+		hits := make([]bucket.Hit, keys)
+		states := make([]bucket.State, keys)
 		ctx := context.Background()
 		for i := g * 7919; pb.Next(); i++ {
 			for j := range hits {
-				hits[j] = descriptors.Hit{Key: table[(i+j*331)%buckets], Limit: lim, Cost: 1}
+				hits[j] = bucket.Hit{Key: table[(i+j*331)%buckets], Limit: lim, Cost: 1}
 			}
 			if _, err := l.Hit(ctx, hits, states); err != nil {
 				failed.Add(1)

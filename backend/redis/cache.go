@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 const (
@@ -31,7 +31,7 @@ type emptyCache struct {
 
 type cacheShard struct {
 	mu sync.Mutex
-	m  map[descriptors.Key]emptyEntry
+	m  map[bucket.Key]emptyEntry
 }
 
 // emptyEntry is one empty bucket: next is when its next whole token is due,
@@ -51,18 +51,18 @@ func newEmptyCache(size int) *emptyCache {
 	}
 	c := &emptyCache{perShard: max(size/cacheShards, 1)}
 	for i := range c.shards {
-		c.shards[i].m = make(map[descriptors.Key]emptyEntry)
+		c.shards[i].m = make(map[bucket.Key]emptyEntry)
 	}
 	return c
 }
 
-func (c *emptyCache) shard(k descriptors.Key) *cacheShard {
+func (c *emptyCache) shard(k bucket.Key) *cacheShard {
 	// The key is already a hash: any 8 bytes of it spread evenly.
 	return &c.shards[binary.LittleEndian.Uint64(k[8:])%cacheShards]
 }
 
 // get returns the entry of k if its next token is still due after now.
-func (c *emptyCache) get(k descriptors.Key, now time.Time) (emptyEntry, bool) {
+func (c *emptyCache) get(k bucket.Key, now time.Time) (emptyEntry, bool) {
 	if c == nil {
 		return emptyEntry{}, false
 	}
@@ -79,7 +79,7 @@ func (c *emptyCache) get(k descriptors.Key, now time.Time) (emptyEntry, bool) {
 
 // put remembers k as empty until e.next. A full shard first drops its
 // expired entries, then an arbitrary one.
-func (c *emptyCache) put(k descriptors.Key, e emptyEntry, now time.Time) {
+func (c *emptyCache) put(k bucket.Key, e emptyEntry, now time.Time) {
 	if c == nil {
 		return
 	}
@@ -103,7 +103,7 @@ func (c *emptyCache) put(k descriptors.Key, e emptyEntry, now time.Time) {
 }
 
 // drop forgets k, after this node gave tokens back to it.
-func (c *emptyCache) drop(k descriptors.Key) {
+func (c *emptyCache) drop(k bucket.Key) {
 	if c == nil {
 		return
 	}

@@ -9,7 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -34,7 +34,7 @@ func TestCluster(t *testing.T) {
 
 // place is where bucket key i of a fixture lives, as its client sees it.
 type place struct {
-	key    descriptors.Key
+	key    bucket.Key
 	slot   int
 	master string // address
 }
@@ -57,9 +57,9 @@ func placeOf(t *testing.T, f *fixture, i int) place {
 
 // keysOnMasters returns bucket keys of f on n different masters, with their
 // slots.
-func keysOnMasters(t *testing.T, f *fixture, n int) ([]descriptors.Key, []int64) {
+func keysOnMasters(t *testing.T, f *fixture, n int) ([]bucket.Key, []int64) {
 	t.Helper()
-	var keys []descriptors.Key
+	var keys []bucket.Key
 	var slots []int64
 	seen := map[string]bool{}
 	for i := 0; len(keys) < n && i < 1000; i++ {
@@ -100,9 +100,9 @@ func testSlots(t *testing.T, e env) {
 	ctx := context.Background()
 	cc := f.client.(*goredis.ClusterClient)
 	// 30 buckets in one decision: spread over masters, all decided.
-	var hits []descriptors.Hit
+	var hits []bucket.Hit
 	for i := range 30 {
-		hits = append(hits, descriptors.Hit{Key: f.key(i), Limit: slow, Cost: 1})
+		hits = append(hits, bucket.Hit{Key: f.key(i), Limit: slow, Cost: 1})
 	}
 	ok, st := f.hit(hits...)
 	if !ok {
@@ -133,13 +133,13 @@ func testCrossSlotRefund(t *testing.T, e env) {
 	keys, slots := keysOnMasters(t, f, 3)
 	a, b, c := keys[0], keys[1], keys[2]
 	t.Logf("slots %v", slots)
-	f.hit(descriptors.Hit{Key: b, Limit: slow, Cost: 5})
+	f.hit(bucket.Hit{Key: b, Limit: slow, Cost: 5})
 	before := f.calls.Load()
 	ok, st := f.hit(
-		descriptors.Hit{Key: a, Limit: slow, Cost: 2},
-		descriptors.Hit{Key: b, Limit: slow, Cost: 1},
-		descriptors.Hit{Key: c, Limit: slow, Cost: 1, Independent: true},
-		descriptors.Hit{Key: c, Limit: slow, Cost: 1},
+		bucket.Hit{Key: a, Limit: slow, Cost: 2},
+		bucket.Hit{Key: b, Limit: slow, Cost: 1},
+		bucket.Hit{Key: c, Limit: slow, Cost: 1, Independent: true},
+		bucket.Hit{Key: c, Limit: slow, Cost: 1},
 	)
 	if ok || !st[0].Allowed || st[1].Allowed || !st[2].Allowed || !st[3].Allowed {
 		t.Fatalf("decision refused in one slot: %v %+v, want refused by b only", ok, st)
@@ -165,21 +165,21 @@ func testMasterDown(t *testing.T, e env, cl *redistest.Cluster) {
 	f := e.fixture(t, redisbackend.Options{Timeout: 200 * time.Millisecond})
 	keys, slots := keysOnMasters(t, f, 3)
 	down := cl.MasterOfSlot(int(slots[0]))
-	f.hit(descriptors.Hit{Key: keys[0], Limit: slow, Cost: 1})
+	f.hit(bucket.Hit{Key: keys[0], Limit: slow, Cost: 1})
 	cl.Master(down).Kill()
-	states := make([]descriptors.BucketState, 1)
-	_, err := f.l.Hit(context.Background(), []descriptors.Hit{{Key: keys[0], Limit: slow, Cost: 1}}, states)
+	states := make([]bucket.State, 1)
+	_, err := f.l.Hit(context.Background(), []bucket.Hit{{Key: keys[0], Limit: slow, Cost: 1}}, states)
 	if kind := redisbackend.ErrorKind(err); kind != redisbackend.KindConnection && kind != redisbackend.KindTimeout {
 		t.Errorf("Hit on a dead master: %v (kind %q), want kind connection or timeout", err, kind)
 	}
-	if ok, st := f.hit(descriptors.Hit{Key: keys[1], Limit: slow, Cost: 1}); !ok {
+	if ok, st := f.hit(bucket.Hit{Key: keys[1], Limit: slow, Cost: 1}); !ok {
 		t.Errorf("Hit on a live master: %v %+v, want allowed", ok, st)
 	}
 	cl.Master(down).Restart()
 	cl.WaitOK()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := f.l.Hit(context.Background(), []descriptors.Hit{{Key: keys[0], Limit: slow, Cost: 1}}, states)
+		_, err := f.l.Hit(context.Background(), []bucket.Hit{{Key: keys[0], Limit: slow, Cost: 1}}, states)
 		if err == nil {
 			break
 		}
@@ -195,7 +195,7 @@ func testMasterDown(t *testing.T, e env, cl *redistest.Cluster) {
 func testOneMasterOneCall(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	ps := oneMaster(t, f, 2, nil)
-	keys := []descriptors.Key{ps[0].key, ps[1].key}
+	keys := []bucket.Key{ps[0].key, ps[1].key}
 	// Round 1 after SCRIPT FLUSH: EVALSHA (NOSCRIPT), then EVAL, uncounted.
 	for round, want := range []uint64{4, 3} {
 		if round == 1 {
@@ -203,8 +203,8 @@ func testOneMasterOneCall(t *testing.T, e env) {
 		}
 		before := f.calls.Load()
 		ok, st := f.hit(
-			descriptors.Hit{Key: keys[0], Limit: slow, Cost: 1},
-			descriptors.Hit{Key: keys[1], Limit: slow, Cost: 1},
+			bucket.Hit{Key: keys[0], Limit: slow, Cost: 1},
+			bucket.Hit{Key: keys[1], Limit: slow, Cost: 1},
 		)
 		if !ok || st[0].Remaining != want || st[1].Remaining != want {
 			t.Errorf("round %d: %v %+v, want allowed with %d left in each", round, ok, st, want)
@@ -216,8 +216,8 @@ func testOneMasterOneCall(t *testing.T, e env) {
 	// Refused in one slot: nothing taken in the other, and no refund call.
 	before := f.calls.Load()
 	ok, st := f.hit(
-		descriptors.Hit{Key: keys[0], Limit: slow, Cost: 1},
-		descriptors.Hit{Key: keys[1], Limit: slow, Cost: 5},
+		bucket.Hit{Key: keys[0], Limit: slow, Cost: 1},
+		bucket.Hit{Key: keys[1], Limit: slow, Cost: 5},
 	)
 	if ok || !st[0].Allowed || st[1].Allowed {
 		t.Errorf("cost 5 on a bucket of 3: %v %+v, want refused by the second hit", ok, st)
@@ -244,8 +244,8 @@ func testStaleSlotMap(t *testing.T, e env, cl *redistest.Cluster) {
 		n, err := cl.Master(master(p.master)).Client().ClusterCountKeysInSlot(ctx, p.slot).Result()
 		return err == nil && n == 0
 	})
-	keys, slots, owner := []descriptors.Key{ps[0].key, ps[1].key}, []int{ps[0].slot, ps[1].slot}, master(ps[0].master)
-	var other descriptors.Key
+	keys, slots, owner := []bucket.Key{ps[0].key, ps[1].key}, []int{ps[0].slot, ps[1].slot}, master(ps[0].master)
+	var other bucket.Key
 	for i := 1000; i < 2000; i++ {
 		if p := placeOf(t, f, i); p.master != ps[0].master {
 			other = p.key
@@ -253,16 +253,16 @@ func testStaleSlotMap(t *testing.T, e env, cl *redistest.Cluster) {
 		}
 	}
 	// The client learns the slot map, then the second slot moves.
-	if ok, st := f.hit(descriptors.Hit{Key: keys[0], Limit: slow, Cost: 1}); !ok {
+	if ok, st := f.hit(bucket.Hit{Key: keys[0], Limit: slow, Cost: 1}); !ok {
 		t.Fatalf("first hit: refused %+v", st)
 	}
 	to := (owner + 1) % 3
 	cl.MoveSlot(slots[1], to)
 	before := f.calls.Load()
 	ok, st := f.hit(
-		descriptors.Hit{Key: keys[0], Limit: slow, Cost: 1},
-		descriptors.Hit{Key: keys[1], Limit: slow, Cost: 2},
-		descriptors.Hit{Key: other, Limit: slow, Cost: 1},
+		bucket.Hit{Key: keys[0], Limit: slow, Cost: 1},
+		bucket.Hit{Key: keys[1], Limit: slow, Cost: 2},
+		bucket.Hit{Key: other, Limit: slow, Cost: 1},
 	)
 	if !ok || st[0].Remaining != 3 || st[1].Remaining != 3 || st[2].Remaining != 4 {
 		t.Errorf("hit across a moved slot: %v %+v, want allowed with 3, 3 and 4 left", ok, st)

@@ -22,7 +22,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -43,10 +43,11 @@ func decideOnce(t *testing.T, url string, tweak func(*goredis.UniversalOptions))
 	defer client.Close()
 	lim := redisbackend.New(redisbackend.Options{Client: client, Timeout: time.Second})
 	defer lim.Close()
-	hits := []descriptors.Hit{{Key: descriptors.Key{1, 2, 3}, Limit: descriptors.Limit{Requests: 1, Period: time.Minute, Burst: 1}, Cost: 1}}
-	states := make([]descriptors.BucketState, 1)
+	hits := []bucket.Hit{{Key: bucket.Key{1, 2, 3}, Limit: bucket.Limit{Requests: 1, Period: time.Minute, Burst: 1}, Cost: 1}}
+	states := make([]bucket.State, 1)
 	for i, want := range []bool{true, false} {
-		ok, err := lim.Hit(context.Background(), hits, states)
+		d, err := lim.Hit(context.Background(), hits, states)
+		ok := d.Allowed
 		if err != nil {
 			t.Fatalf("Hit %d over %s: %v", i, url, err)
 		}

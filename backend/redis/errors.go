@@ -53,6 +53,11 @@ const (
 	KindOther = "other"
 )
 
+// ErrorKinds returns every kind ErrorKind returns.
+func ErrorKinds() []string {
+	return []string{KindTimeout, KindConnection, KindScript, KindOOM, KindNoPerm, KindOther}
+}
+
 // errNotLocal wraps the error of a script call that reached a cluster
 // master which does not serve one of its buckets (the client's slot map was
 // stale): the script failed before writing anything, and Hit goes again

@@ -15,7 +15,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 func TestSlot(t *testing.T) {
@@ -93,7 +93,7 @@ func TestEmptyCacheBound(t *testing.T) {
 	now := time.Unix(1000, 0)
 	e := emptyEntry{next: now.Add(time.Second), full: now.Add(2 * time.Second)}
 	for i := range 10000 {
-		var k descriptors.Key
+		var k bucket.Key
 		copy(k[:], fmt.Sprint(i))
 		k[8], k[9] = byte(i), byte(i>>8)
 		c.put(k, e, now)
@@ -101,7 +101,7 @@ func TestEmptyCacheBound(t *testing.T) {
 	if n := c.len(); n > cacheShards*2 {
 		t.Errorf("cache of 128 holds %d entries after 10000 puts", n)
 	}
-	var k descriptors.Key
+	var k bucket.Key
 	c.put(k, e, now)
 	if _, ok := c.get(k, now); !ok {
 		t.Errorf("get right after put: miss, want hit")

@@ -12,7 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 // DefaultTimeout is the deadline of every Redis call when Options.Timeout is
@@ -142,7 +142,7 @@ func New(opts Options) *Limiter {
 		l.writers = DefaultWriters
 	}
 	l.prefix = strings.NewReplacer("{", "_", "}", "_").Replace(l.prefix)
-	l.keyLen = len(l.prefix) + len(":{}") + 2*len(descriptors.Key{})
+	l.keyLen = len(l.prefix) + len(":{}") + 2*len(bucket.Key{})
 	switch c := opts.Client.(type) {
 	case *goredis.ClusterClient:
 		l.route, l.cluster = routeSlot, c
@@ -175,7 +175,7 @@ func (l *Limiter) Close() {
 	l.inFlight.Wait()
 }
 
-// Hit decides hits in Redis with the semantics descriptors.Hit documents and
+// Hit decides hits in Redis with the semantics bucket.Hit documents and
 // writes one state per hit into states, which must be at least as long. It
 // returns whether the decision is allowed: every hit that is neither Give
 // nor Independent had its tokens, and took them.
@@ -205,18 +205,18 @@ func (l *Limiter) Close() {
 // the caller gave up first, ErrAbandoned and ctx's error: then Redis did not
 // fail (a Redis failure is reported as such even when ctx has ended since).
 // See ErrorKind.
-func (l *Limiter) Hit(ctx context.Context, hits []descriptors.Hit, states []descriptors.BucketState) (bool, error) {
+func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.State) (bucket.Decision, error) {
 	if len(states) < len(hits) {
-		return false, fmt.Errorf("backend/redis: %d states for %d hits", len(states), len(hits))
+		return bucket.Decision{}, fmt.Errorf("backend/redis: %d states for %d hits", len(states), len(hits))
 	}
 	if l.client == nil {
-		return false, errors.New("backend/redis: Options.Client is nil")
+		return bucket.Decision{}, errors.New("backend/redis: Options.Client is nil")
 	}
 	if l.closed.Load() {
-		return false, errClosed
+		return bucket.Decision{}, errClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("backend/redis: %w: %w", ErrAbandoned, err)
+		return bucket.Decision{}, fmt.Errorf("backend/redis: %w: %w", ErrAbandoned, err)
 	}
 	start := l.now()
 	r := l.requests.Get().(*request)
@@ -228,8 +228,12 @@ func (l *Limiter) Hit(ctx context.Context, hits []descriptors.Hit, states []desc
 	endSpan(span, r, allowed, err)
 	r.dec.hits, r.dec.states = nil, nil // the caller's: not kept in the pool
 	l.release(r)
-	return allowed, err
+	return bucket.Decision{Allowed: allowed}, err
 }
+
+// Shared reports true: every node sharing the Redis uses the same buckets,
+// so their keys must be the same on every node (bucket.SumKey).
+func (l *Limiter) Shared() bool { return true }
 
 // hit runs the decision of r.
 func (l *Limiter) hit(ctx context.Context, r *request, start time.Time) (bool, error) {
@@ -278,10 +282,10 @@ func (l *Limiter) decideLocally(d *decision, now time.Time) bool {
 		if h.Limit.Requests == 0 {
 			d.setLocal(i)
 			if h.Give {
-				d.states[i] = descriptors.BucketState{Allowed: true}
+				d.states[i] = bucket.State{Allowed: true}
 				continue
 			}
-			d.states[i] = descriptors.BucketState{RetryAfter: h.Limit.Period, ResetAfter: h.Limit.Period}
+			d.states[i] = bucket.State{RetryAfter: h.Limit.Period, ResetAfter: h.Limit.Period}
 			if !h.Independent {
 				allowed = false
 			}
@@ -300,7 +304,7 @@ func (l *Limiter) decideLocally(d *decision, now time.Time) bool {
 		for i := range d.hits {
 			if isTake(&d.hits[i]) && !d.isLocal(i) {
 				d.setLocal(i)
-				d.states[i] = descriptors.BucketState{Allowed: true}
+				d.states[i] = bucket.State{Allowed: true}
 			}
 		}
 	}
@@ -309,7 +313,7 @@ func (l *Limiter) decideLocally(d *decision, now time.Time) bool {
 
 // cachedState is the answer Redis would give for a take on a bucket known to
 // be empty until e.next.
-func cachedState(h *descriptors.Hit, e emptyEntry, now time.Time) descriptors.BucketState {
+func cachedState(h *bucket.Hit, e emptyEntry, now time.Time) bucket.State {
 	reset := e.full.Sub(now)
 	retry := e.next.Sub(now)
 	if h.Cost > h.Limit.Burst {
@@ -318,7 +322,7 @@ func cachedState(h *descriptors.Hit, e emptyEntry, now time.Time) descriptors.Bu
 		interval := h.Limit.Period / time.Duration(h.Limit.Requests)
 		retry += time.Duration(h.Cost-1) * interval
 	}
-	return descriptors.BucketState{RetryAfter: retry, ResetAfter: max(reset, retry)}
+	return bucket.State{RetryAfter: retry, ResetAfter: max(reset, retry)}
 }
 
 // split turns the hits not decided locally into r's parts, one per script
@@ -361,7 +365,7 @@ func (l *Limiter) split(ctx context.Context, r *request, bySlot bool) error {
 // appendKey appends the Redis key of bucket k, "<prefix>:{<hex of k>}". The
 // hash is the whole hash tag, so whatever a client sends, only the bucket's
 // hash chooses the slot.
-func (l *Limiter) appendKey(b []byte, k descriptors.Key) []byte {
+func (l *Limiter) appendKey(b []byte, k bucket.Key) []byte {
 	const hexDigits = "0123456789abcdef"
 	b = append(b, l.prefix...)
 	b = append(b, ":{"...)
@@ -374,7 +378,7 @@ func (l *Limiter) appendKey(b []byte, k descriptors.Key) []byte {
 // partFor returns the part of r that takes key (of bucket k): the only one
 // on a single Redis, the one of its master (or slot, when bySlot is set) in
 // a cluster, of its bucket in a Ring.
-func (l *Limiter) partFor(ctx context.Context, r *request, key string, k descriptors.Key, bySlot bool) (*part, error) {
+func (l *Limiter) partFor(ctx context.Context, r *request, key string, k bucket.Key, bySlot bool) (*part, error) {
 	t, s := l.one, 0
 	if l.route == routeSlot {
 		var err error
@@ -387,7 +391,7 @@ func (l *Limiter) partFor(ctx context.Context, r *request, key string, k descrip
 		}
 	}
 	if l.route != routeKey {
-		k = descriptors.Key{}
+		k = bucket.Key{}
 	}
 	for _, p := range r.parts {
 		if p.target == t && p.slot == s && p.bucket == k {

@@ -14,7 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/internal/clocktest"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
@@ -102,16 +102,17 @@ func (e env) fixture(t *testing.T, opts redisbackend.Options) *fixture {
 }
 
 // key derives a bucket key from the test name and n.
-func (f *fixture) key(n int) descriptors.Key {
+func (f *fixture) key(n int) bucket.Key {
 	sum := sha256.Sum256(fmt.Appendf(nil, "%s/%d", f.t.Name(), n))
-	return descriptors.Key(sum[:16])
+	return bucket.Key(sum[:16])
 }
 
 // hit runs one decision and fails the test on error.
-func (f *fixture) hit(hits ...descriptors.Hit) (bool, []descriptors.BucketState) {
+func (f *fixture) hit(hits ...bucket.Hit) (bool, []bucket.State) {
 	f.t.Helper()
-	states := make([]descriptors.BucketState, len(hits))
-	ok, err := f.l.Hit(context.Background(), hits, states)
+	states := make([]bucket.State, len(hits))
+	d, err := f.l.Hit(context.Background(), hits, states)
+	ok := d.Allowed
 	if err != nil {
 		f.t.Fatalf("Hit(%+v): %v", hits, err)
 	}
@@ -119,15 +120,15 @@ func (f *fixture) hit(hits ...descriptors.Hit) (bool, []descriptors.BucketState)
 }
 
 // remaining checks bucket k's whole tokens without taking any.
-func (f *fixture) remaining(k descriptors.Key, lim descriptors.Limit) uint64 {
+func (f *fixture) remaining(k bucket.Key, lim bucket.Limit) uint64 {
 	f.t.Helper()
-	_, st := f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 0})
+	_, st := f.hit(bucket.Hit{Key: k, Limit: lim, Cost: 0})
 	return st[0].Remaining
 }
 
 // slow is a limit whose refill is negligible during a test: one token per
 // second, five at most.
-var slow = descriptors.Limit{Requests: 3600, Period: time.Hour, Burst: 5}
+var slow = bucket.Limit{Requests: 3600, Period: time.Hour, Burst: 5}
 
 // behaviours is the suite run on a single Redis and on a cluster.
 var behaviours = []struct {
@@ -172,7 +173,7 @@ func testBurst(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	k := f.key(0)
 	for want := uint64(4); ; want-- {
-		ok, st := f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 1})
+		ok, st := f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 1})
 		if !ok || !st[0].Allowed || st[0].Remaining != want || st[0].RetryAfter != 0 {
 			t.Fatalf("hit leaving %d: got %v %+v, want allowed, Remaining %d, no RetryAfter", want, ok, st[0], want)
 		}
@@ -183,7 +184,7 @@ func testBurst(t *testing.T, e env) {
 			break
 		}
 	}
-	ok, st := f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 1})
+	ok, st := f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 1})
 	if ok || st[0].Allowed || st[0].Remaining != 0 {
 		t.Fatalf("hit on an empty bucket: got %v %+v, want refused, Remaining 0", ok, st[0])
 	}
@@ -199,10 +200,10 @@ func near(got, want, tol time.Duration) bool { return got <= want && got >= want
 func testRefill(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	k := f.key(0)
-	lim := descriptors.Limit{Requests: 1, Period: 50 * time.Millisecond, Burst: 2}
-	f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 2})
+	lim := bucket.Limit{Requests: 1, Period: 50 * time.Millisecond, Burst: 2}
+	f.hit(bucket.Hit{Key: k, Limit: lim, Cost: 2})
 	asked := time.Now()
-	ok, st := f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 1})
+	ok, st := f.hit(bucket.Hit{Key: k, Limit: lim, Cost: 1})
 	refused := time.Now()
 	if ok || st[0].RetryAfter <= 0 || st[0].RetryAfter > 50*time.Millisecond {
 		t.Fatalf("hit on an empty bucket: got %v %+v, want refused with 0 < RetryAfter <= 50ms", ok, st[0])
@@ -210,7 +211,7 @@ func testRefill(t *testing.T, e env) {
 	retry := st[0].RetryAfter
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		ok, st = f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 1})
+		ok, st = f.hit(bucket.Hit{Key: k, Limit: lim, Cost: 1})
 		if ok {
 			break
 		}
@@ -254,7 +255,7 @@ func testCostAndCheckOnly(t *testing.T, e env) {
 		{cost: 2, wantAllowed: false, wantRemaining: 0, wantRetry: 2 * time.Second},
 	}
 	for i, s := range steps {
-		ok, st := f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: s.cost})
+		ok, st := f.hit(bucket.Hit{Key: k, Limit: slow, Cost: s.cost})
 		if ok != s.wantAllowed || st[0].Allowed != s.wantAllowed || st[0].Remaining != s.wantRemaining ||
 			!near(st[0].RetryAfter, s.wantRetry, 100*time.Millisecond) {
 			t.Errorf("step %d, cost %d: got %v %+v, want allowed %v, Remaining %d, RetryAfter ≈ %v",
@@ -266,8 +267,8 @@ func testCostAndCheckOnly(t *testing.T, e env) {
 func testCostAboveBurst(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	k := f.key(0)
-	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 2})
-	ok, st := f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 6})
+	f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 2})
+	ok, st := f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 6})
 	if ok || st[0].Allowed || st[0].Remaining != 3 {
 		t.Fatalf("cost 6 > burst 5: got %v %+v, want refused with Remaining 3", ok, st[0])
 	}
@@ -282,11 +283,11 @@ func testCostAboveBurst(t *testing.T, e env) {
 func testAllOrNothing(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	a, b, c := f.key(0), f.key(1), f.key(2)
-	f.hit(descriptors.Hit{Key: b, Limit: slow, Cost: 5})
+	f.hit(bucket.Hit{Key: b, Limit: slow, Cost: 5})
 	ok, st := f.hit(
-		descriptors.Hit{Key: a, Limit: slow, Cost: 2},
-		descriptors.Hit{Key: b, Limit: slow, Cost: 1},
-		descriptors.Hit{Key: c, Limit: slow, Cost: 1},
+		bucket.Hit{Key: a, Limit: slow, Cost: 2},
+		bucket.Hit{Key: b, Limit: slow, Cost: 1},
+		bucket.Hit{Key: c, Limit: slow, Cost: 1},
 	)
 	if ok {
 		t.Fatalf("decision with an empty bucket: allowed, want refused")
@@ -301,8 +302,8 @@ func testAllOrNothing(t *testing.T, e env) {
 		t.Errorf("bucket c after a refused decision: %d tokens, want 5 (nothing taken)", got)
 	}
 	ok, st = f.hit(
-		descriptors.Hit{Key: a, Limit: slow, Cost: 2},
-		descriptors.Hit{Key: c, Limit: slow, Cost: 1},
+		bucket.Hit{Key: a, Limit: slow, Cost: 2},
+		bucket.Hit{Key: c, Limit: slow, Cost: 1},
 	)
 	if !ok || st[0].Remaining != 3 || st[1].Remaining != 4 {
 		t.Errorf("decision with tokens: %v %+v, want allowed with 3 and 4 left", ok, st)
@@ -312,11 +313,11 @@ func testAllOrNothing(t *testing.T, e env) {
 func testDuplicateKeys(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	k := f.key(0)
-	ok, st := f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 2}, descriptors.Hit{Key: k, Limit: slow, Cost: 2})
+	ok, st := f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 2}, bucket.Hit{Key: k, Limit: slow, Cost: 2})
 	if !ok || st[0].Remaining != 3 || st[1].Remaining != 1 {
 		t.Fatalf("two hits on one bucket: %v %+v, want allowed with 3 then 1 left", ok, st)
 	}
-	ok, st = f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 1}, descriptors.Hit{Key: k, Limit: slow, Cost: 1})
+	ok, st = f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 1}, bucket.Hit{Key: k, Limit: slow, Cost: 1})
 	if ok || !st[0].Allowed || st[1].Allowed {
 		t.Fatalf("two hits on a bucket with one token: %v %+v, want refused (second hit)", ok, st)
 	}
@@ -328,19 +329,19 @@ func testDuplicateKeys(t *testing.T, e env) {
 func testIndependent(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	a, b := f.key(0), f.key(1)
-	f.hit(descriptors.Hit{Key: b, Limit: slow, Cost: 5})
+	f.hit(bucket.Hit{Key: b, Limit: slow, Cost: 5})
 	// An independent hit takes its tokens though the decision is refused...
 	ok, st := f.hit(
-		descriptors.Hit{Key: a, Limit: slow, Cost: 1, Independent: true},
-		descriptors.Hit{Key: b, Limit: slow, Cost: 1},
+		bucket.Hit{Key: a, Limit: slow, Cost: 1, Independent: true},
+		bucket.Hit{Key: b, Limit: slow, Cost: 1},
 	)
 	if ok || !st[0].Allowed || st[0].Remaining != 4 || st[1].Allowed {
 		t.Fatalf("independent + empty: %v %+v, want refused, independent allowed with 4 left", ok, st)
 	}
 	// ...and, refused itself, never blocks the others.
 	ok, st = f.hit(
-		descriptors.Hit{Key: b, Limit: slow, Cost: 1, Independent: true},
-		descriptors.Hit{Key: a, Limit: slow, Cost: 1},
+		bucket.Hit{Key: b, Limit: slow, Cost: 1, Independent: true},
+		bucket.Hit{Key: a, Limit: slow, Cost: 1},
 	)
 	if !ok || st[0].Allowed || !st[1].Allowed || st[1].Remaining != 3 {
 		t.Fatalf("empty independent + take: %v %+v, want allowed, independent refused, 3 left", ok, st)
@@ -350,24 +351,24 @@ func testIndependent(t *testing.T, e env) {
 func testGive(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	k := f.key(0)
-	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 4})
+	f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 4})
 	steps := []struct {
 		cost uint64
 		want uint64
 	}{{2, 3}, {10, 5}, {1, 5}}
 	for i, s := range steps {
-		ok, st := f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: s.cost, Give: true})
+		ok, st := f.hit(bucket.Hit{Key: k, Limit: slow, Cost: s.cost, Give: true})
 		if !ok || !st[0].Allowed || st[0].Remaining != s.want {
 			t.Errorf("step %d, give %d: got %v %+v, want allowed with %d left", i, s.cost, ok, st[0], s.want)
 		}
 	}
 	// Gives are applied even when the decision is refused.
 	b := f.key(1)
-	f.hit(descriptors.Hit{Key: b, Limit: slow, Cost: 5})
-	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 3})
+	f.hit(bucket.Hit{Key: b, Limit: slow, Cost: 5})
+	f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 3})
 	ok, st := f.hit(
-		descriptors.Hit{Key: k, Limit: slow, Cost: 1, Give: true},
-		descriptors.Hit{Key: b, Limit: slow, Cost: 1},
+		bucket.Hit{Key: k, Limit: slow, Cost: 1, Give: true},
+		bucket.Hit{Key: b, Limit: slow, Cost: 1},
 	)
 	if ok || !st[0].Allowed || st[0].Remaining != 3 {
 		t.Errorf("give + refused take: %v %+v, want refused, give applied (3 left)", ok, st)
@@ -376,10 +377,10 @@ func testGive(t *testing.T, e env) {
 
 func testRequestsZero(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
-	zero := descriptors.Limit{Requests: 0, Period: time.Second}
+	zero := bucket.Limit{Requests: 0, Period: time.Second}
 	for _, cost := range []uint64{0, 1} {
-		ok, st := f.hit(descriptors.Hit{Key: f.key(0), Limit: zero, Cost: cost},
-			descriptors.Hit{Key: f.key(1), Limit: slow, Cost: 1})
+		ok, st := f.hit(bucket.Hit{Key: f.key(0), Limit: zero, Cost: cost},
+			bucket.Hit{Key: f.key(1), Limit: slow, Cost: 1})
 		if ok || st[0].Allowed || st[0].RetryAfter != time.Second {
 			t.Errorf("Requests 0, cost %d: %v %+v, want refused with RetryAfter 1s", cost, ok, st)
 		}
@@ -396,7 +397,7 @@ func testTTL(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	ctx := context.Background()
 	lim := slow
-	pttl := func(k descriptors.Key) time.Duration {
+	pttl := func(k bucket.Key) time.Duration {
 		t.Helper()
 		key := redisKey(f.prefix, k)
 		d, err := f.client.PTTL(ctx, key).Result()
@@ -409,7 +410,7 @@ func testTTL(t *testing.T, e env) {
 	const slack = time.Second
 	for i, cost := range []uint64{1, 3, 5} {
 		k := f.key(i)
-		_, st := f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: cost})
+		_, st := f.hit(bucket.Hit{Key: k, Limit: lim, Cost: cost})
 		got := pttl(k)
 		want := time.Duration(cost) * time.Second
 		if !near(st[0].ResetAfter, want, 200*time.Millisecond) || got < st[0].ResetAfter-5*time.Millisecond || got > st[0].ResetAfter+slack+5*time.Millisecond {
@@ -420,26 +421,26 @@ func testTTL(t *testing.T, e env) {
 	// that ends after it sets a new one.
 	k := f.key(0) // 1 token taken: full in 1 s, the key lives 2 s
 	before := pttl(k)
-	_, st := f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 1, Give: true})
+	_, st := f.hit(bucket.Hit{Key: k, Limit: lim, Cost: 1, Give: true})
 	if !st[0].Allowed || st[0].ResetAfter != 0 {
 		t.Fatalf("give back: %+v, want allowed and full", st[0])
 	}
 	if got := pttl(k); got > before || got < before-200*time.Millisecond {
 		t.Errorf("after a give: PTTL %v, want kept (%v)", got, before)
 	}
-	_, st = f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 4})
+	_, st = f.hit(bucket.Hit{Key: k, Limit: lim, Cost: 4})
 	if got := pttl(k); got < st[0].ResetAfter-5*time.Millisecond || got > st[0].ResetAfter+slack+5*time.Millisecond || got <= before {
 		t.Errorf("after taking 4: PTTL %v, want a new TTL of ResetAfter %v up to %v more", got, st[0].ResetAfter, slack)
 	}
 
 	// A check-only hit writes nothing; a refilled bucket's key expires.
 	k = f.key(10)
-	f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 0})
+	f.hit(bucket.Hit{Key: k, Limit: lim, Cost: 0})
 	if n, err := f.client.Exists(ctx, redisKey(f.prefix, k)).Result(); err != nil || n != 0 {
 		t.Errorf("check-only on a new bucket: EXISTS = %d, %v; want 0", n, err)
 	}
-	fast := descriptors.Limit{Requests: 1, Period: 20 * time.Millisecond, Burst: 1}
-	f.hit(descriptors.Hit{Key: k, Limit: fast, Cost: 1})
+	fast := bucket.Limit{Requests: 1, Period: 20 * time.Millisecond, Burst: 1}
+	f.hit(bucket.Hit{Key: k, Limit: fast, Cost: 1})
 	// The slack of a bucket that refills in 20 ms is at most 20 ms: short-
 	// lived keys stay short-lived (a flat second made Redis expire them in
 	// bulk, blocking it for milliseconds).
@@ -463,16 +464,16 @@ func testTTL(t *testing.T, e env) {
 }
 
 // redisKey is the documented key layout: "<prefix>:{<hex of the key>}".
-func redisKey(prefix string, k descriptors.Key) string {
+func redisKey(prefix string, k bucket.Key) string {
 	return fmt.Sprintf("%s:{%x}", prefix, k[:])
 }
 
 func testNoScript(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	k := f.key(0)
-	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 1})
+	f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 1})
 	flushScripts(t, f.client)
-	ok, st := f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 1})
+	ok, st := f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 1})
 	if !ok || st[0].Remaining != 3 {
 		t.Errorf("after SCRIPT FLUSH: %v %+v, want allowed with 3 left", ok, st[0])
 	}
@@ -498,8 +499,8 @@ func testEmptyCache(t *testing.T, e env) {
 	clk := clocktest.New(time.Unix(1_000_000, 0))
 	f := e.fixture(t, redisbackend.Options{Now: clk.Now, CacheSize: 1000})
 	k := f.key(0)
-	lim := descriptors.Limit{Requests: 1, Period: 10 * time.Second, Burst: 2}
-	take := descriptors.Hit{Key: k, Limit: lim, Cost: 1}
+	lim := bucket.Limit{Requests: 1, Period: 10 * time.Second, Burst: 2}
+	take := bucket.Hit{Key: k, Limit: lim, Cost: 1}
 
 	f.hit(take)
 	if ok, st := f.hit(take); !ok || st[0].Remaining != 0 {
@@ -508,7 +509,7 @@ func testEmptyCache(t *testing.T, e env) {
 	before := f.calls.Load()
 	clk.Advance(2 * time.Second)
 	for _, cost := range []uint64{1, 0, 2} {
-		ok, st := f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: cost})
+		ok, st := f.hit(bucket.Hit{Key: k, Limit: lim, Cost: cost})
 		wantRetry := 8*time.Second + time.Duration(max(cost, 1)-1)*10*time.Second
 		if ok || st[0].Allowed || st[0].Remaining != 0 || !near(st[0].RetryAfter, wantRetry, 200*time.Millisecond) ||
 			!near(st[0].ResetAfter, 18*time.Second, 200*time.Millisecond) {
@@ -521,7 +522,7 @@ func testEmptyCache(t *testing.T, e env) {
 	}
 
 	// An independent hit still goes to Redis.
-	f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 1, Independent: true})
+	f.hit(bucket.Hit{Key: k, Limit: lim, Cost: 1, Independent: true})
 	if n := f.calls.Load() - before; n != 1 {
 		t.Errorf("independent hit on a known-empty bucket: %d script calls, want 1", n)
 	}
@@ -538,7 +539,7 @@ func testEmptyCache(t *testing.T, e env) {
 	}
 
 	// A give from this node forgets the bucket.
-	f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 1, Give: true})
+	f.hit(bucket.Hit{Key: k, Limit: lim, Cost: 1, Give: true})
 	before = f.calls.Load()
 	if ok, st := f.hit(take); !ok {
 		t.Errorf("hit after a give: %v %+v, want allowed", ok, st[0])
@@ -551,11 +552,11 @@ func testEmptyCache(t *testing.T, e env) {
 func testEmptyCacheAllOrNothing(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{CacheSize: 1000})
 	empty, other := f.key(0), f.key(1)
-	f.hit(descriptors.Hit{Key: empty, Limit: slow, Cost: 5})
+	f.hit(bucket.Hit{Key: empty, Limit: slow, Cost: 5})
 	before := f.calls.Load()
 	ok, st := f.hit(
-		descriptors.Hit{Key: other, Limit: slow, Cost: 1},
-		descriptors.Hit{Key: empty, Limit: slow, Cost: 1},
+		bucket.Hit{Key: other, Limit: slow, Cost: 1},
+		bucket.Hit{Key: empty, Limit: slow, Cost: 1},
 	)
 	if ok || !st[0].Allowed || st[1].Allowed {
 		t.Errorf("decision with a known-empty bucket: %v %+v, want refused, other not consulted", ok, st)
@@ -570,17 +571,18 @@ func testEmptyCacheAllOrNothing(t *testing.T, e env) {
 
 func testConcurrent(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
-	lim := descriptors.Limit{Requests: 1, Period: time.Hour, Burst: 50}
+	lim := bucket.Limit{Requests: 1, Period: time.Hour, Burst: 50}
 	var allowed atomic.Int64
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
 			for range 10 {
-				states := make([]descriptors.BucketState, 2)
-				ok, err := f.l.Hit(context.Background(), []descriptors.Hit{
+				states := make([]bucket.State, 2)
+				d, err := f.l.Hit(context.Background(), []bucket.Hit{
 					{Key: f.key(0), Limit: lim, Cost: 1},
 					{Key: f.key(1), Limit: lim, Cost: 1},
 				}, states)
+				ok := d.Allowed
 				if err != nil {
 					t.Errorf("Hit: %v", err)
 					return
@@ -611,9 +613,9 @@ func TestKeyLayout(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	f := singleEnv(s).fixture(t, redisbackend.Options{Prefix: "a{b}c"})
-	var k descriptors.Key
+	var k bucket.Key
 	copy(k[:], "{x}{y}}}{{abcdef")
-	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 1})
+	f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 1})
 	keys, err := f.client.Keys(context.Background(), "*").Result()
 	if err != nil {
 		t.Fatalf("KEYS: %v", err)
@@ -635,13 +637,14 @@ func TestTimeout(t *testing.T) {
 	s := redistest.Start(t)
 	f := singleEnv(s).fixture(t, redisbackend.Options{Timeout: 20 * time.Millisecond})
 	k := f.key(0)
-	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 1}) // connection warm
+	f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 1}) // connection warm
 	s.Stall()
 	defer s.Resume()
 	for range 3 {
 		start := time.Now()
-		states := make([]descriptors.BucketState, 1)
-		ok, err := f.l.Hit(context.Background(), []descriptors.Hit{{Key: k, Limit: slow, Cost: 1}}, states)
+		states := make([]bucket.State, 1)
+		d, err := f.l.Hit(context.Background(), []bucket.Hit{{Key: k, Limit: slow, Cost: 1}}, states)
+		ok := d.Allowed
 		took := time.Since(start)
 		if ok || !errors.Is(err, context.DeadlineExceeded) || redisbackend.ErrorKind(err) != redisbackend.KindTimeout {
 			t.Fatalf("Hit on a stalled Redis: %v, %v (kind %q); want an error wrapping context.DeadlineExceeded, kind timeout",
@@ -658,15 +661,15 @@ func TestTimeout(t *testing.T) {
 // TestCallerDeadlineDoesNotCutCall: a script call runs under the Timeout,
 // not under its caller's deadline. A caller whose deadline passes while
 // Redis is stalled gets the decision once Redis answers, within the
-// Timeout, instead of a failed call (which a Failover would count against
+// Timeout, instead of a failed call (which the fail-open switch (package fallback) would count against
 // Redis, and which would drop the connection).
 func TestCallerDeadlineDoesNotCutCall(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	f := singleEnv(s).fixture(t, redisbackend.Options{Timeout: 10 * time.Second})
 	k := f.key(0)
-	lim := descriptors.Limit{Requests: 5, Period: 24 * time.Hour, Burst: 5} // no refill during the test
-	f.hit(descriptors.Hit{Key: k, Limit: lim, Cost: 1})                     // connection warm; 4 left
+	lim := bucket.Limit{Requests: 5, Period: 24 * time.Hour, Burst: 5} // no refill during the test
+	f.hit(bucket.Hit{Key: k, Limit: lim, Cost: 1})                     // connection warm; 4 left
 	s.Stall()
 	defer s.Resume()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -674,12 +677,13 @@ func TestCallerDeadlineDoesNotCutCall(t *testing.T) {
 	type result struct {
 		ok    bool
 		err   error
-		state descriptors.BucketState
+		state bucket.State
 	}
 	done := make(chan result, 1)
 	go func() {
-		states := make([]descriptors.BucketState, 1)
-		ok, err := f.l.Hit(ctx, []descriptors.Hit{{Key: k, Limit: lim, Cost: 1}}, states)
+		states := make([]bucket.State, 1)
+		d, err := f.l.Hit(ctx, []bucket.Hit{{Key: k, Limit: lim, Cost: 1}}, states)
+		ok := d.Allowed
 		done <- result{ok, err, states[0]}
 	}()
 	<-ctx.Done() // the caller's deadline has passed with Redis stalled
@@ -693,8 +697,8 @@ func TestCallerDeadlineDoesNotCutCall(t *testing.T) {
 		t.Fatal("Hit did not return within 15s (Timeout 10s)")
 	}
 	// A caller already gone is not sent to Redis.
-	states := make([]descriptors.BucketState, 1)
-	if _, err := f.l.Hit(ctx, []descriptors.Hit{{Key: k, Limit: lim, Cost: 1}}, states); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, redisbackend.ErrAbandoned) {
+	states := make([]bucket.State, 1)
+	if _, err := f.l.Hit(ctx, []bucket.Hit{{Key: k, Limit: lim, Cost: 1}}, states); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, redisbackend.ErrAbandoned) {
 		t.Errorf("Hit with a context already done: %v, want its error and ErrAbandoned", err)
 	}
 	if got := f.remaining(k, lim); got != 3 {
@@ -712,14 +716,14 @@ func TestStallCallersGone(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	f := singleEnv(s).fixture(t, redisbackend.Options{Timeout: timeout})
 	k := f.key(0)
-	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 0}) // connection warm
+	f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 0}) // connection warm
 	s.Stall()
 	defer s.Resume()
 	errs := make(chan error, 2)
 	hit := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
-		_, err := f.l.Hit(ctx, []descriptors.Hit{{Key: k, Limit: slow, Cost: 1}}, make([]descriptors.BucketState, 1))
+		_, err := f.l.Hit(ctx, []bucket.Hit{{Key: k, Limit: slow, Cost: 1}}, make([]bucket.State, 1))
 		errs <- err
 	}
 	// The first caller's call is in flight (the one writer slot busy);
@@ -755,17 +759,18 @@ func TestKilled(t *testing.T) {
 	s := redistest.Start(t)
 	f := singleEnv(s).fixture(t, redisbackend.Options{Timeout: 100 * time.Millisecond})
 	k := f.key(0)
-	f.hit(descriptors.Hit{Key: k, Limit: slow, Cost: 1})
+	f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 1})
 	s.Kill()
-	states := make([]descriptors.BucketState, 1)
-	_, err := f.l.Hit(context.Background(), []descriptors.Hit{{Key: k, Limit: slow, Cost: 1}}, states)
+	states := make([]bucket.State, 1)
+	_, err := f.l.Hit(context.Background(), []bucket.Hit{{Key: k, Limit: slow, Cost: 1}}, states)
 	if kind := redisbackend.ErrorKind(err); kind != redisbackend.KindConnection || !errors.Is(err, redisbackend.ErrConnection) {
 		t.Errorf("Hit on a killed Redis: %v (kind %q), want kind connection", err, kind)
 	}
 	s.Restart()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		ok, err := f.l.Hit(context.Background(), []descriptors.Hit{{Key: k, Limit: slow, Cost: 1}}, states)
+		d, err := f.l.Hit(context.Background(), []bucket.Hit{{Key: k, Limit: slow, Cost: 1}}, states)
+		ok := d.Allowed
 		if err == nil {
 			if !ok || states[0].Remaining != 4 {
 				t.Errorf("after a restart (data lost): %v %+v, want allowed with 4 left", ok, states[0])
@@ -782,7 +787,7 @@ func TestKilled(t *testing.T) {
 func TestStatesTooShort(t *testing.T) {
 	t.Parallel()
 	l := redisbackend.New(redisbackend.Options{})
-	_, err := l.Hit(context.Background(), []descriptors.Hit{{}, {}}, make([]descriptors.BucketState, 1))
+	_, err := l.Hit(context.Background(), []bucket.Hit{{}, {}}, make([]bucket.State, 1))
 	if err == nil {
 		t.Errorf("Hit with 2 hits and 1 state: no error, want one")
 	}
@@ -790,9 +795,9 @@ func TestStatesTooShort(t *testing.T) {
 
 func testManyHits(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
-	hits := make([]descriptors.Hit, 70)
+	hits := make([]bucket.Hit, 70)
 	for i := range hits {
-		hits[i] = descriptors.Hit{Key: f.key(i), Limit: slow, Cost: 1}
+		hits[i] = bucket.Hit{Key: f.key(i), Limit: slow, Cost: 1}
 	}
 	if ok, st := f.hit(hits...); !ok {
 		t.Fatalf("70 fresh buckets: refused %+v", st)
@@ -812,12 +817,12 @@ func testManyHits(t *testing.T, e env) {
 
 // waitHitOK polls a check-only Hit on key until Redis answers again, for at
 // most 5 s.
-func waitHitOK(t *testing.T, l *redisbackend.Limiter, key descriptors.Key, limit descriptors.Limit) {
+func waitHitOK(t *testing.T, l *redisbackend.Limiter, key bucket.Key, limit bucket.Limit) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		states := make([]descriptors.BucketState, 1)
-		_, err := l.Hit(context.Background(), []descriptors.Hit{{Key: key, Limit: limit, Cost: 0}}, states)
+		states := make([]bucket.State, 1)
+		_, err := l.Hit(context.Background(), []bucket.Hit{{Key: key, Limit: limit, Cost: 0}}, states)
 		if err == nil {
 			return
 		}

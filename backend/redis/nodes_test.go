@@ -9,7 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -197,12 +197,12 @@ func TestPingCluster(t *testing.T) {
 		t.Fatalf("Ping: %v", err)
 	}
 	// A decision over 12 buckets (on several masters), as that user.
-	hits := make([]descriptors.Hit, 12)
+	hits := make([]bucket.Hit, 12)
 	for i := range hits {
-		hits[i] = descriptors.Hit{Key: descriptors.Key{byte(i), 1}, Limit: slow, Cost: 1}
+		hits[i] = bucket.Hit{Key: bucket.Key{byte(i), 1}, Limit: slow, Cost: 1}
 	}
-	if ok, err := lim.Hit(ctx, hits, make([]descriptors.BucketState, len(hits))); !ok || err != nil {
-		t.Fatalf("Hit of 12 buckets as the cluster ACL user: %v, %v", ok, err)
+	if d, err := lim.Hit(ctx, hits, make([]bucket.State, len(hits))); !d.Allowed || err != nil {
+		t.Fatalf("Hit of 12 buckets as the cluster ACL user: %v, %v", d.Allowed, err)
 	}
 	// Each master ran the script.
 	for i := range 3 {

@@ -9,7 +9,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 // The probe's bucket: the probe takes one token of probeTokens refilled
@@ -64,7 +64,7 @@ func (l *Limiter) Ping(ctx context.Context) error {
 
 // probeKey returns the key of probe bucket n.
 func (l *Limiter) probeKey(n uint32) string {
-	var k descriptors.Key
+	var k bucket.Key
 	copy(k[:], probeTag)
 	binary.BigEndian.PutUint32(k[len(probeTag):], n)
 	return string(l.appendKey(nil, k))

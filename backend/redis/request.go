@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 // request is one decision (a Hit call), or the refund of one, on its way to
@@ -40,8 +40,8 @@ type request struct {
 
 // decision is the caller's view of one Hit call.
 type decision struct {
-	hits   []descriptors.Hit
-	states []descriptors.BucketState
+	hits   []bucket.Hit
+	states []bucket.State
 	// local marks hits decided on the node, not sent to Redis. Most
 	// requests carry few descriptors, so the mask lives in a word.
 	local uint64
@@ -72,9 +72,9 @@ func (d *decision) isLocal(i int) bool {
 // all-or-nothing decision.
 type part struct {
 	req    *request
-	target *target         // the queue it goes through
-	slot   int             // cluster slot of every key, or anySlot (routeSlot)
-	bucket descriptors.Key // the only bucket (routeKey)
+	target *target    // the queue it goes through
+	slot   int        // cluster slot of every key, or anySlot (routeSlot)
+	bucket bucket.Key // the only bucket (routeKey)
 
 	keys    []string   // substrings of req.keys
 	args    []uint64   // argsPerKey per key
@@ -120,7 +120,7 @@ func (r *request) newPart() *part {
 		p = &part{req: r}
 		r.parts[n] = p
 	}
-	p.target, p.slot, p.bucket = nil, 0, descriptors.Key{}
+	p.target, p.slot, p.bucket = nil, 0, bucket.Key{}
 	p.keys, p.args, p.refs, p.replies = p.keys[:0], p.args[:0], p.refs[:0], p.replies[:0]
 	p.err, p.refunded = nil, false
 	p.answered.Store(false)
@@ -128,7 +128,7 @@ func (r *request) newPart() *part {
 }
 
 // add appends hit h, the ref-th of its decision, under key.
-func (p *part) add(key string, h *descriptors.Hit, ref, flags int) {
+func (p *part) add(key string, h *bucket.Hit, ref, flags int) {
 	period := max(uint64(h.Limit.Period/time.Microsecond), 1)
 	p.keys = append(p.keys, key)
 	p.args = append(p.args, period, h.Limit.Requests, h.Limit.Burst, h.Cost, uint64(flags))
@@ -160,7 +160,7 @@ func (p *part) fill(d *decision) bool {
 	ok := true
 	for j, i := range p.refs {
 		r := &p.replies[j]
-		d.states[i] = descriptors.BucketState{
+		d.states[i] = bucket.State{
 			Allowed:    r.allowed,
 			Remaining:  r.remaining,
 			RetryAfter: r.retry,
@@ -174,9 +174,9 @@ func (p *part) fill(d *decision) bool {
 }
 
 // isTake reports whether h is part of the all-or-nothing set of a decision.
-func isTake(h *descriptors.Hit) bool { return !h.Give && !h.Independent }
+func isTake(h *bucket.Hit) bool { return !h.Give && !h.Independent }
 
-func flags(h *descriptors.Hit) int {
+func flags(h *bucket.Hit) int {
 	f := 0
 	if h.Give {
 		f |= flagGive

@@ -20,14 +20,14 @@ import (
 // /healthcheck answers 200 while serving — in fallback too, since the
 // service still works; its body says which layer answers global rules —
 // and 503 once SIGTERM started the drain.
-func newHTTPMux(srv *service.Server, store *config.Store, reg *prometheus.Registry, draining *atomic.Bool, adminAddr string) *http.ServeMux {
+func newHTTPMux(globalState func() string, store *config.Store, reg *prometheus.Registry, draining *atomic.Bool, adminAddr string) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthcheck", func(w http.ResponseWriter, r *http.Request) {
 		if draining.Load() {
 			http.Error(w, "draining", http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintf(w, "OK\nglobal layer: %s\n", srv.GlobalState())
+		fmt.Fprintf(w, "OK\nglobal layer: %s\n", globalState())
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/rlconfig", func(w http.ResponseWriter, r *http.Request) {

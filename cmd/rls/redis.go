@@ -16,7 +16,7 @@ import (
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/config"
-	"github.com/sluice-rls/sluice/service"
+	"github.com/sluice-rls/sluice/fallback"
 )
 
 // stallCalls: Redis is taken as stalled, not just slow, once calls have
@@ -26,14 +26,18 @@ const stallCalls = 3
 // newRedisGlobal connects the global layer to --redis, wrapped in the
 // fail-open switch: a memory fallback enforcing this node's share, the
 // node registry that gives N, and the probe.
-func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (service.Limiter, string, func(), error) {
+func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (*fallback.Limiter, func(), error) {
+	var mode fallback.Mode
+	if err := mode.UnmarshalText([]byte(st.RedisFailure)); err != nil {
+		return nil, nil, fmt.Errorf("--redis-failure: %w", err)
+	}
 	opts, err := redisbackend.ParseURL(st.Redis, st.RedisTimeout)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("--redis: %w", err)
+		return nil, nil, fmt.Errorf("--redis: %w", err)
 	}
 	if st.RedisCA != "" {
 		if err := trustCA(opts, st.RedisCA); err != nil {
-			return nil, "", nil, err
+			return nil, nil, err
 		}
 	}
 	// go-redis logs through a package-level logger; route it to ours so its
@@ -54,15 +58,14 @@ func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, r
 		nodes.Run(nodesCtx, func(err error) { log.Debug("node heartbeat failed", "err", err) })
 	}()
 
-	fallback := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
-	go fallback.Run(ctx, evictEvery)
-	registerBucketGauge(reg, "fallback", fallback.Len)
-	registerFullRefusals(reg, "fallback", fallback.FullRefusals)
+	share := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
+	go share.Run(ctx, evictEvery)
+	registerBucketGauge(reg, "fallback", share.Len)
+	registerFullRefusals(reg, "fallback", share.FullRefusals)
 
-	mode, _ := service.ParseFailureMode(st.RedisFailure) // validated with the flags
-	failover := service.NewFailover(service.FailoverOptions{
+	sw := fallback.New(fallback.Options{
 		Primary:   lim,
-		Fallback:  fallback,
+		Share:     share,
 		Probe:     lim.Ping,
 		Nodes:     nodeCount,
 		Mode:      mode,
@@ -72,17 +75,17 @@ func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, r
 		// others succeed, and those few must not send the node to fallback.
 		StallAfter: stallCalls * st.RedisTimeout,
 		Logger:     log,
-		Metrics:    service.NewFailoverMetrics(reg),
+		Metrics:    fallback.NewMetrics(reg, redisbackend.ErrorKinds()),
 		Tracer:     tracer,
 	})
 	closeAll := func() {
-		failover.Close()
+		sw.Close()
 		stopNodes()
 		<-nodesDone // it deregisters this node before the client closes
 		lim.Close() // fails what is queued, waits for calls in flight
 		_ = client.Close()
 	}
-	return failover, "redis", closeAll, nil
+	return sw, closeAll, nil
 }
 
 // defaultInitialNodes is N for the fallback share while a node has not read

@@ -28,8 +28,10 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluice-rls/sluice/backend/memory"
+	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/fallback"
 	"github.com/sluice-rls/sluice/service"
 	"github.com/sluice-rls/sluice/tracing"
 )
@@ -99,17 +101,20 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	if traces != nil {
 		log.Info("tracing on", "endpoint", st.TracingEndpoint, "sample_ratio", st.TracingSampleRatio, "insecure", st.TracingInsecure)
 	}
-	global, backendName, closeGlobal, err := newGlobal(ctx, st, log, reg, traces.Tracer())
+	global, err := newGlobal(ctx, st, log, reg, traces.Tracer())
 	if err != nil {
 		return err
 	}
-	defer closeGlobal()
+	defer global.close()
+	var localLayer bucket.Limiter = local
+	if global.sw != nil {
+		localLayer = global.sw.GuardLocal(local) // --redis-failure allow bypasses it
+	}
 
 	srv := service.New(service.Options{
 		Rules:            store,
-		Local:            local,
-		Global:           global,
-		GlobalInMemory:   st.Redis == "",
+		Local:            localLayer,
+		Global:           global.limiter,
 		Logger:           log,
 		Metrics:          service.NewMetrics(reg),
 		GrayKey:          st.GrayKey,
@@ -159,7 +164,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		adminAddr = adminLis.Addr().String()
 	}
 	var draining atomic.Bool
-	httpServer := newHTTPServer(newHTTPMux(srv, store, reg, &draining, st.AdminAddr), st, log)
+	httpServer := newHTTPServer(newHTTPMux(global.state, store, reg, &draining, st.AdminAddr), st, log)
 
 	errc := make(chan error, 3)
 	go func() { errc <- grpcServer.Serve(grpcLis) }()
@@ -183,7 +188,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		"grpc_addr", grpcLis.Addr().String(),
 		"http_addr", httpLis.Addr().String(),
 		"admin_addr", adminAddr,
-		"backend", backendName,
+		"backend", global.backend(),
 		"rules", ruleSource(st.Config),
 		"rule_count", rules.Len(),
 		"version", version())
@@ -297,17 +302,46 @@ func stopGRPC(s *grpc.Server, timeout time.Duration) {
 	}
 }
 
-// newGlobal builds the global layer: Redis when --redis is set, else a
-// memory backend holding global rules on this node.
-func newGlobal(ctx context.Context, st config.Settings, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (service.Limiter, string, func(), error) {
+// globalLayer is the cluster-wide layer as serve wires it.
+type globalLayer struct {
+	limiter bucket.Limiter
+	sw      *fallback.Limiter // the fail-open switch in front of Redis; nil without Redis
+	close   func()
+}
+
+// backend names the global layer's backend in the "serving" log line.
+func (g globalLayer) backend() string {
+	if g.sw != nil {
+		return "redis"
+	}
+	return "memory"
+}
+
+// state says who answers global rules, for /healthcheck: "memory" without
+// Redis, "redis", or "fallback (<mode>)" while Redis is failing.
+func (g globalLayer) state() string {
+	if g.sw != nil {
+		return g.sw.State()
+	}
+	return "memory"
+}
+
+// newGlobal builds the global layer: Redis behind the fail-open switch
+// when --redis is set, else a memory backend holding global rules on this
+// node.
+func newGlobal(ctx context.Context, st config.Settings, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (globalLayer, error) {
 	if st.Redis == "" {
 		m := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
 		go m.Run(ctx, evictEvery)
 		registerBucketGauge(reg, "global", m.Len)
 		registerFullRefusals(reg, "global", m.FullRefusals)
-		return m, "memory", func() {}, nil
+		return globalLayer{limiter: m, close: func() {}}, nil
 	}
-	return newRedisGlobal(ctx, st, log, reg, tracer)
+	sw, closeAll, err := newRedisGlobal(ctx, st, log, reg, tracer)
+	if err != nil {
+		return globalLayer{}, err
+	}
+	return globalLayer{limiter: sw, sw: sw, close: closeAll}, nil
 }
 
 // shutdownTracing flushes the spans not yet exported, for up to timeout,

@@ -5,10 +5,10 @@ import (
 	"math/bits"
 	"time"
 
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
 )
 
-// bucket is one token bucket in GCRA form: the only state is the theoretical
+// cell is one token bucket in GCRA form: the only state is the theoretical
 // arrival time (TAT), the instant at which the bucket is full again. At time
 // now the bucket lacks (tat-now)×Requests/Period tokens; a bucket whose TAT is
 // not after now is full, which is exactly the state of an absent bucket, so a
@@ -21,9 +21,9 @@ import (
 // tat + frac/Requests. All arithmetic is on integers (128-bit where products
 // need it), so a bucket never drifts however long it lives.
 //
-// A bucket holds no pointers, so maps of millions of them cost the garbage
+// A cell holds no pointers, so maps of millions of them cost the garbage
 // collector nothing to scan.
-type bucket struct {
+type cell struct {
 	tat  int64  // whole nanoseconds since the epoch at which the bucket is full
 	frac uint64 // TAT's fraction of a nanosecond, in 1/Requests ns; < Requests
 }
@@ -32,13 +32,13 @@ type bucket struct {
 const minTime = math.MinInt64
 
 // fullAt reports whether b is full at now, that is, whether it may be dropped.
-func (b bucket) fullAt(now int64) bool {
+func (b cell) fullAt(now int64) bool {
 	return b.tat < now || b.tat == now && b.frac == 0
 }
 
 // deficit returns how much b lacks to be full at now, in units of 1/r ns
 // (one token is Period such units). It is (TAT-now)×r, or 0 for a full bucket.
-func (b bucket) deficit(now int64, r uint64) u128 {
+func (b cell) deficit(now int64, r uint64) u128 {
 	if b.tat < now {
 		return u128{}
 	}
@@ -51,13 +51,13 @@ func (b bucket) deficit(now int64, r uint64) u128 {
 // bucketAt returns the bucket that lacks d (in 1/r ns) at now. A TAT beyond
 // the int64 range (a deficit of more than ~292 years of refill) saturates: the
 // bucket then refills a little early, which is the only inexact case.
-func bucketAt(now int64, d u128, r uint64) bucket {
+func bucketAt(now int64, d u128, r uint64) cell {
 	q, rem, ok := d.divMod(r)
 	// uint64(MaxInt64)-uint64(now) wraps to the exact headroom for any now.
 	if !ok || q > uint64(math.MaxInt64)-uint64(now) {
-		return bucket{tat: math.MaxInt64}
+		return cell{tat: math.MaxInt64}
 	}
-	return bucket{tat: now + int64(q), frac: rem}
+	return cell{tat: now + int64(q), frac: rem}
 }
 
 // apply decides one hit of cost tokens (a give-back when give is set) against
@@ -66,12 +66,12 @@ func bucketAt(now int64, d u128, r uint64) bucket {
 // changed (only then must the caller store next).
 //
 // An absent bucket is passed as bucket{tat: minTime}.
-func apply(b bucket, lim descriptors.Limit, now int64, cost uint64, give bool) (next bucket, st descriptors.BucketState, changed bool) {
+func apply(b cell, lim bucket.Limit, now int64, cost uint64, give bool) (next cell, st bucket.State, changed bool) {
 	if lim.Requests == 0 || lim.Period <= 0 || lim.Burst == 0 {
 		// Never allows. There is no "full" to wait for, so a refusal asks to
 		// come back after one Period, as a fixed window would.
 		period := max(lim.Period, 0)
-		st = descriptors.BucketState{Allowed: give, ResetAfter: period}
+		st = bucket.State{Allowed: give, ResetAfter: period}
 		if !give {
 			st.RetryAfter = period
 		}

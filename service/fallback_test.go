@@ -10,17 +10,19 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rls/sluice/backend/memory"
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/bucket"
+	"github.com/sluice-rls/sluice/fallback"
 	"github.com/sluice-rls/sluice/service"
 )
 
 // flakyLimiter plays Redis: it delegates to memory buckets until told to
 // fail, and counts calls.
 type flakyLimiter struct {
-	inner service.Limiter
+	inner bucket.Limiter
 	fail  atomic.Bool
 	slow  atomic.Bool // time out, as backend/redis past --redis-timeout
 	calls atomic.Int64
@@ -32,30 +34,42 @@ var errDown = errors.New("redis down")
 // backend/redis.ErrAbandoned does.
 var errGaveUp = errors.New("caller gave up")
 
-func (f *flakyLimiter) Hit(ctx context.Context, hits []descriptors.Hit, states []descriptors.BucketState) (bool, error) {
+func (f *flakyLimiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.State) (bucket.Decision, error) {
 	f.calls.Add(1)
 	if f.fail.Load() {
-		return false, errDown // Redis' own failure, whatever ctx does
+		return bucket.Decision{}, errDown // Redis' own failure, whatever ctx does
 	}
 	if f.slow.Load() {
-		return false, fmt.Errorf("redis: %w", context.DeadlineExceeded)
+		return bucket.Decision{}, fmt.Errorf("redis: %w", context.DeadlineExceeded)
 	}
 	// As backend/redis: a caller that gave up gets its context's error.
 	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("redis: %w: %w", errGaveUp, err)
+		return bucket.Decision{}, fmt.Errorf("redis: %w: %w", errGaveUp, err)
 	}
 	return f.inner.Hit(ctx, hits, states)
 }
 
+// Shared reports true, as Redis.
+func (f *flakyLimiter) Shared() bool { return true }
+
+// nowClock is a clockwork.Clock whose Now is the harness' clock.
+type nowClock struct {
+	clockwork.Clock
+	now func() time.Time
+}
+
+func (c nowClock) Now() time.Time                  { return c.now() }
+func (c nowClock) Since(t time.Time) time.Duration { return c.now().Sub(t) }
+
 type failoverHarness struct {
 	*harness
 	primary  *flakyLimiter
-	failover *service.Failover
+	failover *fallback.Limiter
 	probeOK  atomic.Bool
 	probes   atomic.Int64
 }
 
-func newFailoverHarness(t *testing.T, mode service.FailureMode, nodes int, opts ...func(*service.FailoverOptions)) *failoverHarness {
+func newFailoverHarness(t *testing.T, mode fallback.Mode, nodes int, opts ...func(*fallback.Options)) *failoverHarness {
 	t.Helper()
 	fh := &failoverHarness{}
 	reg := prometheus.NewRegistry()
@@ -71,9 +85,9 @@ descriptors:
 		clock := o.Now
 		o.Metrics = service.NewMetrics(reg)
 		fh.primary = &flakyLimiter{inner: memory.New(memory.Options{Now: clock})}
-		fo := service.FailoverOptions{
-			Primary:  fh.primary,
-			Fallback: memory.New(memory.Options{Now: clock}),
+		fo := fallback.Options{
+			Primary: fh.primary,
+			Share:   memory.New(memory.Options{Now: clock}),
 			Probe: func(context.Context) error {
 				fh.probes.Add(1)
 				if fh.probeOK.Load() {
@@ -83,14 +97,15 @@ descriptors:
 			},
 			Nodes:     func() int { return nodes },
 			Mode:      mode,
-			Metrics:   service.NewFailoverMetrics(reg),
+			Metrics:   fallback.NewMetrics(reg, []string{"other"}),
 			Abandoned: func(err error) bool { return errors.Is(err, errGaveUp) },
 		}
 		for _, f := range opts {
 			f(&fo)
 		}
-		fh.failover = service.NewFailover(fo)
+		fh.failover = fallback.New(fo)
 		o.Global = fh.failover
+		o.Local = fh.failover.GuardLocal(o.Local)
 	})
 	fh.harness.reg = reg
 	t.Cleanup(fh.failover.Close)
@@ -98,7 +113,7 @@ descriptors:
 }
 
 func TestFailoverSharesGlobalLimit(t *testing.T) {
-	fh := newFailoverHarness(t, service.FailShare, 4)
+	fh := newFailoverHarness(t, fallback.Share, 4)
 	req := request("edge", desc("user_id=u"))
 	if got := fh.admitted(t, 2, req); got != 2 {
 		t.Fatalf("healthy: admitted %d of 2", got)
@@ -121,13 +136,13 @@ func TestFailoverSharesGlobalLimit(t *testing.T) {
 	if got := fh.admitted(t, 3, req); got != 1 {
 		t.Errorf("after 500ms in fallback admitted %d, want 1", got)
 	}
-	if !fh.failover.InFallback() || metricValue(t, fh.harness, "ratelimit_fallback_active", nil) != 1 {
-		t.Errorf("fallback not visible: InFallback %v", fh.failover.InFallback())
+	if !fh.failover.Active() || metricValue(t, fh.harness, "ratelimit_fallback_active", nil) != 1 {
+		t.Errorf("fallback not visible: InFallback %v", fh.failover.Active())
 	}
 
 	fh.primary.fail.Store(false)
 	fh.probeOK.Store(true)
-	waitUntil(t, "the probe to switch back", func() bool { return !fh.failover.InFallback() })
+	waitUntil(t, "the probe to switch back", func() bool { return !fh.failover.Active() })
 	calls = fh.primary.calls.Load()
 	fh.call(t, req)
 	if fh.primary.calls.Load() == calls {
@@ -140,12 +155,12 @@ func TestFailoverSharesGlobalLimit(t *testing.T) {
 
 func TestFailoverModes(t *testing.T) {
 	tests := []struct {
-		mode     service.FailureMode
+		mode     fallback.Mode
 		admitted int // of 10 user_id requests during the outage
 	}{
-		{service.FailLocal, 10},
-		{service.FailAllow, 10},
-		{service.FailDeny, 0},
+		{fallback.Local, 10},
+		{fallback.Allow, 10},
+		{fallback.Deny, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode.String(), func(t *testing.T) {
@@ -156,7 +171,7 @@ func TestFailoverModes(t *testing.T) {
 			}
 			// The local layer: enforced by local and deny, not by allow.
 			wantLocal := 3
-			if tt.mode == service.FailAllow {
+			if tt.mode == fallback.Allow {
 				wantLocal = 10
 			}
 			if got := fh.admitted(t, 10, request("edge", desc("ip=1"))); got != wantLocal {
@@ -167,7 +182,7 @@ func TestFailoverModes(t *testing.T) {
 }
 
 func TestFailoverConcurrentFailuresSwitchOnce(t *testing.T) {
-	fh := newFailoverHarness(t, service.FailShare, 1)
+	fh := newFailoverHarness(t, fallback.Share, 1)
 	fh.primary.fail.Store(true)
 	var wg sync.WaitGroup
 	for range 8 {
@@ -190,7 +205,7 @@ func TestFailoverConcurrentFailuresSwitchOnce(t *testing.T) {
 // node stays on Redis and counts no Redis error. A failure of Redis' own
 // (its deadline, with the caller still waiting) still switches it.
 func TestFailoverIgnoresCallersDeadline(t *testing.T) {
-	fh := newFailoverHarness(t, service.FailShare, 1)
+	fh := newFailoverHarness(t, fallback.Share, 1)
 	req := request("edge", desc("user_id=u"))
 	expired, cancel := context.WithDeadline(context.Background(), time.Unix(1, 0))
 	defer cancel()
@@ -205,7 +220,7 @@ func TestFailoverIgnoresCallersDeadline(t *testing.T) {
 			t.Fatalf("ShouldRateLimit with the caller gone: %v", err)
 		}
 	}
-	if fh.failover.InFallback() {
+	if fh.failover.Active() {
 		t.Fatalf("in fallback after callers whose deadline passed or who cancelled: Redis was not to blame")
 	}
 	if got := metricValue(t, fh.harness, "ratelimit_fallback_transitions_total", map[string]string{"to": "fallback"}); got != 0 {
@@ -227,7 +242,7 @@ func TestFailoverIgnoresCallersDeadline(t *testing.T) {
 	if _, err := fh.srv.ShouldRateLimit(expired, req); err != nil {
 		t.Fatal(err)
 	}
-	if !fh.failover.InFallback() {
+	if !fh.failover.Active() {
 		t.Errorf("not in fallback after Redis itself failed, its caller gone")
 	}
 }
@@ -246,9 +261,9 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 
 func TestFailoverOneSlowCallIsNoStall(t *testing.T) {
 	var fh *failoverHarness
-	fh = newFailoverHarness(t, service.FailShare, 1, func(o *service.FailoverOptions) {
+	fh = newFailoverHarness(t, fallback.Share, 1, func(o *fallback.Options) {
 		o.StallAfter = 30 * time.Millisecond
-		o.Now = func() time.Time { return fh.clock.Now() }
+		o.Clock = nowClock{clockwork.NewRealClock(), func() time.Time { return fh.clock.Now() }}
 	})
 	req := request("edge", desc("user_id=u"))
 	fh.call(t, req) // a success
@@ -257,7 +272,7 @@ func TestFailoverOneSlowCallIsNoStall(t *testing.T) {
 	if got := fh.call(t, req).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 		t.Errorf("timed-out call answered %v, want OK from the fallback", got)
 	}
-	if fh.failover.InFallback() {
+	if fh.failover.Active() {
 		t.Fatal("one timeout 10ms after a success switched the node (StallAfter 30ms)")
 	}
 	fh.primary.slow.Store(false)
@@ -271,12 +286,12 @@ func TestFailoverOneSlowCallIsNoStall(t *testing.T) {
 	fh.primary.slow.Store(true)
 	fh.clock.Advance(20 * time.Millisecond)
 	fh.call(t, req)
-	if fh.failover.InFallback() {
+	if fh.failover.Active() {
 		t.Fatal("switched 20ms after the last success (StallAfter 30ms)")
 	}
 	fh.clock.Advance(15 * time.Millisecond)
 	fh.call(t, req)
-	if !fh.failover.InFallback() {
+	if !fh.failover.Active() {
 		t.Fatal("still on Redis after 35ms of timeouts without a success")
 	}
 	if got := metricValue(t, fh.harness, "ratelimit_redis_errors_total", map[string]string{"kind": "other"}); got != 3 {
@@ -284,11 +299,11 @@ func TestFailoverOneSlowCallIsNoStall(t *testing.T) {
 	}
 
 	// Any other error switches at once.
-	fh2 := newFailoverHarness(t, service.FailShare, 1, func(o *service.FailoverOptions) { o.StallAfter = time.Hour })
+	fh2 := newFailoverHarness(t, fallback.Share, 1, func(o *fallback.Options) { o.StallAfter = time.Hour })
 	fh2.call(t, req)
 	fh2.primary.fail.Store(true)
 	fh2.call(t, req)
-	if !fh2.failover.InFallback() {
+	if !fh2.failover.Active() {
 		t.Error("a connection error did not switch at once")
 	}
 }
@@ -297,16 +312,16 @@ func TestFailoverTimeoutsAmidSuccessesSwitch(t *testing.T) {
 	// A dead Redis Cluster master while the others answer: its buckets'
 	// calls time out every time, the rest succeed in between.
 	var fh *failoverHarness
-	fh = newFailoverHarness(t, service.FailShare, 1, func(o *service.FailoverOptions) {
+	fh = newFailoverHarness(t, fallback.Share, 1, func(o *fallback.Options) {
 		o.StallAfter = 30 * time.Millisecond
-		o.Now = func() time.Time { return fh.clock.Now() }
+		o.Clock = nowClock{clockwork.NewRealClock(), func() time.Time { return fh.clock.Now() }}
 	})
 	req := request("edge", desc("user_id=u"))
 	fh.call(t, req) // Redis answered once
 	for step := range 4 {
 		fh.primary.slow.Store(true)
 		fh.call(t, req)
-		if step < 3 && fh.failover.InFallback() {
+		if step < 3 && fh.failover.Active() {
 			t.Fatalf("switched after timeouts for %v (StallAfter 30ms)", time.Duration(step)*10*time.Millisecond)
 		}
 		fh.primary.slow.Store(false)
@@ -315,7 +330,7 @@ func TestFailoverTimeoutsAmidSuccessesSwitch(t *testing.T) {
 		}
 		fh.clock.Advance(10 * time.Millisecond)
 	}
-	if !fh.failover.InFallback() {
+	if !fh.failover.Active() {
 		t.Fatal("still on Redis after timeouts kept coming for 30ms")
 	}
 }

@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/sluice-rls/sluice/descriptors"
+
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 const year = 365 * 24 * time.Hour
@@ -20,38 +21,38 @@ type bucketStep struct {
 	cost  uint64
 	give  bool
 	times int // repeat the hit this many times (0 means once); each must be allowed as want says, and the last must match want
-	want  descriptors.BucketState
+	want  bucket.State
 }
 
 // bucketScenario is a sequence of hits on one fresh bucket and the state
-// each must report. The table speaks only of the contract (descriptors.Hit
-// and BucketState), not of this package's representation, so that any
+// each must report. The table speaks only of the contract (bucket.Hit
+// and bucket.State), not of this package's representation, so that any
 // backend can run it: runScenario takes the backend as a function.
 type bucketScenario struct {
 	name  string
-	limit descriptors.Limit
+	limit bucket.Limit
 	steps []bucketStep
 }
 
 // ok and refused build expected states.
-func ok(remaining uint64, reset time.Duration) descriptors.BucketState {
-	return descriptors.BucketState{Allowed: true, Remaining: remaining, ResetAfter: reset}
+func ok(remaining uint64, reset time.Duration) bucket.State {
+	return bucket.State{Allowed: true, Remaining: remaining, ResetAfter: reset}
 }
 
-func refused(remaining uint64, retry, reset time.Duration) descriptors.BucketState {
-	return descriptors.BucketState{Remaining: remaining, RetryAfter: retry, ResetAfter: reset}
+func refused(remaining uint64, retry, reset time.Duration) bucket.State {
+	return bucket.State{Remaining: remaining, RetryAfter: retry, ResetAfter: reset}
 }
 
 // bucketScenarios is the one table of token-bucket behaviour.
 var bucketScenarios = []bucketScenario{
 	{
 		name:  "new bucket starts full",
-		limit: descriptors.Limit{Requests: 10, Period: time.Second, Burst: 10},
+		limit: bucket.Limit{Requests: 10, Period: time.Second, Burst: 10},
 		steps: []bucketStep{{at: 0, cost: 0, want: ok(10, 0)}},
 	},
 	{
 		name:  "burst then one token per 100ms",
-		limit: descriptors.Limit{Requests: 10, Period: time.Second, Burst: 10},
+		limit: bucket.Limit{Requests: 10, Period: time.Second, Burst: 10},
 		steps: []bucketStep{
 			{at: 0, cost: 1, want: ok(9, 100*time.Millisecond)},
 			{at: 0, cost: 1, times: 9, want: ok(0, time.Second)},
@@ -66,7 +67,7 @@ var bucketScenarios = []bucketScenario{
 	},
 	{
 		name:  "burst larger than rate",
-		limit: descriptors.Limit{Requests: 1, Period: time.Second, Burst: 5},
+		limit: bucket.Limit{Requests: 1, Period: time.Second, Burst: 5},
 		steps: []bucketStep{
 			{at: 0, cost: 1, times: 5, want: ok(0, 5*time.Second)},
 			{at: 2500 * time.Millisecond, cost: 0, want: ok(2, 2500*time.Millisecond)},
@@ -75,7 +76,7 @@ var bucketScenarios = []bucketScenario{
 	},
 	{
 		name:  "cost above one",
-		limit: descriptors.Limit{Requests: 10, Period: time.Second, Burst: 10},
+		limit: bucket.Limit{Requests: 10, Period: time.Second, Burst: 10},
 		steps: []bucketStep{
 			{at: 0, cost: 4, want: ok(6, 400*time.Millisecond)},
 			{at: 0, cost: 7, want: refused(6, 100*time.Millisecond, 400*time.Millisecond)},
@@ -85,7 +86,7 @@ var bucketScenarios = []bucketScenario{
 	},
 	{
 		name:  "cost equal to burst",
-		limit: descriptors.Limit{Requests: 10, Period: time.Second, Burst: 10},
+		limit: bucket.Limit{Requests: 10, Period: time.Second, Burst: 10},
 		steps: []bucketStep{
 			{at: 0, cost: 10, want: ok(0, time.Second)},
 			{at: time.Second, cost: 10, want: ok(0, time.Second)},
@@ -93,7 +94,7 @@ var bucketScenarios = []bucketScenario{
 	},
 	{
 		name:  "cost above burst is refused even when full",
-		limit: descriptors.Limit{Requests: 10, Period: time.Second, Burst: 10},
+		limit: bucket.Limit{Requests: 10, Period: time.Second, Burst: 10},
 		steps: []bucketStep{
 			{at: 0, cost: 11, want: refused(10, 0, 0)},
 			{at: 0, cost: 5, want: ok(5, 500*time.Millisecond)},
@@ -103,7 +104,7 @@ var bucketScenarios = []bucketScenario{
 	},
 	{
 		name:  "cost zero checks and takes nothing",
-		limit: descriptors.Limit{Requests: 10, Period: time.Second, Burst: 10},
+		limit: bucket.Limit{Requests: 10, Period: time.Second, Burst: 10},
 		steps: []bucketStep{
 			{at: 0, cost: 0, times: 100, want: ok(10, 0)},
 			{at: 0, cost: 10, want: ok(0, time.Second)},
@@ -115,7 +116,7 @@ var bucketScenarios = []bucketScenario{
 	},
 	{
 		name:  "give back is capped at burst",
-		limit: descriptors.Limit{Requests: 10, Period: time.Second, Burst: 10},
+		limit: bucket.Limit{Requests: 10, Period: time.Second, Burst: 10},
 		steps: []bucketStep{
 			{at: 0, cost: 3, want: ok(7, 300*time.Millisecond)},
 			{at: 0, cost: 2, give: true, want: ok(9, 100*time.Millisecond)},
@@ -127,7 +128,7 @@ var bucketScenarios = []bucketScenario{
 	},
 	{
 		name:  "give back on a full bucket",
-		limit: descriptors.Limit{Requests: 10, Period: time.Second, Burst: 10},
+		limit: bucket.Limit{Requests: 10, Period: time.Second, Burst: 10},
 		steps: []bucketStep{
 			{at: 0, cost: 1, give: true, want: ok(10, 0)},
 			{at: 0, cost: math.MaxUint64, give: true, want: ok(10, 0)},
@@ -136,7 +137,7 @@ var bucketScenarios = []bucketScenario{
 	},
 	{
 		name:  "give back of zero changes nothing",
-		limit: descriptors.Limit{Requests: 10, Period: time.Second, Burst: 10},
+		limit: bucket.Limit{Requests: 10, Period: time.Second, Burst: 10},
 		steps: []bucketStep{
 			{at: 0, cost: 4, want: ok(6, 400*time.Millisecond)},
 			{at: 0, cost: 0, give: true, want: ok(6, 400*time.Millisecond)},
@@ -144,7 +145,7 @@ var bucketScenarios = []bucketScenario{
 	},
 	{
 		name:  "requests zero never allows",
-		limit: descriptors.Limit{Requests: 0, Period: time.Second, Burst: 10},
+		limit: bucket.Limit{Requests: 0, Period: time.Second, Burst: 10},
 		steps: []bucketStep{
 			{at: 0, cost: 1, want: refused(0, time.Second, time.Second)},
 			{at: 0, cost: 0, want: refused(0, time.Second, time.Second)},
@@ -154,7 +155,7 @@ var bucketScenarios = []bucketScenario{
 	},
 	{
 		name:  "interval of a fraction of a nanosecond: 3 per second",
-		limit: descriptors.Limit{Requests: 3, Period: time.Second, Burst: 3},
+		limit: bucket.Limit{Requests: 3, Period: time.Second, Burst: 3},
 		steps: []bucketStep{
 			{at: 0, cost: 3, want: ok(0, time.Second)},
 			// The first token is due at 333333333⅓ ns.
@@ -166,7 +167,7 @@ var bucketScenarios = []bucketScenario{
 	},
 	{
 		name:  "period with a unit multiplier: 5 per 2 seconds",
-		limit: descriptors.Limit{Requests: 5, Period: 2 * time.Second, Burst: 5},
+		limit: bucket.Limit{Requests: 5, Period: 2 * time.Second, Burst: 5},
 		steps: []bucketStep{
 			{at: 0, cost: 5, want: ok(0, 2*time.Second)},
 			{at: 399 * time.Millisecond, cost: 1, want: refused(0, time.Millisecond, 1601*time.Millisecond)},
@@ -175,7 +176,7 @@ var bucketScenarios = []bucketScenario{
 	},
 	{
 		name:  "one token a year",
-		limit: descriptors.Limit{Requests: 1, Period: year, Burst: 1},
+		limit: bucket.Limit{Requests: 1, Period: year, Burst: 1},
 		steps: []bucketStep{
 			{at: 0, cost: 1, want: ok(0, year)},
 			{at: year - 1, cost: 1, want: refused(0, 1, 1)},
@@ -185,7 +186,7 @@ var bucketScenarios = []bucketScenario{
 	},
 	{
 		name:  "four billion a second",
-		limit: descriptors.Limit{Requests: 4e9, Period: time.Second, Burst: 4e9},
+		limit: bucket.Limit{Requests: 4e9, Period: time.Second, Burst: 4e9},
 		steps: []bucketStep{
 			{at: 0, cost: 4e9, want: ok(0, time.Second)},
 			// A token is due every quarter nanosecond.
@@ -199,10 +200,10 @@ var bucketScenarios = []bucketScenario{
 
 // runScenario runs sc against a fresh bucket of a backend, whose hit function
 // decides one hit at the scenario's time at (relative to its start).
-func runScenario(t *testing.T, sc bucketScenario, hit func(at time.Duration, h descriptors.Hit) descriptors.BucketState) {
+func runScenario(t *testing.T, sc bucketScenario, hit func(at time.Duration, h bucket.Hit) bucket.State) {
 	t.Helper()
 	for i, step := range sc.steps {
-		h := descriptors.Hit{Limit: sc.limit, Cost: step.cost, Give: step.give}
+		h := bucket.Hit{Limit: sc.limit, Cost: step.cost, Give: step.give}
 		n := max(step.times, 1)
 		for j := range n {
 			got := hit(step.at, h)
@@ -223,8 +224,8 @@ func TestApplyScenarios(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			const start = int64(1e15) // any origin works; not the epoch
-			b := bucket{tat: minTime}
-			runScenario(t, sc, func(at time.Duration, h descriptors.Hit) descriptors.BucketState {
+			b := cell{tat: minTime}
+			runScenario(t, sc, func(at time.Duration, h bucket.Hit) bucket.State {
 				next, st, changed := apply(b, h.Limit, start+int64(at), h.Cost, h.Give)
 				if changed {
 					b = next
@@ -238,12 +239,12 @@ func TestApplyScenarios(t *testing.T) {
 // refBucket is a reference token bucket in exact rational arithmetic: the
 // textbook definition that apply must match.
 type refBucket struct {
-	lim    descriptors.Limit
+	lim    bucket.Limit
 	tokens *big.Rat
 	last   int64
 }
 
-func newRefBucket(lim descriptors.Limit, now int64) *refBucket {
+func newRefBucket(lim bucket.Limit, now int64) *refBucket {
 	return &refBucket{lim: lim, tokens: new(big.Rat).SetUint64(lim.Burst), last: now}
 }
 
@@ -260,7 +261,7 @@ func ratNanosCeil(x *big.Rat) time.Duration {
 }
 
 // hit mirrors apply: refill, decide, report.
-func (rb *refBucket) hit(now int64, cost uint64, give bool) descriptors.BucketState {
+func (rb *refBucket) hit(now int64, cost uint64, give bool) bucket.State {
 	burst := new(big.Rat).SetUint64(rb.lim.Burst)
 	rate := new(big.Rat).SetFrac(new(big.Int).SetUint64(rb.lim.Requests), big.NewInt(int64(rb.lim.Period))) // tokens per ns
 	rb.tokens.Add(rb.tokens, new(big.Rat).Mul(rate, new(big.Rat).SetInt64(now-rb.last)))
@@ -277,7 +278,7 @@ func (rb *refBucket) hit(now int64, cost uint64, give bool) descriptors.BucketSt
 		}
 		return ratNanosCeil(missing.Quo(missing, rate))
 	}
-	var st descriptors.BucketState
+	var st bucket.State
 	switch {
 	case give:
 		rb.tokens.Add(rb.tokens, c)
@@ -311,7 +312,7 @@ func (rb *refBucket) hit(now int64, cost uint64, give bool) descriptors.BucketSt
 // apply is exact, with no drift however many hits it takes.
 func TestApplyMatchesExactReference(t *testing.T) {
 	t.Parallel()
-	limits := []descriptors.Limit{
+	limits := []bucket.Limit{
 		{Requests: 10, Period: time.Second, Burst: 10},
 		{Requests: 3, Period: time.Second, Burst: 2},
 		{Requests: 7, Period: 3 * time.Second, Burst: 20},
@@ -333,7 +334,7 @@ func TestApplyMatchesExactReference(t *testing.T) {
 			interval := max(int64(lim.Period)/int64(lim.Requests), 1)
 			refill := int64(min(float64(lim.Period)/float64(lim.Requests)*float64(lim.Burst), 1<<50))
 			now := int64(12345)
-			b := bucket{tat: minTime}
+			b := cell{tat: minTime}
 			ref := newRefBucket(lim, now)
 			for i := range 20000 {
 				switch rng.IntN(10) {
@@ -365,8 +366,8 @@ func TestApplyMatchesExactReference(t *testing.T) {
 // 3 a second for 10⁶ steps (over a day): exactly 3 per second are admitted.
 func TestApplyLongRunNoDrift(t *testing.T) {
 	t.Parallel()
-	lim := descriptors.Limit{Requests: 3, Period: time.Second, Burst: 2}
-	b := bucket{tat: minTime}
+	lim := bucket.Limit{Requests: 3, Period: time.Second, Burst: 2}
+	b := cell{tat: minTime}
 	var admitted uint64
 	const steps = 1_000_000
 	step := int64(100 * time.Millisecond)
@@ -390,22 +391,22 @@ func TestApplyLongRunNoDrift(t *testing.T) {
 // results saturate and stay on the safe side.
 func TestApplyExtremes(t *testing.T) {
 	t.Parallel()
-	huge := descriptors.Limit{Requests: 1, Period: math.MaxInt64, Burst: math.MaxUint64}
+	huge := bucket.Limit{Requests: 1, Period: math.MaxInt64, Burst: math.MaxUint64}
 	tests := []struct {
 		name  string
-		b     bucket
-		lim   descriptors.Limit
+		b     cell
+		lim   bucket.Limit
 		now   int64
 		cost  uint64
 		give  bool
-		want  descriptors.BucketState
-		check func(t *testing.T, next bucket)
+		want  bucket.State
+		check func(t *testing.T, next cell)
 	}{
 		{
 			name: "drain a bucket that takes forever to refill",
-			b:    bucket{tat: minTime}, lim: huge, now: 0, cost: math.MaxUint64,
+			b:    cell{tat: minTime}, lim: huge, now: 0, cost: math.MaxUint64,
 			want: ok(0, math.MaxInt64),
-			check: func(t *testing.T, next bucket) {
+			check: func(t *testing.T, next cell) {
 				if next.tat != math.MaxInt64 {
 					t.Errorf("tat = %d, want saturated %d", next.tat, int64(math.MaxInt64))
 				}
@@ -413,47 +414,47 @@ func TestApplyExtremes(t *testing.T) {
 		},
 		{
 			name: "take from a saturated bucket",
-			b:    bucket{tat: math.MaxInt64}, lim: huge, now: 0, cost: 1,
+			b:    cell{tat: math.MaxInt64}, lim: huge, now: 0, cost: 1,
 			want: ok(math.MaxUint64-2, math.MaxInt64),
 		},
 		{
 			name: "give back everything to a saturated bucket",
-			b:    bucket{tat: math.MaxInt64}, lim: huge, now: 0, cost: math.MaxUint64, give: true,
+			b:    cell{tat: math.MaxInt64}, lim: huge, now: 0, cost: math.MaxUint64, give: true,
 			want: ok(math.MaxUint64, 0),
 		},
 		{
 			name: "times at both ends of the range",
-			b:    bucket{tat: math.MaxInt64}, lim: descriptors.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64},
+			b:    cell{tat: math.MaxInt64}, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64},
 			now: math.MinInt64, cost: 1,
 			want: refused(0, math.MaxInt64, math.MaxInt64),
 		},
 		{
 			name: "max rate at the end of time",
-			b:    bucket{tat: minTime}, lim: descriptors.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64},
+			b:    cell{tat: minTime}, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64},
 			now: math.MaxInt64, cost: math.MaxUint64,
 			want: ok(0, 1),
 		},
 		{
 			name: "limit changed: stale fraction is clamped",
-			b:    bucket{tat: 10, frac: 2}, lim: descriptors.Limit{Requests: 1, Period: 10, Burst: 5},
+			b:    cell{tat: 10, frac: 2}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
 			now: 0, cost: 0,
 			want: ok(4, 10),
 		},
 		{
 			name: "limit shrank below the deficit",
-			b:    bucket{tat: 1000}, lim: descriptors.Limit{Requests: 1, Period: 10, Burst: 5},
+			b:    cell{tat: 1000}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
 			now: 0, cost: 1,
 			want: refused(0, 960, 1000),
 		},
 		{
 			name: "zero period never allows",
-			b:    bucket{tat: minTime}, lim: descriptors.Limit{Requests: 1, Period: 0, Burst: 5},
+			b:    cell{tat: minTime}, lim: bucket.Limit{Requests: 1, Period: 0, Burst: 5},
 			now: 0, cost: 1,
 			want: refused(0, 0, 0),
 		},
 		{
 			name: "zero burst never allows",
-			b:    bucket{tat: minTime}, lim: descriptors.Limit{Requests: 1, Period: time.Second, Burst: 0},
+			b:    cell{tat: minTime}, lim: bucket.Limit{Requests: 1, Period: time.Second, Burst: 0},
 			now: 0, cost: 0,
 			want: refused(0, time.Second, time.Second),
 		},
@@ -516,13 +517,13 @@ func FuzzApply(f *testing.F) {
 			period += int64(10 * year)
 		}
 		burst = burst%1e12 + 1
-		lim := descriptors.Limit{Requests: requests, Period: time.Duration(period), Burst: burst}
+		lim := bucket.Limit{Requests: requests, Period: time.Duration(period), Burst: burst}
 		if float64(period)/float64(requests)*float64(burst) > 1<<60 { // keep TATs inside the int64 range
 			t.Skip()
 		}
 		interval := max(period/int64(requests), 1)
 		now := int64(0)
-		b := bucket{tat: minTime}
+		b := cell{tat: minTime}
 		ref := newRefBucket(lim, now)
 		for i, op := range ops {
 			if now += int64(op>>4) * interval / 4; now > 1<<60 {
@@ -545,6 +546,6 @@ func FuzzApply(f *testing.F) {
 }
 
 // fmtLimit names a subtest after a limit.
-func fmtLimit(l descriptors.Limit) string {
+func fmtLimit(l bucket.Limit) string {
 	return fmt.Sprintf("%d_per_%v_burst_%d", l.Requests, l.Period, l.Burst)
 }

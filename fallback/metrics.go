@@ -1,4 +1,4 @@
-package service
+package fallback
 
 import (
 	"time"
@@ -6,19 +6,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// FailoverMetrics are the Redis and fallback metrics of docs/metrics.md.
-type FailoverMetrics struct {
+// Metrics are the Redis and fallback metrics of docs/metrics.md.
+type Metrics struct {
 	active      prometheus.Gauge
 	transitions *prometheus.CounterVec
 	duration    prometheus.Observer
 	errors      *prometheus.CounterVec
 }
 
-// NewFailoverMetrics creates and registers ratelimit_fallback_active,
+// NewMetrics creates and registers ratelimit_fallback_active,
 // ratelimit_fallback_transitions_total, ratelimit_redis_duration_seconds
-// and ratelimit_redis_errors_total on reg.
-func NewFailoverMetrics(reg prometheus.Registerer) *FailoverMetrics {
-	m := &FailoverMetrics{
+// and ratelimit_redis_errors_total on reg. kinds are the primary's error
+// kinds (backend/redis.ErrorKinds), created at zero.
+func NewMetrics(reg prometheus.Registerer, kinds []string) *Metrics {
+	m := &Metrics{
 		active: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ratelimit_fallback_active",
 			Help: "1 while this node answers global rules from its fallback because Redis failed.",
@@ -41,14 +42,14 @@ func NewFailoverMetrics(reg prometheus.Registerer) *FailoverMetrics {
 	for _, to := range []string{"fallback", "redis"} {
 		m.transitions.WithLabelValues(to)
 	}
-	for _, k := range []string{"timeout", "connection", "script", "oom", "noperm", "other"} {
+	for _, k := range kinds {
 		m.errors.WithLabelValues(k)
 	}
 	reg.MustRegister(m.active, m.transitions, m.errors, durations)
 	return m
 }
 
-func (m *FailoverMetrics) observe(d time.Duration, err error, classify func(error) string) {
+func (m *Metrics) observe(d time.Duration, err error, classify func(error) string) {
 	if m == nil {
 		return
 	}
@@ -58,7 +59,7 @@ func (m *FailoverMetrics) observe(d time.Duration, err error, classify func(erro
 	}
 }
 
-func (m *FailoverMetrics) transition(toFallback bool) {
+func (m *Metrics) transition(toFallback bool) {
 	if m == nil {
 		return
 	}
@@ -70,7 +71,7 @@ func (m *FailoverMetrics) transition(toFallback bool) {
 	}
 }
 
-func (m *FailoverMetrics) setActive(on bool) {
+func (m *Metrics) setActive(on bool) {
 	if m == nil {
 		return
 	}

@@ -1,11 +1,10 @@
-package descriptors
+package bucket
 
 import "time"
 
-// Key identifies one token bucket. It is the first 128 bits of a SHA-256 over
-// a canonical, length-prefixed encoding of everything that defines the bucket
-// (see BucketKey), so keys are collision-free in practice and their length
-// never depends on what a client sends.
+// Key identifies one token bucket: 128 bits derived from everything that
+// defines it (package descriptors encodes that; SumKey or a NodeHasher
+// hashes it), so its length never depends on what a client sends.
 type Key [16]byte
 
 // Limit is the shape of one token bucket: Requests tokens refill evenly over
@@ -23,8 +22,11 @@ type Limit struct {
 // left, and takes nothing.
 //
 // A decision over several hits is all-or-nothing: tokens are taken only when
-// every hit is allowed. A hit with Independent set (shadow mode) is decided on
-// its own: it takes its tokens when they exist and never blocks the others.
+// every take is allowed. A hit with Independent set (shadow mode) is decided
+// on its own: it takes its tokens when they exist and never blocks the
+// others. A Give is never refused and never blocks the others, and it is
+// applied whatever the decision: returning tokens is not something to
+// refuse (a give to a Limit with Requests 0 does nothing).
 type Hit struct {
 	Key         Key
 	Limit       Limit
@@ -33,8 +35,8 @@ type Hit struct {
 	Independent bool
 }
 
-// BucketState is the answer for one Hit.
-type BucketState struct {
+// State is the answer for one Hit.
+type State struct {
 	// Allowed reports whether the bucket had the tokens the hit asked for.
 	Allowed bool
 	// Remaining is the number of whole tokens left after the decision.
