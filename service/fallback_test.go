@@ -61,17 +61,17 @@ type nowClock struct {
 func (c nowClock) Now() time.Time                  { return c.now() }
 func (c nowClock) Since(t time.Time) time.Duration { return c.now().Sub(t) }
 
-type failoverHarness struct {
+type fallbackHarness struct {
 	*harness
 	primary  *flakyLimiter
-	failover *fallback.Limiter
+	sw       *fallback.Limiter
 	probeOK  atomic.Bool
 	probes   atomic.Int64
 }
 
-func newFailoverHarness(t *testing.T, mode fallback.Mode, nodes int, opts ...func(*fallback.Options)) *failoverHarness {
+func newFallbackHarness(t *testing.T, mode fallback.Mode, nodes int, opts ...func(*fallback.Options)) *fallbackHarness {
 	t.Helper()
-	fh := &failoverHarness{}
+	fh := &fallbackHarness{}
 	reg := prometheus.NewRegistry()
 	fh.harness = newHarness(t, `
 domain: edge
@@ -103,17 +103,17 @@ descriptors:
 		for _, f := range opts {
 			f(&fo)
 		}
-		fh.failover = fallback.New(fo)
-		o.Global = fh.failover
-		o.Local = fh.failover.GuardLocal(o.Local)
+		fh.sw = fallback.New(fo)
+		o.Global = fh.sw
+		o.Local = fh.sw.GuardLocal(o.Local)
 	})
 	fh.harness.reg = reg
-	t.Cleanup(fh.failover.Close)
+	t.Cleanup(fh.sw.Close)
 	return fh
 }
 
-func TestFailoverSharesGlobalLimit(t *testing.T) {
-	fh := newFailoverHarness(t, fallback.Share, 4)
+func TestFallbackSharesGlobalLimit(t *testing.T) {
+	fh := newFallbackHarness(t, fallback.Share, 4)
 	req := request("edge", desc("user_id=u"))
 	if got := fh.admitted(t, 2, req); got != 2 {
 		t.Fatalf("healthy: admitted %d of 2", got)
@@ -136,13 +136,13 @@ func TestFailoverSharesGlobalLimit(t *testing.T) {
 	if got := fh.admitted(t, 3, req); got != 1 {
 		t.Errorf("after 500ms in fallback admitted %d, want 1", got)
 	}
-	if !fh.failover.Active() || metricValue(t, fh.harness, "ratelimit_fallback_active", nil) != 1 {
-		t.Errorf("fallback not visible: InFallback %v", fh.failover.Active())
+	if !fh.sw.Active() || metricValue(t, fh.harness, "ratelimit_fallback_active", nil) != 1 {
+		t.Errorf("fallback not visible: InFallback %v", fh.sw.Active())
 	}
 
 	fh.primary.fail.Store(false)
 	fh.probeOK.Store(true)
-	waitUntil(t, "the probe to switch back", func() bool { return !fh.failover.Active() })
+	waitUntil(t, "the probe to switch back", func() bool { return !fh.sw.Active() })
 	calls = fh.primary.calls.Load()
 	fh.call(t, req)
 	if fh.primary.calls.Load() == calls {
@@ -153,7 +153,7 @@ func TestFailoverSharesGlobalLimit(t *testing.T) {
 	}
 }
 
-func TestFailoverModes(t *testing.T) {
+func TestFallbackModes(t *testing.T) {
 	tests := []struct {
 		mode     fallback.Mode
 		admitted int // of 10 user_id requests during the outage
@@ -164,7 +164,7 @@ func TestFailoverModes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode.String(), func(t *testing.T) {
-			fh := newFailoverHarness(t, tt.mode, 1)
+			fh := newFallbackHarness(t, tt.mode, 1)
 			fh.primary.fail.Store(true)
 			if got := fh.admitted(t, 10, request("edge", desc("user_id=u"))); got != tt.admitted {
 				t.Errorf("admitted %d of 10, want %d", got, tt.admitted)
@@ -181,8 +181,8 @@ func TestFailoverModes(t *testing.T) {
 	}
 }
 
-func TestFailoverConcurrentFailuresSwitchOnce(t *testing.T) {
-	fh := newFailoverHarness(t, fallback.Share, 1)
+func TestFallbackConcurrentFailuresSwitchOnce(t *testing.T) {
+	fh := newFallbackHarness(t, fallback.Share, 1)
 	fh.primary.fail.Store(true)
 	var wg sync.WaitGroup
 	for range 8 {
@@ -200,12 +200,12 @@ func TestFailoverConcurrentFailuresSwitchOnce(t *testing.T) {
 	}
 }
 
-// TestFailoverIgnoresCallersDeadline: calls whose caller's deadline has
+// TestFallbackIgnoresCallersDeadline: calls whose caller's deadline has
 // passed, or which the caller cancelled, fail for that caller alone; the
 // node stays on Redis and counts no Redis error. A failure of Redis' own
 // (its deadline, with the caller still waiting) still switches it.
-func TestFailoverIgnoresCallersDeadline(t *testing.T) {
-	fh := newFailoverHarness(t, fallback.Share, 1)
+func TestFallbackIgnoresCallersDeadline(t *testing.T) {
+	fh := newFallbackHarness(t, fallback.Share, 1)
 	req := request("edge", desc("user_id=u"))
 	expired, cancel := context.WithDeadline(context.Background(), time.Unix(1, 0))
 	defer cancel()
@@ -220,7 +220,7 @@ func TestFailoverIgnoresCallersDeadline(t *testing.T) {
 			t.Fatalf("ShouldRateLimit with the caller gone: %v", err)
 		}
 	}
-	if fh.failover.Active() {
+	if fh.sw.Active() {
 		t.Fatalf("in fallback after callers whose deadline passed or who cancelled: Redis was not to blame")
 	}
 	if got := metricValue(t, fh.harness, "ratelimit_fallback_transitions_total", map[string]string{"to": "fallback"}); got != 0 {
@@ -242,7 +242,7 @@ func TestFailoverIgnoresCallersDeadline(t *testing.T) {
 	if _, err := fh.srv.ShouldRateLimit(expired, req); err != nil {
 		t.Fatal(err)
 	}
-	if !fh.failover.Active() {
+	if !fh.sw.Active() {
 		t.Errorf("not in fallback after Redis itself failed, its caller gone")
 	}
 }
@@ -259,9 +259,9 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func TestFailoverOneSlowCallIsNoStall(t *testing.T) {
-	var fh *failoverHarness
-	fh = newFailoverHarness(t, fallback.Share, 1, func(o *fallback.Options) {
+func TestFallbackOneSlowCallIsNoStall(t *testing.T) {
+	var fh *fallbackHarness
+	fh = newFallbackHarness(t, fallback.Share, 1, func(o *fallback.Options) {
 		o.StallAfter = 30 * time.Millisecond
 		o.Clock = nowClock{clockwork.NewRealClock(), func() time.Time { return fh.clock.Now() }}
 	})
@@ -272,7 +272,7 @@ func TestFailoverOneSlowCallIsNoStall(t *testing.T) {
 	if got := fh.call(t, req).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 		t.Errorf("timed-out call answered %v, want OK from the fallback", got)
 	}
-	if fh.failover.Active() {
+	if fh.sw.Active() {
 		t.Fatal("one timeout 10ms after a success switched the node (StallAfter 30ms)")
 	}
 	fh.primary.slow.Store(false)
@@ -286,12 +286,12 @@ func TestFailoverOneSlowCallIsNoStall(t *testing.T) {
 	fh.primary.slow.Store(true)
 	fh.clock.Advance(20 * time.Millisecond)
 	fh.call(t, req)
-	if fh.failover.Active() {
+	if fh.sw.Active() {
 		t.Fatal("switched 20ms after the last success (StallAfter 30ms)")
 	}
 	fh.clock.Advance(15 * time.Millisecond)
 	fh.call(t, req)
-	if !fh.failover.Active() {
+	if !fh.sw.Active() {
 		t.Fatal("still on Redis after 35ms of timeouts without a success")
 	}
 	if got := metricValue(t, fh.harness, "ratelimit_redis_errors_total", map[string]string{"kind": "other"}); got != 3 {
@@ -299,20 +299,20 @@ func TestFailoverOneSlowCallIsNoStall(t *testing.T) {
 	}
 
 	// Any other error switches at once.
-	fh2 := newFailoverHarness(t, fallback.Share, 1, func(o *fallback.Options) { o.StallAfter = time.Hour })
+	fh2 := newFallbackHarness(t, fallback.Share, 1, func(o *fallback.Options) { o.StallAfter = time.Hour })
 	fh2.call(t, req)
 	fh2.primary.fail.Store(true)
 	fh2.call(t, req)
-	if !fh2.failover.Active() {
+	if !fh2.sw.Active() {
 		t.Error("a connection error did not switch at once")
 	}
 }
 
-func TestFailoverTimeoutsAmidSuccessesSwitch(t *testing.T) {
+func TestFallbackTimeoutsAmidSuccessesSwitch(t *testing.T) {
 	// A dead Redis Cluster master while the others answer: its buckets'
 	// calls time out every time, the rest succeed in between.
-	var fh *failoverHarness
-	fh = newFailoverHarness(t, fallback.Share, 1, func(o *fallback.Options) {
+	var fh *fallbackHarness
+	fh = newFallbackHarness(t, fallback.Share, 1, func(o *fallback.Options) {
 		o.StallAfter = 30 * time.Millisecond
 		o.Clock = nowClock{clockwork.NewRealClock(), func() time.Time { return fh.clock.Now() }}
 	})
@@ -321,7 +321,7 @@ func TestFailoverTimeoutsAmidSuccessesSwitch(t *testing.T) {
 	for step := range 4 {
 		fh.primary.slow.Store(true)
 		fh.call(t, req)
-		if step < 3 && fh.failover.Active() {
+		if step < 3 && fh.sw.Active() {
 			t.Fatalf("switched after timeouts for %v (StallAfter 30ms)", time.Duration(step)*10*time.Millisecond)
 		}
 		fh.primary.slow.Store(false)
@@ -330,7 +330,7 @@ func TestFailoverTimeoutsAmidSuccessesSwitch(t *testing.T) {
 		}
 		fh.clock.Advance(10 * time.Millisecond)
 	}
-	if !fh.failover.Active() {
+	if !fh.sw.Active() {
 		t.Fatal("still on Redis after timeouts kept coming for 30ms")
 	}
 }

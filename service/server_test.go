@@ -174,6 +174,26 @@ func TestNegativeHitsGiveBack(t *testing.T) {
 	}
 }
 
+// TestGivesSurviveLocalRefusal: a request the local layer refuses still
+// returns its global gives (is_negative_hits), as a give is never refused
+// (bucket.Hit), whichever layer refuses the rest of the request.
+func TestGivesSurviveLocalRefusal(t *testing.T) {
+	h := newHarness(t, twoLayerRules)
+	user := request("edge", desc("user_id=fay"))
+	h.admitted(t, 3, user)                                            // the global bucket of 3 is empty
+	h.admitted(t, 4, request("edge", desc("remote_address=9.9.9.9"))) // so is the local bucket of 4
+	mixed := request("edge", desc("remote_address=9.9.9.9"), desc("user_id=fay"))
+	mixed.Descriptors[1].IsNegativeHits = true
+	mixed.Descriptors[1].HitsAddend = wrapperspb.UInt64(2)
+	resp := h.call(t, mixed)
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || headerValue(resp, "x-ratelimit-layer") != "local" {
+		t.Fatalf("mixed request: %v by %q, want OVER_LIMIT by local", resp.GetOverallCode(), headerValue(resp, "x-ratelimit-layer"))
+	}
+	if got := h.admitted(t, 3, user); got != 2 {
+		t.Errorf("after a refused request gave 2 back, user_id admitted %d, want 2", got)
+	}
+}
+
 func TestEnvoyLimitOverride(t *testing.T) {
 	h := newHarness(t, twoLayerRules)
 	d := desc("user_id=erin")
