@@ -63,10 +63,10 @@ func (c nowClock) Since(t time.Time) time.Duration { return c.now().Sub(t) }
 
 type fallbackHarness struct {
 	*harness
-	primary  *flakyLimiter
-	sw       *fallback.Limiter
-	probeOK  atomic.Bool
-	probes   atomic.Int64
+	primary *flakyLimiter
+	sw      *fallback.Limiter
+	probeOK atomic.Bool
+	probes  atomic.Int64
 }
 
 func newFallbackHarness(t *testing.T, mode fallback.Mode, nodes int, opts ...func(*fallback.Options)) *fallbackHarness {
