@@ -51,10 +51,10 @@ func (sc *scratch) reset() {
 // outcome is the decision of both layers for a request.
 type outcome struct {
 	allowed     bool
-	layer       int  // the refusing layer when !allowed (layerLocal…)
-	globalLayer int  // the layer that answered for global hits: global or fallback
-	localDone   bool // local states are valid
-	globalDone  bool // global states are valid
+	layer       Layer // the refusing layer when !allowed
+	globalLayer Layer // the layer that answered for global hits: global or fallback
+	localDone   bool  // local states are valid
+	globalDone  bool  // global states are valid
 	gray        bool
 	cfg         *descriptors.Config
 	domain      string
@@ -89,7 +89,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, note *
 		case d.Answer != bucket.Skipped:
 			out.localDone = true
 			if !d.Allowed {
-				out.allowed, out.layer = false, layerLocal
+				out.allowed, out.layer = false, LayerLocal
 			}
 		}
 	}
@@ -142,9 +142,9 @@ func (s *Server) decideGlobal(ctx context.Context, sc *scratch, out *outcome) (b
 	case bucket.Skipped:
 		return false // --redis-failure local: the local layer alone decides
 	case bucket.Fallback:
-		out.globalLayer = layerFallback
+		out.globalLayer = LayerFallback
 	default:
-		out.globalLayer = layerGlobal
+		out.globalLayer = LayerGlobal
 	}
 	out.globalDone = true
 	if d.Allowed {

@@ -10,27 +10,29 @@ import (
 	"github.com/sluice-rls/sluice/descriptors"
 )
 
-// Result label values of ratelimit_decisions_total.
-const (
-	resultOK        = "ok"
-	resultOverLimit = "over_limit"
-	resultNearLimit = "near_limit"
-	resultShadow    = "shadow_mode"
-)
-
-// Indexes into layers and results.
-const (
-	layerLocal = iota
-	layerGlobal
-	layerFallback
-)
+// result is a descriptor's result; its String is the result label of
+// ratelimit_decisions_total.
+type result uint8
 
 const (
-	resOK = iota
-	resOverLimit
-	resNearLimit
-	resShadow
+	resultOK result = iota
+	resultOverLimit
+	resultNearLimit
+	resultShadow
+	numResults
 )
+
+func (r result) String() string {
+	switch r {
+	case resultOverLimit:
+		return "over_limit"
+	case resultNearLimit:
+		return "near_limit"
+	case resultShadow:
+		return "shadow_mode"
+	}
+	return "ok"
+}
 
 // Indexes into malformedKinds: request parts decided despite a problem.
 const (
@@ -130,13 +132,8 @@ type ruleCounters struct {
 	m   sync.Map // *descriptors.Rule → *decisionCounters
 }
 
-// decisionCounters are one rule's counters by layer and result.
-type decisionCounters [len(layers)][len(results)]prometheus.Counter
-
-var (
-	layers  = [...]string{LayerLocal, LayerGlobal, LayerFallback}
-	results = [...]string{resultOK, resultOverLimit, resultNearLimit, resultShadow}
-)
+// decisionCounters are one rule's counters by deciding layer and result.
+type decisionCounters [LayerNone][numResults]prometheus.Counter
 
 // NewMetrics creates the request-path metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -197,21 +194,21 @@ func (m *Metrics) request(domain string, ok bool) {
 	}
 }
 
-func (m *Metrics) decision(cfg *descriptors.Config, domain string, r *descriptors.Rule, entries []descriptors.Entry, layer, result int) {
+func (m *Metrics) decision(cfg *descriptors.Config, domain string, r *descriptors.Rule, entries []descriptors.Entry, layer Layer, res result) {
 	if m == nil {
 		return
 	}
 	if r == nil {
-		m.decisions.WithLabelValues(domain, overrideRule, layers[layer], results[result]).Inc()
+		m.decisions.WithLabelValues(domain, overrideRule, layer.String(), res.String()).Inc()
 		return
 	}
 	if label := r.MetricLabel(entries); label != r.Path {
 		// detailed_metric or value_to_metric: labels carry request values.
 		label = m.values.admit(r, label)
-		m.decisions.WithLabelValues(domain, label, layers[layer], results[result]).Inc()
+		m.decisions.WithLabelValues(domain, label, layer.String(), res.String()).Inc()
 		return
 	}
-	m.ruleCounters(cfg, r)[layer][result].Inc()
+	m.ruleCounters(cfg, r)[layer][res].Inc()
 }
 
 // useRules notes the rule set a request is decided with. The first request
@@ -267,9 +264,9 @@ func (m *Metrics) ruleCounters(cfg *descriptors.Config, r *descriptors.Rule) *de
 		return v.(*decisionCounters)
 	}
 	dc := new(decisionCounters)
-	for l := range layers {
-		for res := range results {
-			dc[l][res] = m.decisions.WithLabelValues(r.Domain, r.Path, layers[l], results[res])
+	for l := range LayerNone {
+		for res := range numResults {
+			dc[l][res] = m.decisions.WithLabelValues(r.Domain, r.Path, l.String(), res.String())
 		}
 	}
 	v, _ := rc.m.LoadOrStore(r, dc)

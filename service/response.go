@@ -85,7 +85,7 @@ func allOK(n int) *rlsv3.RateLimitResponse {
 type chosen struct {
 	state bucket.State
 	hit   bucket.Hit
-	layer int // layerLocal…
+	layer Layer
 }
 
 // pick chooses the layer a status describes: the refusing one, else the one
@@ -95,7 +95,7 @@ func pick(sc *scratch, ds *descState, out *outcome) (chosen, bool) {
 	hasGlobal := ds.global != none && out.globalDone
 	var l, g chosen
 	if hasLocal {
-		l = chosen{sc.localStates[ds.local], sc.local[ds.local], layerLocal}
+		l = chosen{sc.localStates[ds.local], sc.local[ds.local], LayerLocal}
 	}
 	if hasGlobal {
 		g = chosen{sc.globalStates[ds.global], sc.global[ds.global], out.globalLayer}
@@ -137,12 +137,12 @@ func (s *Server) respond(sc *scratch, req *rlsv3.RateLimitRequest, out *outcome)
 			continue
 		}
 		fillStatus(p, c, ds.name)
-		result := resOK
+		result := resultOK
 		switch {
 		case !c.state.Allowed && c.hit.Independent:
-			result = resShadow
+			result = resultShadow
 		case !c.state.Allowed:
-			result = resOverLimit
+			result = resultOverLimit
 			p.status.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			wait := c.state.RetryAfter
@@ -153,7 +153,7 @@ func (s *Server) respond(sc *scratch, req *rlsv3.RateLimitRequest, out *outcome)
 				refused, refusedIdx, retry = c, i, wait
 			}
 		case c.state.Remaining*5 < c.hit.Limit.Burst:
-			result = resNearLimit
+			result = resultNearLimit
 		}
 		if !limited || c.state.Remaining < tightest.state.Remaining {
 			tightest, limited = c, true
@@ -202,7 +202,7 @@ func (s *Server) addRefusal(resp *rlsv3.RateLimitResponse, c chosen, retry time.
 			header("x-ratelimit-retry-after-ms", strconv.FormatInt(ms, 10)),
 		)
 	}
-	resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header("x-ratelimit-layer", layers[c.layer]))
+	resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header("x-ratelimit-layer", c.layer.String()))
 	if gray {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header("x-ratelimit-gray", "true"))
 	}
@@ -220,7 +220,7 @@ func (s *Server) addRefusal(resp *rlsv3.RateLimitResponse, c chosen, retry time.
 	b = append(b, `,"remaining":`...)
 	b = strconv.AppendUint(b, uint64(clamp32(c.state.Remaining)), 10)
 	b = append(b, `,"layer":"`...)
-	b = append(b, layers[c.layer]...)
+	b = append(b, c.layer.String()...)
 	b = append(b, `"}`...)
 	resp.RawBody = b
 }
@@ -247,7 +247,7 @@ func (s *Server) logRefusal(sc *scratch, i int, c chosen, out *outcome) {
 		values.WriteString(e.Value)
 	}
 	s.log.Info("request over limit", "sampled_1_in", every, "domain", out.domain, "rule", rule,
-		"layer", layers[c.layer], "descriptor", values.String(), "gray", out.gray,
+		"layer", c.layer.String(), "descriptor", values.String(), "gray", out.gray,
 		"retry_after", c.state.RetryAfter)
 }
 

@@ -24,13 +24,29 @@ const (
 	DefaultGrayKey        = "gray"
 )
 
-// Layer names, as they appear in the x-ratelimit-layer header, the JSON body
-// and the layer label of ratelimit_decisions_total.
+// Layer is the layer that decided. Its String is the value of the
+// x-ratelimit-layer header, the JSON body's layer, the layer label of
+// ratelimit_decisions_total and the sluice.layer span attribute.
+type Layer uint8
+
 const (
-	LayerLocal    = "local"
-	LayerGlobal   = "global"
-	LayerFallback = "fallback"
+	LayerLocal    Layer = iota // the per-node layer
+	LayerGlobal                // the cluster-wide layer
+	LayerFallback              // the fail-open switch, while Redis is failing
+	LayerNone                  // no layer decided (span attribute only)
 )
+
+func (l Layer) String() string {
+	switch l {
+	case LayerLocal:
+		return "local"
+	case LayerGlobal:
+		return "global"
+	case LayerFallback:
+		return "fallback"
+	}
+	return "none"
+}
 
 // Options configures a Server. Rules and Local are required; Global may be
 // nil, in which case rules' global limits are not enforced.

@@ -23,10 +23,6 @@ const (
 	AttrRules       = "sluice.rules"       // descriptors that matched a rule
 )
 
-// LayerNone is the layer attribute of a request no layer decided (unknown
-// domain, no matching rule, or every rule unlimited).
-const LayerNone = "none"
-
 // traceContext is W3C trace context (traceparent, tracestate), the format
 // Envoy's tracers propagate over gRPC metadata.
 var traceContext = propagation.TraceContext{}
@@ -69,8 +65,8 @@ func (mdCarrier) Keys() []string     { return nil }
 
 // traceNote is what decide tells the request's span.
 type traceNote struct {
-	layer string // the deciding layer (layers, LayerNone)
-	rules int    // descriptors that matched a rule
+	layer Layer // the deciding layer; LayerNone: unknown domain, no matching rule, or every rule unlimited
+	rules int   // descriptors that matched a rule
 }
 
 // note records how out was decided: by the refusing layer, else the
@@ -78,10 +74,10 @@ type traceNote struct {
 func (n *traceNote) note(sc *scratch, out *outcome) {
 	switch {
 	case !out.allowed:
-		n.layer = layers[out.layer]
+		n.layer = out.layer
 	case out.globalDone:
-		n.layer = layers[out.globalLayer]
-	case len(sc.local) > 0:
+		n.layer = out.globalLayer
+	case out.localDone:
 		n.layer = LayerLocal
 	}
 	for i := range sc.descs {
@@ -115,7 +111,7 @@ func (s *Server) shouldRateLimitTraced(ctx context.Context, req *rlsv3.RateLimit
 		attribute.String(AttrDomain, req.GetDomain()),
 		attribute.Int(AttrDescriptors, len(req.GetDescriptors())),
 		attribute.Int(AttrRules, n.rules),
-		attribute.String(AttrLayer, n.layer),
+		attribute.String(AttrLayer, n.layer.String()),
 		attribute.String(AttrDecision, resp.GetOverallCode().String()),
 	}
 	if err != nil {

@@ -188,7 +188,7 @@ func TestSpansOverGRPC(t *testing.T) {
 			t.Errorf("kind %v, want server", s.GetKind())
 		}
 		wantAttrs(t, s, map[string]string{
-			service.AttrDomain: "edge", service.AttrDecision: decision, service.AttrLayer: service.LayerFallback,
+			service.AttrDomain: "edge", service.AttrDecision: decision, service.AttrLayer: service.LayerFallback.String(),
 			service.AttrDescriptors: "1", service.AttrRules: "1",
 		})
 		if s.Resource["service.name"] != "sluice" || s.Resource["service.version"] != "v9.9.9-test" {
@@ -244,7 +244,7 @@ func TestRedisScriptSpan(t *testing.T) {
 		t.Errorf("parents: request %s (want %s), script %s (want %s), script trace %s",
 			top[0].ParentID(), parentA, script[0].ParentID(), top[0].SpanID(), script[0].TraceID())
 	}
-	wantAttrs(t, top[0], map[string]string{service.AttrLayer: service.LayerGlobal, service.AttrDecision: "OK"})
+	wantAttrs(t, top[0], map[string]string{service.AttrLayer: service.LayerGlobal.String(), service.AttrDecision: "OK"})
 	wantAttrs(t, script[0], map[string]string{redisbackend.AttrHits: "1", redisbackend.AttrCalls: "1", redisbackend.AttrAllowed: "true", "db.system.name": "redis"})
 	if script[0].GetKind() != tracepb.Span_SPAN_KIND_CLIENT {
 		t.Errorf("script span kind %v, want client", script[0].GetKind())
