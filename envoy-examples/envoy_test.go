@@ -219,7 +219,7 @@ func loadRules(t *testing.T, files map[string]string, domain string) *descriptor
 
 // checkDescriptorRules checks each rate_limits entry: it cannot produce an
 // empty descriptor (which sluice answers OK for that descriptor: an entry
-// that limits nothing, docs/design-notes.md), and the descriptor
+// that limits nothing, docs/design.md), and the descriptor
 // it produces, with sample values where the request supplies them, matches
 // a rule of dom.
 func checkDescriptorRules(t *testing.T, where string, dom *descriptors.Domain, rls []*routev3.RateLimit) {

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -33,12 +34,17 @@ var allowedImports = map[string][]string{
 }
 
 // TestDependencyDirection checks every package's sluice imports against
-// allowedImports, that every package is listed, and that the bucket
-// contract depends on the standard library alone.
+// allowedImports, that every package is listed there and in the README's
+// layout table, and that the bucket contract depends on the standard
+// library alone.
 func TestDependencyDirection(t *testing.T) {
 	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", "../...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
 	}
 	dec := json.NewDecoder(strings.NewReader(string(out)))
 	for dec.More() {
@@ -50,6 +56,9 @@ func TestDependencyDirection(t *testing.T) {
 			t.Fatal(err)
 		}
 		name := strings.TrimPrefix(p.ImportPath, mod)
+		if !strings.Contains(string(readme), "| `"+name+"` |") {
+			t.Errorf("package %s is missing from the README's layout table", name)
+		}
 		if strings.HasPrefix(name, "internal/") || name == "integration" || name == "envoy-examples" {
 			continue // test support
 		}
