@@ -1,6 +1,7 @@
-// Package config holds sluice's process settings (flags with RLS_*
-// environment equivalents), reads rule files and directories into a
-// descriptors.Config, and keeps the current rule set for hot reload.
+// Package config reads rule files and directories into a
+// descriptors.Config, keeps the current rule set (Store) and reloads it on
+// demand and when the files change (Reloader).
 //
-// It imports descriptors only; never service or the backends.
+// It imports descriptors only; never service or the backends. Process
+// flags are cmd/rls's (package cmd/rls/flags).
 package config

@@ -148,3 +148,13 @@ func TestRuleFilesListsDanglingAndSkipsDirs(t *testing.T) {
 		t.Fatalf("x.yaml should dangle: %v", err)
 	}
 }
+
+func TestLoadEmbeddedDefault(t *testing.T) {
+	cfg, err := config.Load("", descriptors.Options{})
+	if err != nil {
+		t.Fatalf("embedded rules: %v", err)
+	}
+	if cfg.Domain("edge") == nil || cfg.Len() < 5 {
+		t.Errorf("embedded rules: domain edge with %d rules", cfg.Len())
+	}
+}

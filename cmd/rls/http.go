@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/service"
 )
@@ -49,7 +50,7 @@ func newHTTPMux(globalState func() string, store *config.Store, reg *prometheus.
 // newAdminMux serves the admin address (--admin-addr): /json, which spends
 // and (with --json-negative-hits) returns tokens, and, when enabled,
 // /debug/pprof/.
-func newAdminMux(srv *service.Server, st config.Settings) *http.ServeMux {
+func newAdminMux(srv *service.Server, st flags.Serve) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/json", srv.JSONHandler(service.JSONOptions{AllowNegativeHits: st.JSONNegativeHits}))
 	if st.Pprof {

@@ -82,7 +82,7 @@ func TestRunErrors(t *testing.T) {
 		{"no command", nil, "usage"},
 		{"unknown command", []string{"fly"}, "unknown command"},
 		{"bad flag", []string{"serve", "--no-such-flag"}, "no-such-flag"},
-		{"bad failure mode", []string{"serve", "--redis-failure", "maybe"}, "--redis-failure"},
+		{"bad failure mode", []string{"serve", "--redis-failure", "maybe"}, `-redis-failure: unknown failure mode "maybe"`},
 		{"validate without paths", []string{"validate"}, "usage: rls validate"},
 		{"check without descriptors", []string{"check"}, "usage: rls check"},
 		{"check bad descriptor", []string{"check", "novalue"}, "want KEY=VALUE"},
