@@ -23,14 +23,14 @@ const mod = "github.com/sluice-rls/sluice/"
 var allowedImports = map[string][]string{
 	"bucket":         {},
 	"descriptors":    {"bucket"},
-	"config":         {"descriptors"},
+	"ruleset":        {"descriptors"},
 	"backend/memory": {"bucket"},
 	"backend/redis":  {"bucket"},
 	"fallback":       {"bucket"},
 	"service":        {"bucket", "descriptors"},
 	"tracing":        {},
-	"cmd/rls":        {"backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "config", "descriptors", "fallback", "service", "tracing"},
-	"cmd/rls/flags":  {"backend/memory", "backend/redis", "config", "fallback", "service"},
+	"cmd/rls":        {"backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "fallback", "ruleset", "service", "tracing"},
+	"cmd/rls/flags":  {"backend/memory", "backend/redis", "fallback", "ruleset", "service"},
 	"cmd/rlsbench":   {},
 }
 

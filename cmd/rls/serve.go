@@ -29,9 +29,9 @@ import (
 	"github.com/sluice-rls/sluice/backend/memory"
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
-	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/descriptors"
 	"github.com/sluice-rls/sluice/fallback"
+	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
 	"github.com/sluice-rls/sluice/tracing"
 )
@@ -46,20 +46,20 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	log := newLogger(st.LogLevel, st.LogFormat, stderr)
-	rules, err := config.LoadLimited(st.Config, descriptors.Options{MergeDomains: st.MergeDomains}, st.MaxRuleBytes)
+	rules, err := ruleset.LoadLimited(st.Config, descriptors.Options{MergeDomains: st.MergeDomains}, st.MaxRuleBytes)
 	if err != nil {
 		return fmt.Errorf("loading rules: %w", err)
 	}
-	store := config.NewStore(rules)
+	store := ruleset.NewStore(rules)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerBuildInfo(reg, currentBuild())
-	reloadMetrics := config.NewReloadMetrics(reg)
+	reloadMetrics := ruleset.NewReloadMetrics(reg)
 	reloadMetrics.Loaded(true, time.Now())
-	reloader := &config.Reloader{
+	reloader := &ruleset.Reloader{
 		Path:     st.Config,
 		Options:  descriptors.Options{MergeDomains: st.MergeDomains},
 		MaxBytes: st.MaxRuleBytes,
@@ -262,7 +262,7 @@ func limitConns(lis net.Listener, n int) net.Listener {
 }
 
 // reloadOn reloads the rules on every signal from hup until ctx is done.
-func reloadOn(ctx context.Context, hup <-chan os.Signal, r *config.Reloader) {
+func reloadOn(ctx context.Context, hup <-chan os.Signal, r *ruleset.Reloader) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -356,7 +356,7 @@ func isLoopback(addr net.Addr) bool {
 
 func ruleSource(path string) string {
 	if path == "" {
-		return config.DefaultRulesName
+		return ruleset.DefaultRulesName
 	}
 	return path
 }

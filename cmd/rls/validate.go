@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/ruleset"
 )
 
 // validate checks rule files or directories, printing every problem as
@@ -18,7 +18,7 @@ func validate(args []string, stdout, stderr io.Writer) error {
 	}
 	failed := false
 	for _, path := range args {
-		cfg, err := config.Load(path, descriptors.Options{})
+		cfg, err := ruleset.Load(path, descriptors.Options{})
 		if err != nil {
 			failed = true
 			fmt.Fprintln(stderr, err)

@@ -21,8 +21,8 @@ import (
 
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/fallback"
+	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
 )
 
@@ -50,7 +50,7 @@ type Rules struct {
 func (r *Rules) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.Config, "config", "", "rule file or directory of *.yaml (rls serve without it: the embedded example rules)")
 	fs.BoolVar(&r.MergeDomains, "merge-domains", false, "merge rule files that share a domain instead of rejecting them")
-	fs.Int64Var(&r.MaxRuleBytes, "max-rule-bytes", config.DefaultMaxRuleBytes, "most bytes read from all rule files together in one load; a larger rule set is refused")
+	fs.Int64Var(&r.MaxRuleBytes, "max-rule-bytes", ruleset.DefaultMaxRuleBytes, "most bytes read from all rule files together in one load; a larger rule set is refused")
 }
 
 func (r Rules) validate() error {

@@ -13,8 +13,8 @@ import (
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
-	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/fallback"
+	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
 )
 
@@ -66,7 +66,7 @@ func TestServeDefaultsAreTheOwners(t *testing.T) {
 		flag      string
 		got, want any
 	}{
-		{"--max-rule-bytes", st.MaxRuleBytes, int64(config.DefaultMaxRuleBytes)},
+		{"--max-rule-bytes", st.MaxRuleBytes, int64(ruleset.DefaultMaxRuleBytes)},
 		{"--redis-timeout", st.RedisTimeout, redisbackend.DefaultTimeout},
 		{"--redis-failure", st.RedisFailure, fallback.Share},
 		{"--gray-key", st.GrayKey, service.DefaultGrayKey},

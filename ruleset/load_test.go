@@ -1,4 +1,4 @@
-package config_test
+package ruleset_test
 
 import (
 	"errors"
@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/ruleset"
 )
 
 // loadWithin runs load and fails the test if it has not returned within a
@@ -34,7 +34,7 @@ func TestLoadDanglingSymlinkIsAnError(t *testing.T) {
 	dir := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(rulesYAML(10)), 0o644))
 	must(t, os.Symlink("gone/b.yaml", filepath.Join(dir, "b.yaml")))
-	_, err := config.Load(dir, descriptors.Options{})
+	_, err := ruleset.Load(dir, descriptors.Options{})
 	if err == nil {
 		t.Fatal("Load of a directory with a dangling b.yaml link succeeded; its domain would silently vanish")
 	}
@@ -78,7 +78,7 @@ func TestLoadRefusesNonRegularFiles(t *testing.T) {
 	} {
 		t.Run(filepath.Base(tt.path), func(t *testing.T) {
 			err := loadWithin(t, func() error {
-				_, err := config.Load(tt.path, descriptors.Options{})
+				_, err := ruleset.Load(tt.path, descriptors.Options{})
 				return err
 			})
 			if err == nil || !strings.Contains(err.Error(), tt.path) || !strings.Contains(err.Error(), "not a regular file") || !strings.Contains(err.Error(), tt.kind) {
@@ -90,7 +90,7 @@ func TestLoadRefusesNonRegularFiles(t *testing.T) {
 	must(t, os.Remove(zero))
 	must(t, os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte(rulesYAML(1)), 0o644))
 	err := loadWithin(t, func() error {
-		_, err := config.Load(dir, descriptors.Options{})
+		_, err := ruleset.Load(dir, descriptors.Options{})
 		return err
 	})
 	if err == nil || !strings.Contains(err.Error(), fifo) {
@@ -107,14 +107,14 @@ func TestLoadSizeCap(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("domain: b\n"+pad), 0o644))
 	total := int64(len(small) + len("domain: b\n"+pad))
 
-	if _, err := config.LoadLimited(dir, descriptors.Options{}, total); err != nil {
+	if _, err := ruleset.LoadLimited(dir, descriptors.Options{}, total); err != nil {
 		t.Fatalf("rules of exactly the cap: %v", err)
 	}
-	_, err := config.LoadLimited(dir, descriptors.Options{}, total-1)
+	_, err := ruleset.LoadLimited(dir, descriptors.Options{}, total-1)
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "b.yaml")) || !strings.Contains(err.Error(), "--max-rule-bytes") {
 		t.Errorf("rules one byte over the cap: %v, want an error naming b.yaml and --max-rule-bytes", err)
 	}
-	if !errors.Is(err, config.ErrRulesTooLarge) {
+	if !errors.Is(err, ruleset.ErrRulesTooLarge) {
 		t.Errorf("err %v is not ErrRulesTooLarge", err)
 	}
 }
@@ -127,8 +127,8 @@ func TestLoadDefaultCapStopsABigFile(t *testing.T) {
 	must(t, err)
 	must(t, f.Truncate(1<<30))
 	must(t, f.Close())
-	_, err = config.Load(path, descriptors.Options{})
-	if !errors.Is(err, config.ErrRulesTooLarge) || !strings.Contains(err.Error(), path) {
+	_, err = ruleset.Load(path, descriptors.Options{})
+	if !errors.Is(err, ruleset.ErrRulesTooLarge) || !strings.Contains(err.Error(), path) {
 		t.Errorf("Load of a 1 GiB file = %v, want ErrRulesTooLarge naming the file", err)
 	}
 }
@@ -137,7 +137,7 @@ func TestRuleFilesListsDanglingAndSkipsDirs(t *testing.T) {
 	dir := t.TempDir()
 	must(t, os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o755))
 	must(t, os.Symlink("nowhere.yaml", filepath.Join(dir, "x.yaml")))
-	names, err := config.RuleFiles(dir)
+	names, err := ruleset.RuleFiles(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestRuleFilesListsDanglingAndSkipsDirs(t *testing.T) {
 }
 
 func TestLoadEmbeddedDefault(t *testing.T) {
-	cfg, err := config.Load("", descriptors.Options{})
+	cfg, err := ruleset.Load("", descriptors.Options{})
 	if err != nil {
 		t.Fatalf("embedded rules: %v", err)
 	}

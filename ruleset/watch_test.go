@@ -1,4 +1,4 @@
-package config_test
+package ruleset_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package config_test
+package ruleset_test
 
 import (
 	"bytes"
@@ -14,8 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/ruleset"
 )
 
 func rulesYAML(n int) string {
@@ -40,7 +40,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func limitOf(t *testing.T, s *config.Store) uint64 {
+func limitOf(t *testing.T, s *ruleset.Store) uint64 {
 	t.Helper()
 	r := s.Rules().Domain("d").Match([]descriptors.Entry{{Key: "k", Value: "v"}})
 	if r == nil || r.Global == nil {
@@ -62,24 +62,24 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 type fixture struct {
-	store *config.Store
-	r     *config.Reloader
+	store *ruleset.Store
+	r     *ruleset.Reloader
 	log   *syncBuffer
 	reg   *prometheus.Registry
 }
 
 func newFixture(t *testing.T, path string) *fixture {
 	t.Helper()
-	cfg, err := config.Load(path, descriptors.Options{})
+	cfg, err := ruleset.Load(path, descriptors.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{store: config.NewStore(cfg), log: &syncBuffer{}, reg: prometheus.NewRegistry()}
-	f.r = &config.Reloader{
+	f := &fixture{store: ruleset.NewStore(cfg), log: &syncBuffer{}, reg: prometheus.NewRegistry()}
+	f.r = &ruleset.Reloader{
 		Path:    path,
 		Store:   f.store,
 		Log:     slog.New(slog.NewTextHandler(f.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Metrics: config.NewReloadMetrics(f.reg),
+		Metrics: ruleset.NewReloadMetrics(f.reg),
 	}
 	return f
 }
