@@ -158,3 +158,40 @@ func TestLoadEmbeddedDefault(t *testing.T) {
 		t.Errorf("embedded rules: domain edge with %d rules", cfg.Len())
 	}
 }
+
+// TestLoadPathsIsOneSet: several paths are one rule set, as one directory
+// holding all their files would be: a domain in two of them is refused
+// (naming the later file) unless merged, and the cap counts them all.
+func TestLoadPathsIsOneSet(t *testing.T) {
+	dirA, dirB := t.TempDir(), t.TempDir()
+	a := filepath.Join(dirA, "a.yaml")
+	must(t, os.WriteFile(a, []byte(rulesYAML(10)), 0o644))
+	b := filepath.Join(dirB, "b.yaml")
+	must(t, os.WriteFile(b, []byte("domain: d\ndescriptors:\n  - key: other\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"), 0o644))
+
+	for _, paths := range [][]string{{a, b}, {dirA, dirB}, {a, dirB}} {
+		_, err := ruleset.LoadPaths(paths, descriptors.Options{}, 0)
+		if err == nil || !strings.Contains(err.Error(), b) || !strings.Contains(err.Error(), "duplicate domain") {
+			t.Errorf("LoadPaths(%v) = %v, want a duplicate domain d blamed on b.yaml", paths, err)
+		}
+		cfg, err := ruleset.LoadPaths(paths, descriptors.Options{MergeDomains: true}, 0)
+		if err != nil || cfg.Len() != 2 {
+			t.Errorf("LoadPaths(%v) merged: %v rules, err %v; want 2 rules", paths, cfg.Len(), err)
+		}
+	}
+	st, err := os.Stat(a)
+	must(t, err)
+	_, err = ruleset.LoadPaths([]string{a, b}, descriptors.Options{MergeDomains: true}, st.Size())
+	if !errors.Is(err, ruleset.ErrRulesTooLarge) || !strings.Contains(err.Error(), b) {
+		t.Errorf("LoadPaths over the cap with its second path: %v, want ErrRulesTooLarge naming b.yaml", err)
+	}
+	missing1, missing2 := filepath.Join(dirA, "x.yaml"), filepath.Join(dirB, "y")
+	_, err = ruleset.LoadPaths([]string{missing1, a, missing2}, descriptors.Options{}, 0)
+	if err == nil || !strings.Contains(err.Error(), missing1) || !strings.Contains(err.Error(), missing2) {
+		t.Errorf("LoadPaths with two missing paths: %v, want both named", err)
+	}
+	cfg, err := ruleset.LoadPaths(nil, descriptors.Options{}, 0)
+	if err != nil || cfg.Domain("edge") == nil {
+		t.Errorf("LoadPaths(nil) = %v, want the embedded example", err)
+	}
+}

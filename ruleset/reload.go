@@ -53,7 +53,7 @@ type snapshot struct {
 }
 
 func (r *Reloader) read() snapshot {
-	set, err := readRuleSet(r.Path, r.MaxBytes)
+	set, err := readRuleSet([]string{r.Path}, r.MaxBytes)
 	if err != nil {
 		return snapshot{err: err, fp: sha256.Sum256([]byte("error\x00" + err.Error()))}
 	}

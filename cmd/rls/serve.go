@@ -29,7 +29,6 @@ import (
 	"github.com/sluice-rls/sluice/backend/memory"
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
-	"github.com/sluice-rls/sluice/descriptors"
 	"github.com/sluice-rls/sluice/fallback"
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
@@ -46,7 +45,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	log := newLogger(st.LogLevel, st.LogFormat, stderr)
-	rules, err := ruleset.LoadLimited(st.Config, descriptors.Options{MergeDomains: st.MergeDomains}, st.MaxRuleBytes)
+	var paths []string // none: the embedded example
+	if st.Config != "" {
+		paths = []string{st.Config}
+	}
+	rules, err := loadRules(st.Rules, paths...)
 	if err != nil {
 		return fmt.Errorf("loading rules: %w", err)
 	}
@@ -61,7 +64,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	reloadMetrics.Loaded(true, time.Now())
 	reloader := &ruleset.Reloader{
 		Path:     st.Config,
-		Options:  descriptors.Options{MergeDomains: st.MergeDomains},
+		Options:  ruleOptions(st.Rules),
 		MaxBytes: st.MaxRuleBytes,
 		Store:    store,
 		Log:      log,

@@ -202,8 +202,9 @@ Checks the rule files at PATH (each a file or a directory of *.yaml, as
 rls serve --config) together, as the one rule set rls serve would load from a
 directory holding them all: a domain defined in two files fails unless
 --merge-domains. Every problem is printed as file:line:column: reason.
-Without PATH it checks --config. The flags are rls serve's loading flags, with
-their RLS_<FLAG> variables; PATH arguments win over RLS_CONFIG.
+Without PATH it checks --config. The flags, which go before PATH, are rls
+serve's loading flags, with their RLS_<FLAG> variables; PATH arguments win over
+RLS_CONFIG.
 
 `
 

@@ -191,3 +191,28 @@ func TestTracingFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestServeAndValidateShareLoadingFlags: the loading flags of validate are
+// serve's, with the same defaults, variables and values.
+func TestServeAndValidateShareLoadingFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{[]string{"--config", "rules"}, nil},
+		{[]string{"--config", "rules", "--merge-domains", "--max-rule-bytes", "99"}, nil},
+		{nil, map[string]string{"RLS_CONFIG": "rules", "RLS_MERGE_DOMAINS": "true", "RLS_MAX_RULE_BYTES": "7"}},
+	} {
+		st, err := flags.ParseServe(tc.args, envOf(tc.env), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := flags.ParseValidate(tc.args, envOf(tc.env), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Rules != st.Rules || len(v.Paths) != 1 || v.Paths[0] != "rules" {
+			t.Errorf("args %q env %v: validate %+v, serve %+v; want the same loading flags, checking rules", tc.args, tc.env, v, st.Rules)
+		}
+	}
+}
