@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
-	"github.com/sluice-rls/sluice/config"
+	"github.com/sluice-rls/sluice/cmd/rls/flags"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -126,7 +126,7 @@ func TestComposeFile(t *testing.T) {
 	if len(cmdArgs) == 0 || cmdArgs[0] != "serve" {
 		t.Fatalf("compose sluice command %q, want serve and its flags", cmdArgs)
 	}
-	st, err := config.ParseServe(cmdArgs[1:], func(string) string { return "" }, io.Discard)
+	st, err := flags.ParseServe(cmdArgs[1:], func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatalf("compose sluice command %q: %v", cmdArgs, err)
 	}

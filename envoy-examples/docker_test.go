@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-rls/sluice/config"
+	"github.com/sluice-rls/sluice/cmd/rls/flags"
 )
 
 // dockerBuild is the build command the Dockerfile must run.
@@ -73,7 +73,7 @@ func TestDockerfile(t *testing.T) {
 
 	// The image serves on the ports rls serve listens on by default, with
 	// no flags.
-	st, err := config.ParseServe(nil, func(string) string { return "" }, io.Discard)
+	st, err := flags.ParseServe(nil, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 
-	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/ruleset"
 )
 
 const (
@@ -185,7 +185,7 @@ func envoyRateLimits(t *testing.T, b *bootstrapv3.Bootstrap) []*routev3.RateLimi
 func TestEnvoyDescriptorsHaveRules(t *testing.T) {
 	rls := envoyRateLimits(t, loadBootstrap(t))
 	t.Run("embedded rules", func(t *testing.T) {
-		embedded := map[string]string{config.DefaultRulesName: string(config.DefaultRules())}
+		embedded := map[string]string{ruleset.DefaultRulesName: string(ruleset.DefaultRules())}
 		checkDescriptorRules(t, "envoy.yaml", loadRules(t, embedded, "edge"), rls)
 	})
 	t.Run("kubernetes ConfigMap", func(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/config"
+	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/descriptors"
 )
 
@@ -365,7 +365,7 @@ func checkDeployment(t *testing.T, d *object, dirObjs []*object) {
 	if len(c.Args) == 0 || c.Args[0] != "serve" {
 		t.Fatalf("%s: args %q, want `serve` and its flags", d, c.Args)
 	}
-	st, err := config.ParseServe(c.Args[1:], func(string) string { return "" }, io.Discard)
+	st, err := flags.ParseServe(c.Args[1:], func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatalf("%s: rls serve %q: %v", d, c.Args[1:], err)
 	}
@@ -640,7 +640,7 @@ func TestFallbackNodesFromReplicas(t *testing.T) {
 			}
 			d.spec(t, &spec)
 			args := spec.Template.Spec.Containers[0].Args
-			st, err := config.ParseServe(args[1:], func(string) string { return "" }, io.Discard)
+			st, err := flags.ParseServe(args[1:], func(string) string { return "" }, io.Discard)
 			if err != nil || st.Redis == "" {
 				continue // TestDeployments reports it
 			}

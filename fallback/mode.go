@@ -18,8 +18,8 @@ const (
 	Deny
 )
 
-// modes lists every Mode, in flag-help order.
-func modes() []Mode { return []Mode{Share, Local, Allow, Deny} }
+// Modes lists every Mode, in the order of --redis-failure's help.
+func Modes() []Mode { return []Mode{Share, Local, Allow, Deny} }
 
 // String returns the --redis-failure spelling of m.
 func (m Mode) String() string {
@@ -40,7 +40,7 @@ func (m Mode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 // UnmarshalText implements encoding.TextUnmarshaler: it parses a
 // --redis-failure value.
 func (m *Mode) UnmarshalText(b []byte) error {
-	for _, c := range modes() {
+	for _, c := range Modes() {
 		if c.String() == string(b) {
 			*m = c
 			return nil

@@ -23,7 +23,7 @@ func TestCheckCommandOverMutualTLS(t *testing.T) {
 		exit  int
 		first string // the first line of stdout
 	}{
-		// Rules of config/default-rules.yaml: user_id alone has no limit,
+		// Rules of ruleset/default-rules.yaml: user_id alone has no limit,
 		// remote_address=50.0.0.5 a limit of 0.
 		{"OK", append(slices.Clone(mtls), "user_id=alice"), 0, "OK"},
 		{"OVER_LIMIT", append(slices.Clone(mtls), "remote_address=50.0.0.5"), 1, "OVER_LIMIT"},

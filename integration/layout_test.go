@@ -16,20 +16,22 @@ const mod = "github.com/sluice-rls/sluice/"
 
 // allowedImports pins the arrows of the package graph the README's layout
 // table describes: for each package, the sluice packages it may import
-// (tests aside). Main wires everything; the service sees the bucket
+// (tests aside). Main wires everything; its flags read the defaults of the
+// packages that own them; the service sees the bucket
 // contract and the rules, never a backend or the fail-open switch; the
 // fail-open switch sees the contract, never a backend; backends and rules
 // see only the contract; the contract sees nothing.
 var allowedImports = map[string][]string{
 	"bucket":         {},
 	"descriptors":    {"bucket"},
-	"config":         {"descriptors"},
+	"ruleset":        {"descriptors"},
 	"backend/memory": {"bucket"},
 	"backend/redis":  {"bucket"},
 	"fallback":       {"bucket"},
 	"service":        {"bucket", "descriptors"},
 	"tracing":        {},
-	"cmd/rls":        {"backend/memory", "backend/redis", "bucket", "config", "descriptors", "fallback", "service", "tracing"},
+	"cmd/rls":        {"backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "fallback", "ruleset", "service", "tracing"},
+	"cmd/rls/flags":  {"backend/memory", "backend/redis", "fallback", "ruleset", "service"},
 	"cmd/rlsbench":   {},
 }
 

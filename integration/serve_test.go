@@ -128,6 +128,37 @@ func TestValidateCommand(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "bad.yaml:4:") || !strings.Contains(errOut, "fortnight") {
 		t.Errorf("validate bad: code %d stderr %q", code, errOut)
 	}
+	out, errOut, code = runRLS(t, "validate", "-h")
+	if code != 0 || !strings.Contains(errOut, "usage: rls validate") || !strings.Contains(errOut, "-merge-domains") {
+		t.Errorf("validate -h: code %d stdout %q stderr %q, want 0 and the usage", code, out, errOut)
+	}
+}
+
+// TestValidateAgreesWithServe: validate loads its arguments as the one
+// rule set serve loads from a directory, with serve's loading flags. Two
+// files of one domain fail both; with --merge-domains both accept them.
+func TestValidateAgreesWithServe(t *testing.T) {
+	dir := t.TempDir()
+	a := writeFile(t, dir, "a.yaml", minuteRules("d", "2"))
+	b := writeFile(t, dir, "b.yaml", "domain: d\ndescriptors:\n  - key: other\n    rate_limit: {unit: minute, requests_per_unit: 3}\n")
+
+	_, errOut, code := runRLS(t, "validate", a, b)
+	if code != 1 || !strings.Contains(errOut, b) || !strings.Contains(errOut, "duplicate domain") {
+		t.Errorf("validate a.yaml b.yaml: code %d stderr %q; want 1, blaming b.yaml for the duplicate domain", code, errOut)
+	}
+	_, errOut, code = runRLS(t, "serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "", "--config", dir)
+	if code == 0 || !strings.Contains(errOut, b) || !strings.Contains(errOut, "duplicate domain") {
+		t.Errorf("serve --config dir: code %d stderr %q; want it to refuse b.yaml as validate does", code, errOut)
+	}
+
+	out, errOut, code := runRLS(t, "validate", "--merge-domains", dir)
+	if code != 0 || !strings.Contains(out, "ok, 2 rules") {
+		t.Errorf("validate --merge-domains dir: code %d stdout %q stderr %q", code, out, errOut)
+	}
+	p := startRLS(t, "--config", dir, "--merge-domains")
+	if _, body := p.HTTPGet(t, "/rlconfig"); !strings.Contains(body, "d.k") || !strings.Contains(body, "d.other") {
+		t.Errorf("serve --merge-domains: /rlconfig %q, want both files' rules", body)
+	}
 }
 
 func TestCheckCommand(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 
 	"github.com/sluice-rls/sluice/backend/memory"
 	"github.com/sluice-rls/sluice/bucket"
-	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/descriptors"
 	"github.com/sluice-rls/sluice/internal/clocktest"
+	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
 )
 
@@ -51,7 +51,7 @@ func newHarness(t testing.TB, rules string, opts ...func(*service.Options)) *har
 	h.local = memory.New(memory.Options{Now: h.clock.Now})
 	h.global = sharedMemory{memory.New(memory.Options{Now: h.clock.Now})}
 	o := service.Options{
-		Rules:   config.NewStore(mustRules(t, rules)),
+		Rules:   ruleset.NewStore(mustRules(t, rules)),
 		Local:   h.local,
 		Global:  h.global,
 		Now:     h.clock.Now,

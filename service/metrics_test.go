@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-rls/sluice/config"
+	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
 )
 
@@ -57,7 +57,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 3}
 `
 	)
-	store := config.NewStore(mustRules(t, edge, gone))
+	store := ruleset.NewStore(mustRules(t, edge, gone))
 	h := newHarness(t, edge, func(o *service.Options) { o.Rules = store })
 	h.call(t, request("edge", desc("user_id=a"), desc("tenant=acme")))
 	h.call(t, request("gone", desc("ip=1")))

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/sluice-rls/sluice/config"
+	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
 )
 
@@ -30,7 +30,7 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 2000000}
 `
 	cfgA, cfgB := mustRules(t, rulesA), mustRules(t, rulesB)
-	store := config.NewStore(cfgA)
+	store := ruleset.NewStore(cfgA)
 	h := newHarness(t, rulesA, func(o *service.Options) { o.Rules = store })
 
 	var stop atomic.Bool
@@ -104,7 +104,7 @@ descriptors:
   - key: changed
     rate_limit: {unit: minute, requests_per_unit: 6}
 `
-	store := config.NewStore(mustRules(t, before))
+	store := ruleset.NewStore(mustRules(t, before))
 	h := newHarness(t, before, func(o *service.Options) { o.Rules = store })
 	h.admitted(t, 5, request("d", desc("same=x")))
 	h.admitted(t, 5, request("d", desc("changed=x")))

@@ -20,11 +20,11 @@ import (
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/bucket"
-	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/descriptors"
 	"github.com/sluice-rls/sluice/fallback"
 	"github.com/sluice-rls/sluice/internal/otlptest"
 	"github.com/sluice-rls/sluice/internal/redistest"
+	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
 	"github.com/sluice-rls/sluice/tracing"
 )
@@ -56,7 +56,7 @@ func rules(t *testing.T, y string) service.RuleSource {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return config.NewStore(cfg)
+	return ruleset.NewStore(cfg)
 }
 
 // newProvider starts a provider exporting to c, never sampling root

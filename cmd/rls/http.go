@@ -9,7 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/sluice-rls/sluice/config"
+	"github.com/sluice-rls/sluice/cmd/rls/flags"
+	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
 )
 
@@ -20,7 +21,7 @@ import (
 // /healthcheck answers 200 while serving — in fallback too, since the
 // service still works; its body says which layer answers global rules —
 // and 503 once SIGTERM started the drain.
-func newHTTPMux(globalState func() string, store *config.Store, reg *prometheus.Registry, draining *atomic.Bool, adminAddr string) *http.ServeMux {
+func newHTTPMux(globalState func() string, store *ruleset.Store, reg *prometheus.Registry, draining *atomic.Bool, adminAddr string) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthcheck", func(w http.ResponseWriter, r *http.Request) {
 		if draining.Load() {
@@ -49,7 +50,7 @@ func newHTTPMux(globalState func() string, store *config.Store, reg *prometheus.
 // newAdminMux serves the admin address (--admin-addr): /json, which spends
 // and (with --json-negative-hits) returns tokens, and, when enabled,
 // /debug/pprof/.
-func newAdminMux(srv *service.Server, st config.Settings) *http.ServeMux {
+func newAdminMux(srv *service.Server, st flags.Serve) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/json", srv.JSONHandler(service.JSONOptions{AllowNegativeHits: st.JSONNegativeHits}))
 	if st.Pprof {

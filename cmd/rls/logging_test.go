@@ -8,17 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rls/sluice/config"
+	"github.com/sluice-rls/sluice/cmd/rls/flags"
 )
 
 // TestJSONLogDurationsAreText: the JSON handler alone would write
 // 10000000 for 10ms.
 func TestJSONLogDurationsAreText(t *testing.T) {
 	var buf bytes.Buffer
-	log, err := newLogger(config.Settings{LogLevel: "info", LogFormat: "json"}, &buf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	log := newLogger(slog.LevelInfo, flags.LogJSON, &buf)
 	log.Info("draining", "timeout", 10*time.Millisecond, "count", 3,
 		slog.Group("redis", "deadline", 1500*time.Microsecond), "backoff", slog.AnyValue(2*time.Second))
 	var line struct {
@@ -42,10 +39,7 @@ func TestJSONLogDurationsAreText(t *testing.T) {
 // TestTextLogDurations: the text handler already writes "10ms"; it stays so.
 func TestTextLogDurations(t *testing.T) {
 	var buf bytes.Buffer
-	log, err := newLogger(config.Settings{LogLevel: "info", LogFormat: "text"}, &buf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	log := newLogger(slog.LevelInfo, flags.LogText, &buf)
 	log.Info("draining", "timeout", 10*time.Millisecond)
 	if !strings.Contains(buf.String(), " timeout=10ms") {
 		t.Errorf("text line %q lacks timeout=10ms", buf.String())

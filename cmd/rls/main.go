@@ -1,7 +1,8 @@
 // Command rls is sluice's rate-limit service for Envoy.
 //
 //	rls serve [flags]                 run the service (embedded example rules by default)
-//	rls validate PATH...              check rule files or directories
+//	rls validate [flags] PATH...      check rule files or directories as one
+//	                                  rule set, with serve's loading flags
 //	rls check --domain D k=v[,k=v]... ask a running server for a decision
 //	                                  (exit 0 OK, 1 OVER_LIMIT, 2 error)
 //	rls version                       print the version, commit and Go version
@@ -46,7 +47,8 @@ func exitCode(err error) int {
 
 const usage = `usage:
   rls serve [flags]                    run the rate-limit service (rls serve -h lists flags)
-  rls validate PATH...                 check rule files or directories of *.yaml
+  rls validate [flags] PATH...         check rule files or directories of *.yaml as the one
+                                       rule set serve would load (rls validate -h lists flags)
   rls check [flags] KEY=VALUE[,KEY=VALUE]...
                                        ask a running server; one argument per descriptor;
                                        exit 0 OK, 1 OVER_LIMIT, 2 error (--tls-* for TLS)
@@ -63,7 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "serve":
 		return serve(ctx, args[1:], stderr, getenv)
 	case "validate":
-		return validate(args[1:], stdout, stderr)
+		return validate(args[1:], stdout, stderr, getenv)
 	case "check":
 		return check(ctx, args[1:], stdout, stderr)
 	case "version":

@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/config"
+	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/fallback"
 )
 
@@ -26,11 +26,7 @@ const stallCalls = 3
 // newRedisGlobal connects the global layer to --redis, wrapped in the
 // fail-open switch: a memory fallback enforcing this node's share, the
 // node registry that gives N, and the probe.
-func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (*fallback.Limiter, func(), error) {
-	var mode fallback.Mode
-	if err := mode.UnmarshalText([]byte(st.RedisFailure)); err != nil {
-		return nil, nil, fmt.Errorf("--redis-failure: %w", err)
-	}
+func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (*fallback.Limiter, func(), error) {
 	opts, err := redisbackend.ParseURL(st.Redis, st.RedisTimeout)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--redis: %w", err)
@@ -59,7 +55,7 @@ func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, r
 	}()
 
 	share := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
-	go share.Run(ctx, evictEvery)
+	go share.Run(ctx, memory.DefaultEvictEvery)
 	registerBucketGauge(reg, "fallback", share.Len)
 	registerFullRefusals(reg, "fallback", share.FullRefusals)
 
@@ -68,7 +64,7 @@ func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, r
 		Share:     share,
 		Probe:     lim.Ping,
 		Nodes:     nodeCount,
-		Mode:      mode,
+		Mode:      st.RedisFailure,
 		Classify:  redisbackend.ErrorKind,
 		Abandoned: func(err error) bool { return errors.Is(err, redisbackend.ErrAbandoned) },
 		// A stalled Redis fails every call; a busy one fails a few while
@@ -88,20 +84,12 @@ func newRedisGlobal(ctx context.Context, st config.Settings, log *slog.Logger, r
 	return sw, closeAll, nil
 }
 
-// defaultInitialNodes is N for the fallback share while a node has not read
-// the node registry and --fallback-nodes-initial is not set. A node that
-// never reached Redis (started during an outage, or with a wrong password)
-// does not know the fleet; assuming it is alone (N = 1) let every such node
-// admit the whole global rate. With 10, up to ten such nodes together stay
-// within the rate; a smaller fleet admits less until it reaches Redis.
-const defaultInitialNodes = 10
-
 // Sources of N, the values of ratelimit_fallback_nodes' source label.
 const (
 	nodesFromFlag     = "flag"     // --fallback-nodes pins N
 	nodesFromRegistry = "registry" // the live count from heartbeats
 	nodesFromInitial  = "initial"  // --fallback-nodes-initial, before the registry
-	nodesFromDefault  = "default"  // defaultInitialNodes, before the registry
+	nodesFromDefault  = "default"  // flags.DefaultFallbackNodesInitial, before the registry
 )
 
 // nodeCounter is the node registry as fallbackNodes reads it.
@@ -113,7 +101,7 @@ type nodeCounter interface {
 // fallbackNodes chooses N, the node count of the fallback share rate/N:
 // --fallback-nodes when set; otherwise the registry's live count once a
 // heartbeat has succeeded; before that --fallback-nodes-initial, or
-// defaultInitialNodes. N is never 1 merely because Redis was never reached.
+// flags.DefaultFallbackNodesInitial. N is never 1 merely because Redis was never reached.
 type fallbackNodes struct {
 	pinned, initial int
 	registry        nodeCounter
@@ -129,7 +117,7 @@ func (f fallbackNodes) count() (int, string) {
 	case f.initial > 0:
 		return f.initial, nodesFromInitial
 	default:
-		return defaultInitialNodes, nodesFromDefault
+		return flags.DefaultFallbackNodesInitial, nodesFromDefault
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -29,45 +28,43 @@ import (
 
 	"github.com/sluice-rls/sluice/backend/memory"
 	"github.com/sluice-rls/sluice/bucket"
-	"github.com/sluice-rls/sluice/config"
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/fallback"
+	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
 	"github.com/sluice-rls/sluice/tracing"
 )
 
-// evictEvery is how often the memory backends drop full (idle) buckets.
-const evictEvery = 10 * time.Second
-
 // serve runs the service until ctx is done, then drains and returns nil.
 func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
-	st, err := config.ParseServe(args, getenv, stderr)
+	st, err := flags.ParseServe(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	log, err := newLogger(st, stderr)
-	if err != nil {
-		return err
+	log := newLogger(st.LogLevel, st.LogFormat, stderr)
+	var paths []string // none: the embedded example
+	if st.Config != "" {
+		paths = []string{st.Config}
 	}
-	rules, err := config.LoadLimited(st.Config, descriptors.Options{MergeDomains: st.MergeDomains}, st.MaxRuleBytes)
+	rules, err := loadRules(st.Rules, paths...)
 	if err != nil {
 		return fmt.Errorf("loading rules: %w", err)
 	}
-	store := config.NewStore(rules)
+	store := ruleset.NewStore(rules)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerBuildInfo(reg, currentBuild())
-	reloadMetrics := config.NewReloadMetrics(reg)
+	reloadMetrics := ruleset.NewReloadMetrics(reg)
 	reloadMetrics.Loaded(true, time.Now())
-	reloader := &config.Reloader{
+	reloader := &ruleset.Reloader{
 		Path:     st.Config,
-		Options:  descriptors.Options{MergeDomains: st.MergeDomains},
+		Options:  ruleOptions(st.Rules),
 		MaxBytes: st.MaxRuleBytes,
 		Store:    store,
 		Log:      log,
@@ -88,7 +85,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	}
 
 	local := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
-	go local.Run(ctx, evictEvery)
+	go local.Run(ctx, memory.DefaultEvictEvery)
 	registerBucketGauge(reg, "local", local.Len)
 	registerFullRefusals(reg, "local", local.FullRefusals)
 	traces, err := tracing.New(ctx, tracing.Options{
@@ -228,7 +225,7 @@ const (
 // handshake (TLS and HTTP/2 preface), time without calls, and keepalive
 // pings (clients pinging faster than --grpc-keepalive-min-time get GOAWAY).
 // None of them touches a call in flight.
-func grpcConnLimits(st config.Settings) []grpc.ServerOption {
+func grpcConnLimits(st flags.Serve) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ConnectionTimeout(st.GRPCHandshakeTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
@@ -246,7 +243,7 @@ func grpcConnLimits(st config.Settings) []grpc.ServerOption {
 // newHTTPServer returns a server for the HTTP or admin listener with the
 // --http-*-timeout limits, logging its errors (accept failures, TLS
 // handshakes) through log.
-func newHTTPServer(h http.Handler, st config.Settings, log *slog.Logger) *http.Server {
+func newHTTPServer(h http.Handler, st flags.Serve, log *slog.Logger) *http.Server {
 	return &http.Server{
 		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		Handler:     h,
@@ -268,7 +265,7 @@ func limitConns(lis net.Listener, n int) net.Listener {
 }
 
 // reloadOn reloads the rules on every signal from hup until ctx is done.
-func reloadOn(ctx context.Context, hup <-chan os.Signal, r *config.Reloader) {
+func reloadOn(ctx context.Context, hup <-chan os.Signal, r *ruleset.Reloader) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -329,10 +326,10 @@ func (g globalLayer) state() string {
 // newGlobal builds the global layer: Redis behind the fail-open switch
 // when --redis is set, else a memory backend holding global rules on this
 // node.
-func newGlobal(ctx context.Context, st config.Settings, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (globalLayer, error) {
+func newGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (globalLayer, error) {
 	if st.Redis == "" {
 		m := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
-		go m.Run(ctx, evictEvery)
+		go m.Run(ctx, memory.DefaultEvictEvery)
 		registerBucketGauge(reg, "global", m.Len)
 		registerFullRefusals(reg, "global", m.FullRefusals)
 		return globalLayer{limiter: m, close: func() {}}, nil
@@ -362,23 +359,17 @@ func isLoopback(addr net.Addr) bool {
 
 func ruleSource(path string) string {
 	if path == "" {
-		return config.DefaultRulesName
+		return ruleset.DefaultRulesName
 	}
 	return path
 }
 
-func newLogger(st config.Settings, w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(st.LogLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
+// newLogger writes log lines at level and above to w, in format.
+func newLogger(level slog.Level, format flags.LogFormat, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
-	switch strings.ToLower(st.LogFormat) {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
+	if format == flags.LogJSON {
 		opts.ReplaceAttr = durationsAsText
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(slog.NewJSONHandler(w, opts))
 	}
-	return nil, fmt.Errorf("--log-format must be text or json, not %q", st.LogFormat)
+	return slog.New(slog.NewTextHandler(w, opts))
 }

@@ -9,14 +9,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/sluice-rls/sluice/config"
+	"github.com/sluice-rls/sluice/cmd/rls/flags"
 )
 
 // serverTLSConfig returns the server TLS configuration of --tls-cert,
 // --tls-key and --tls-client-ca (mTLS: clients must present a certificate
 // signed by that CA), shared by the gRPC and admin listeners. None of them
 // set: nil, plaintext.
-func serverTLSConfig(st config.Settings) (*tls.Config, error) {
+func serverTLSConfig(st flags.Serve) (*tls.Config, error) {
 	if st.TLSCert == "" {
 		return nil, nil
 	}

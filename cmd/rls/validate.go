@@ -2,32 +2,30 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"strings"
 
-	"github.com/sluice-rls/sluice/config"
-	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/cmd/rls/flags"
 )
 
-// validate checks rule files or directories, printing every problem as
-// file:line:column: reason. Each argument is checked as one rule set.
-func validate(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, "usage: rls validate PATH...\n")
-		return errUsage
+// validate checks rule files or directories as the one rule set serve
+// would load from them, with serve's loading flags, printing every problem
+// as file:line:column: reason.
+func validate(args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	v, err := flags.ParseValidate(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
 	}
-	failed := false
-	for _, path := range args {
-		cfg, err := config.Load(path, descriptors.Options{})
-		if err != nil {
-			failed = true
-			fmt.Fprintln(stderr, err)
-			continue
-		}
-		fmt.Fprintf(stdout, "%s: ok, %d rules\n", path, cfg.Len())
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if failed {
+	cfg, err := loadRules(v.Rules, v.Paths...)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
 		return errors.New("invalid rule files")
 	}
+	fmt.Fprintf(stdout, "%s: ok, %d rules\n", strings.Join(v.Paths, ", "), cfg.Len())
 	return nil
 }

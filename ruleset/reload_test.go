@@ -1,8 +1,7 @@
-package config_test
+package ruleset_test
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,8 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/ruleset"
 )
 
 func rulesYAML(n int) string {
@@ -40,7 +39,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func limitOf(t *testing.T, s *config.Store) uint64 {
+func limitOf(t *testing.T, s *ruleset.Store) uint64 {
 	t.Helper()
 	r := s.Rules().Domain("d").Match([]descriptors.Entry{{Key: "k", Value: "v"}})
 	if r == nil || r.Global == nil {
@@ -62,24 +61,24 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 type fixture struct {
-	store *config.Store
-	r     *config.Reloader
+	store *ruleset.Store
+	r     *ruleset.Reloader
 	log   *syncBuffer
 	reg   *prometheus.Registry
 }
 
 func newFixture(t *testing.T, path string) *fixture {
 	t.Helper()
-	cfg, err := config.Load(path, descriptors.Options{})
+	cfg, err := ruleset.Load(path, descriptors.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{store: config.NewStore(cfg), log: &syncBuffer{}, reg: prometheus.NewRegistry()}
-	f.r = &config.Reloader{
+	f := &fixture{store: ruleset.NewStore(cfg), log: &syncBuffer{}, reg: prometheus.NewRegistry()}
+	f.r = &ruleset.Reloader{
 		Path:    path,
 		Store:   f.store,
 		Log:     slog.New(slog.NewTextHandler(f.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Metrics: config.NewReloadMetrics(f.reg),
+		Metrics: ruleset.NewReloadMetrics(f.reg),
 	}
 	return f
 }
@@ -179,35 +178,26 @@ func TestWatchConfigMapSymlinkSwap(t *testing.T) {
 	if got := limitOf(t, f.store); got != 10 {
 		t.Fatalf("initial limit %d, want 10", got)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- f.r.Watch(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	// The watcher must be registered before the swap; a reload it triggers
-	// by a harmless extra rule file proves it is. A file that is not a rule
-	// file never triggers one.
+	c := startWatch(t, f)
+	// A file that is not a rule file next to the rules is no change. Its
+	// event comes before the swap's, so by the reload it has been seen.
 	must(t, os.WriteFile(filepath.Join(dir, "sluice.log"), []byte("noise"), 0o644))
-	polls := 0
-	waitFor(t, "the watcher to start", func() bool {
-		if polls%50 == 0 { // touch every 250ms: each event restarts the settle timer
-			os.WriteFile(filepath.Join(dir, "touch.yaml"), []byte("domain: touch\n"), 0o644)
-		}
-		polls++
-		return f.loads(t, "success") >= 1
-	})
-	must(t, os.Remove(filepath.Join(dir, "touch.yaml")))
 
 	writeVersion("..2026_11_29_00_01_00.2", 30)
 	must(t, os.Symlink("..2026_11_29_00_01_00.2", filepath.Join(dir, "..data_tmp")))
 	must(t, os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")))
 	must(t, os.RemoveAll(filepath.Join(dir, "..2026_11_29_00_00_00.1")))
 
-	waitFor(t, "the symlink swap to reload", func() bool { return limitOf(t, f.store) == 30 })
+	c.settle(t, "the symlink swap to reload", func() bool { return limitOf(t, f.store) == 30 }, nil)
+	if got := f.loads(t, "success"); got != 1 {
+		t.Errorf("%v successful loads for one ConfigMap update, want 1", got)
+	}
+	if strings.Contains(f.log.String(), "sluice.log") {
+		t.Errorf("sluice.log was taken for a rule file change:\n%s", f.log)
+	}
+	if got, want := f.gauge(t, "ratelimit_config_last_success_timestamp_seconds"), float64(c.Now().UnixNano())/1e9; got != want {
+		t.Errorf("last success at %v, want the reloader's clock, %v", got, want)
+	}
 }
 
 func must(t *testing.T, err error) {

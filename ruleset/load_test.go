@@ -1,4 +1,4 @@
-package config_test
+package ruleset_test
 
 import (
 	"errors"
@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rls/sluice/config"
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/ruleset"
 )
 
 // loadWithin runs load and fails the test if it has not returned within a
@@ -34,7 +34,7 @@ func TestLoadDanglingSymlinkIsAnError(t *testing.T) {
 	dir := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(rulesYAML(10)), 0o644))
 	must(t, os.Symlink("gone/b.yaml", filepath.Join(dir, "b.yaml")))
-	_, err := config.Load(dir, descriptors.Options{})
+	_, err := ruleset.Load(dir, descriptors.Options{})
 	if err == nil {
 		t.Fatal("Load of a directory with a dangling b.yaml link succeeded; its domain would silently vanish")
 	}
@@ -78,7 +78,7 @@ func TestLoadRefusesNonRegularFiles(t *testing.T) {
 	} {
 		t.Run(filepath.Base(tt.path), func(t *testing.T) {
 			err := loadWithin(t, func() error {
-				_, err := config.Load(tt.path, descriptors.Options{})
+				_, err := ruleset.Load(tt.path, descriptors.Options{})
 				return err
 			})
 			if err == nil || !strings.Contains(err.Error(), tt.path) || !strings.Contains(err.Error(), "not a regular file") || !strings.Contains(err.Error(), tt.kind) {
@@ -90,7 +90,7 @@ func TestLoadRefusesNonRegularFiles(t *testing.T) {
 	must(t, os.Remove(zero))
 	must(t, os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte(rulesYAML(1)), 0o644))
 	err := loadWithin(t, func() error {
-		_, err := config.Load(dir, descriptors.Options{})
+		_, err := ruleset.Load(dir, descriptors.Options{})
 		return err
 	})
 	if err == nil || !strings.Contains(err.Error(), fifo) {
@@ -107,14 +107,14 @@ func TestLoadSizeCap(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("domain: b\n"+pad), 0o644))
 	total := int64(len(small) + len("domain: b\n"+pad))
 
-	if _, err := config.LoadLimited(dir, descriptors.Options{}, total); err != nil {
+	if _, err := ruleset.LoadLimited(dir, descriptors.Options{}, total); err != nil {
 		t.Fatalf("rules of exactly the cap: %v", err)
 	}
-	_, err := config.LoadLimited(dir, descriptors.Options{}, total-1)
+	_, err := ruleset.LoadLimited(dir, descriptors.Options{}, total-1)
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "b.yaml")) || !strings.Contains(err.Error(), "--max-rule-bytes") {
 		t.Errorf("rules one byte over the cap: %v, want an error naming b.yaml and --max-rule-bytes", err)
 	}
-	if !errors.Is(err, config.ErrRulesTooLarge) {
+	if !errors.Is(err, ruleset.ErrRulesTooLarge) {
 		t.Errorf("err %v is not ErrRulesTooLarge", err)
 	}
 }
@@ -127,8 +127,8 @@ func TestLoadDefaultCapStopsABigFile(t *testing.T) {
 	must(t, err)
 	must(t, f.Truncate(1<<30))
 	must(t, f.Close())
-	_, err = config.Load(path, descriptors.Options{})
-	if !errors.Is(err, config.ErrRulesTooLarge) || !strings.Contains(err.Error(), path) {
+	_, err = ruleset.Load(path, descriptors.Options{})
+	if !errors.Is(err, ruleset.ErrRulesTooLarge) || !strings.Contains(err.Error(), path) {
 		t.Errorf("Load of a 1 GiB file = %v, want ErrRulesTooLarge naming the file", err)
 	}
 }
@@ -137,7 +137,7 @@ func TestRuleFilesListsDanglingAndSkipsDirs(t *testing.T) {
 	dir := t.TempDir()
 	must(t, os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o755))
 	must(t, os.Symlink("nowhere.yaml", filepath.Join(dir, "x.yaml")))
-	names, err := config.RuleFiles(dir)
+	names, err := ruleset.RuleFiles(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,5 +146,52 @@ func TestRuleFilesListsDanglingAndSkipsDirs(t *testing.T) {
 	}
 	if _, err := os.Stat(names[0]); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("x.yaml should dangle: %v", err)
+	}
+}
+
+func TestLoadEmbeddedDefault(t *testing.T) {
+	cfg, err := ruleset.Load("", descriptors.Options{})
+	if err != nil {
+		t.Fatalf("embedded rules: %v", err)
+	}
+	if cfg.Domain("edge") == nil || cfg.Len() < 5 {
+		t.Errorf("embedded rules: domain edge with %d rules", cfg.Len())
+	}
+}
+
+// TestLoadPathsIsOneSet: several paths are one rule set, as one directory
+// holding all their files would be: a domain in two of them is refused
+// (naming the later file) unless merged, and the cap counts them all.
+func TestLoadPathsIsOneSet(t *testing.T) {
+	dirA, dirB := t.TempDir(), t.TempDir()
+	a := filepath.Join(dirA, "a.yaml")
+	must(t, os.WriteFile(a, []byte(rulesYAML(10)), 0o644))
+	b := filepath.Join(dirB, "b.yaml")
+	must(t, os.WriteFile(b, []byte("domain: d\ndescriptors:\n  - key: other\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"), 0o644))
+
+	for _, paths := range [][]string{{a, b}, {dirA, dirB}, {a, dirB}} {
+		_, err := ruleset.LoadPaths(paths, descriptors.Options{}, 0)
+		if err == nil || !strings.Contains(err.Error(), b) || !strings.Contains(err.Error(), "duplicate domain") {
+			t.Errorf("LoadPaths(%v) = %v, want a duplicate domain d blamed on b.yaml", paths, err)
+		}
+		cfg, err := ruleset.LoadPaths(paths, descriptors.Options{MergeDomains: true}, 0)
+		if err != nil || cfg.Len() != 2 {
+			t.Errorf("LoadPaths(%v) merged: %v rules, err %v; want 2 rules", paths, cfg.Len(), err)
+		}
+	}
+	st, err := os.Stat(a)
+	must(t, err)
+	_, err = ruleset.LoadPaths([]string{a, b}, descriptors.Options{MergeDomains: true}, st.Size())
+	if !errors.Is(err, ruleset.ErrRulesTooLarge) || !strings.Contains(err.Error(), b) {
+		t.Errorf("LoadPaths over the cap with its second path: %v, want ErrRulesTooLarge naming b.yaml", err)
+	}
+	missing1, missing2 := filepath.Join(dirA, "x.yaml"), filepath.Join(dirB, "y")
+	_, err = ruleset.LoadPaths([]string{missing1, a, missing2}, descriptors.Options{}, 0)
+	if err == nil || !strings.Contains(err.Error(), missing1) || !strings.Contains(err.Error(), missing2) {
+		t.Errorf("LoadPaths with two missing paths: %v, want both named", err)
+	}
+	cfg, err := ruleset.LoadPaths(nil, descriptors.Options{}, 0)
+	if err != nil || cfg.Domain("edge") == nil {
+		t.Errorf("LoadPaths(nil) = %v, want the embedded example", err)
 	}
 }

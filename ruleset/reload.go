@@ -1,4 +1,4 @@
-package config
+package ruleset
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rls/sluice/descriptors"
@@ -33,10 +34,18 @@ type Reloader struct {
 	MaxBytes int64 // cap on the rule files' bytes per load (--max-rule-bytes); 0 = DefaultMaxRuleBytes
 	Store    *Store
 	Log      *slog.Logger
-	Metrics  *ReloadMetrics   // nil records nothing
-	Now      func() time.Time // nil = time.Now
-	// After arms Watch's settle timer; nil = time.After. Tests fire it by hand.
-	After func(time.Duration) <-chan time.Time
+	Metrics  *ReloadMetrics // nil records nothing
+	// Clock times the loads (ratelimit_config_last_success_timestamp_seconds)
+	// and Watch's settle timer; nil is the real clock. Tests pass a
+	// clockwork.FakeClock and advance it past each settle.
+	Clock clockwork.Clock
+}
+
+func (r *Reloader) clock() clockwork.Clock {
+	if r.Clock == nil {
+		return clockwork.NewRealClock()
+	}
+	return r.Clock
 }
 
 // Reload loads the rules again. On failure it logs every problem (with
@@ -53,7 +62,7 @@ type snapshot struct {
 }
 
 func (r *Reloader) read() snapshot {
-	set, err := readRuleSet(r.Path, r.MaxBytes)
+	set, err := readRuleSet([]string{r.Path}, r.MaxBytes)
 	if err != nil {
 		return snapshot{err: err, fp: sha256.Sum256([]byte("error\x00" + err.Error()))}
 	}
@@ -74,11 +83,7 @@ func (r *Reloader) apply(snap snapshot) error {
 		return err
 	}
 	old := r.Store.Swap(cfg)
-	now := time.Now
-	if r.Now != nil {
-		now = r.Now
-	}
-	r.Metrics.loaded(true, now())
+	r.Metrics.loaded(true, r.clock().Now())
 	changes := Diff(old, cfg)
 	for _, c := range changes {
 		r.Log.Info("rule "+c.Kind, "rule", c.Rule, "old", c.Old, "new", c.New)
@@ -100,15 +105,25 @@ func (r *Reloader) apply(snap snapshot) error {
 // settleDelay again and reads them again; it loads only when both reads
 // agree, so that a file rewritten in place is not loaded half-written.
 func (r *Reloader) Watch(ctx context.Context) error {
-	after := r.After
-	if after == nil {
-		after = time.After
-	}
+	clock := r.clock()
 	var (
-		w   *fsnotify.Watcher
-		set watchSet
+		w      *fsnotify.Watcher
+		set    watchSet
+		settle clockwork.Timer  // nil: nothing pending
+		fire   <-chan time.Time // settle's channel; nil while nothing is pending
 	)
+	// arm (re)starts the settle timer; one is pending at a time.
+	arm := func() {
+		if settle != nil {
+			settle.Stop()
+		}
+		settle = clock.NewTimer(settleDelay)
+		fire = settle.Chan()
+	}
 	defer func() {
+		if settle != nil {
+			settle.Stop()
+		}
 		if w != nil {
 			w.Close()
 		}
@@ -154,8 +169,7 @@ func (r *Reloader) Watch(ctx context.Context) error {
 		return fmt.Errorf("watch rules at %s: %w", r.Path, err)
 	}
 	var (
-		settle <-chan time.Time // nil: nothing pending
-		prev   *snapshot        // the last read, while waiting for the files to settle
+		prev   *snapshot // the last read, while waiting for the files to settle
 		rounds int
 	)
 	for {
@@ -170,14 +184,14 @@ func (r *Reloader) Watch(ctx context.Context) error {
 				continue // e.g. a log file written next to the rules
 			}
 			r.Log.Debug("rule files changed", "event", ev.String())
-			settle = after(settleDelay)
+			arm()
 		case err, ok := <-w.Errors:
 			if !ok {
 				return nil
 			}
 			r.Log.Warn("watching rules", "err", err)
-		case <-settle:
-			settle = nil
+		case <-fire:
+			settle, fire = nil, nil
 			// Watch first, then read: a change after this point is an event.
 			if err := rewatch(); err != nil {
 				r.Log.Warn("cannot move the rule watches; keeping the old ones", "path", r.Path, "err", err)
@@ -196,7 +210,7 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			}
 			r.Log.Debug("rule files read; waiting for a second read to agree", "path", r.Path)
 			prev = &snap
-			settle = after(settleDelay)
+			arm()
 		}
 	}
 }

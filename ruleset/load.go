@@ -1,4 +1,4 @@
-package config
+package ruleset
 
 import (
 	"crypto/sha256"
@@ -51,13 +51,26 @@ func Load(path string, opts descriptors.Options) (*descriptors.Config, error) {
 // never silently leaves a file out.
 func LoadLimited(path string, opts descriptors.Options, maxBytes int64) (*descriptors.Config, error) {
 	if path == "" {
+		return LoadPaths(nil, opts, maxBytes)
+	}
+	return LoadPaths([]string{path}, opts, maxBytes)
+}
+
+// LoadPaths is LoadLimited for several paths — each a file or a directory,
+// as Load's path — loaded as one rule set: the set Load would build from
+// one directory holding all their rule files, in the order of paths (so a
+// domain defined twice is refused, naming the later file, unless
+// opts.MergeDomains), and maxBytes caps them all together. No paths: the
+// embedded example.
+func LoadPaths(paths []string, opts descriptors.Options, maxBytes int64) (*descriptors.Config, error) {
+	if len(paths) == 0 {
 		f, err := descriptors.Parse(DefaultRulesName, defaultRules)
 		if err != nil {
 			return nil, err
 		}
 		return descriptors.New([]*descriptors.File{f}, opts)
 	}
-	set, err := readRuleSet(path, maxBytes)
+	set, err := readRuleSet(paths, maxBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -70,19 +83,27 @@ type ruleSet struct {
 	data  [][]byte
 }
 
-// readRuleSet reads every rule file path stands for, at most maxBytes in
-// all. Every unreadable file is reported, not only the first.
-func readRuleSet(path string, maxBytes int64) (*ruleSet, error) {
+// readRuleSet reads every rule file the paths stand for, at most maxBytes
+// in all. Every unreadable file or path is reported, not only the first.
+func readRuleSet(paths []string, maxBytes int64) (*ruleSet, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxRuleBytes
 	}
-	names, err := RuleFiles(path)
-	if err != nil {
-		return nil, err
+	var names []string
+	var errs []error
+	for _, path := range paths {
+		n, err := RuleFiles(path)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		names = append(names, n...)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	set := &ruleSet{names: names}
 	left := maxBytes
-	var errs []error
 	for _, name := range names {
 		data, err := readRuleFile(name, left, maxBytes)
 		if err != nil {

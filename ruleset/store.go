@@ -1,4 +1,4 @@
-package config
+package ruleset
 
 import (
 	"sync/atomic"

@@ -1,93 +1,70 @@
-package config_test
+package ruleset_test
 
 import (
 	"context"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/goleak"
+
+	"github.com/sluice-rls/sluice/ruleset"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// manualTimer stands in for time.After in Reloader.After: the settle timer
-// fires only when the test says so.
-type manualTimer struct {
-	mu      sync.Mutex
-	pending []chan time.Time // armed and not yet taken by the test
-	armed   chan struct{}    // a token when something was armed
+// watchClock is the fake clock of a watcher under test: its settle timer
+// fires only when the test advances the clock past it.
+type watchClock struct{ *clockwork.FakeClock }
+
+// armed reports whether the watcher has armed its settle timer, waiting up
+// to d for it: the timer follows file events, which arrive when the kernel
+// sends them.
+func (c watchClock) armed(d time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return c.BlockUntilContext(ctx, 1) == nil
 }
 
-func newManualTimer() *manualTimer { return &manualTimer{armed: make(chan struct{}, 1)} }
-
-// After arms a timer. The watcher listens only to the latest one, so
-// firing an older one does nothing.
-func (m *manualTimer) After(time.Duration) <-chan time.Time {
-	ch := make(chan time.Time, 1)
-	m.mu.Lock()
-	m.pending = append(m.pending, ch)
-	m.mu.Unlock()
-	select {
-	case m.armed <- struct{}{}:
-	default:
-	}
-	return ch
-}
-
-// take returns the timers armed since the last take.
-func (m *manualTimer) take() []chan time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := m.pending
-	m.pending = nil
-	return p
-}
-
-func fire(chs []chan time.Time) {
-	for _, ch := range chs {
-		ch <- time.Time{} // buffered, fired once
-	}
-}
-
-// settle fires every timer the watcher arms until cond holds, checking
-// between fires that never (if given) stays false. It fails after a
-// deadline or too many fires.
-func (m *manualTimer) settle(t *testing.T, what string, cond, never func() bool) {
+// settle advances the clock past every settle timer the watcher arms until
+// cond holds, checking between advances that never (if given) stays
+// false. It fails after a deadline or too many advances.
+//
+// cond is checked again between finding a timer armed and advancing past
+// it: the watcher logs what it did before it arms its next timer, so when
+// cond is about the log, a timer armed after cond turned true is never
+// fired. One advance is not always one read: an event that comes with the
+// timer's fire restarts the timer, as it should.
+func (c watchClock) settle(t *testing.T, what string, cond, never func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	fires := 0
+	advances := 0
 	for !cond() {
 		if never != nil && never() {
 			t.Fatalf("while waiting for %s: a state that must never happen", what)
 		}
-		if time.Now().After(deadline) || fires > 50 {
-			t.Fatalf("timed out waiting for %s (%d fires)", what, fires)
+		if time.Now().After(deadline) || advances > 2*ruleset.MaxSettleRounds {
+			t.Fatalf("timed out waiting for %s (%d settle intervals)", what, advances)
 		}
-		if chs := m.take(); len(chs) > 0 {
-			fires += len(chs)
-			fire(chs)
-			continue
-		}
-		select {
-		case <-m.armed:
-		case <-time.After(5 * time.Millisecond):
+		if c.armed(5*time.Millisecond) && !cond() {
+			c.Advance(ruleset.SettleDelay)
+			advances++
 		}
 	}
 }
 
-// startWatch runs f.r.Watch with a manual timer until the test ends, and
-// waits until its watches are in place.
-func startWatch(t *testing.T, f *fixture) *manualTimer {
+// startWatch runs f.r.Watch on a fake clock until the test ends, and waits
+// until its watches are in place.
+func startWatch(t *testing.T, f *fixture) watchClock {
 	t.Helper()
-	m := newManualTimer()
-	f.r.After = m.After
+	c := watchClock{clockwork.NewFakeClock()}
+	f.r.Clock = c
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.r.Watch(ctx) }()
@@ -103,7 +80,7 @@ func startWatch(t *testing.T, f *fixture) *manualTimer {
 		}
 	})
 	waitFor(t, "the watcher to start", func() bool { return strings.Contains(f.log.String(), "watching rule files") })
-	return m
+	return c
 }
 
 func writeRules(t *testing.T, path string, limit int) {
@@ -120,16 +97,16 @@ func TestWatchFollowsDirectorySwap(t *testing.T) {
 	must(t, os.Mkdir(dir, 0o755))
 	writeRules(t, filepath.Join(dir, "rules.yaml"), 10)
 	f := newFixture(t, dir)
-	m := startWatch(t, f)
+	c := startWatch(t, f)
 
 	must(t, os.Mkdir(filepath.Join(base, "rules.new"), 0o755))
 	writeRules(t, filepath.Join(base, "rules.new", "rules.yaml"), 20)
 	must(t, os.Rename(dir, filepath.Join(base, "rules.old")))
 	must(t, os.Rename(filepath.Join(base, "rules.new"), dir))
-	m.settle(t, "the swapped directory to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
+	c.settle(t, "the swapped directory to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
 
 	writeRules(t, filepath.Join(dir, "rules.yaml"), 30)
-	m.settle(t, "an edit in the new directory to load", func() bool { return limitOf(t, f.store) == 30 }, nil)
+	c.settle(t, "an edit in the new directory to load", func() bool { return limitOf(t, f.store) == 30 }, nil)
 	if !strings.Contains(f.log.String(), "following rule files") {
 		t.Errorf("the log does not say the watches moved:\n%s", f.log)
 	}
@@ -148,14 +125,14 @@ func TestWatchFollowsConfigSymlinkSwap(t *testing.T) {
 	current := filepath.Join(base, "current")
 	must(t, os.Symlink("v1", current))
 	f := newFixture(t, current)
-	m := startWatch(t, f)
+	c := startWatch(t, f)
 
 	must(t, os.Symlink("v2", filepath.Join(base, "current.tmp")))
 	must(t, os.Rename(filepath.Join(base, "current.tmp"), current))
-	m.settle(t, "the swapped link to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
+	c.settle(t, "the swapped link to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
 
 	writeRules(t, filepath.Join(base, "v2", "rules.yaml"), 30)
-	m.settle(t, "an edit behind the new link to load", func() bool { return limitOf(t, f.store) == 30 }, nil)
+	c.settle(t, "an edit behind the new link to load", func() bool { return limitOf(t, f.store) == 30 }, nil)
 }
 
 // TestWatchFollowsRuntimeRootSwap: envoyproxy/ratelimit's layout, where
@@ -170,14 +147,14 @@ func TestWatchFollowsRuntimeRootSwap(t *testing.T) {
 	}
 	must(t, os.Symlink("data-1", filepath.Join(base, "current")))
 	f := newFixture(t, filepath.Join(base, "current", "ratelimit", "config"))
-	m := startWatch(t, f)
+	c := startWatch(t, f)
 
 	must(t, os.Symlink("data-2", filepath.Join(base, "current.tmp")))
 	must(t, os.Rename(filepath.Join(base, "current.tmp"), filepath.Join(base, "current")))
-	m.settle(t, "the swapped root to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
+	c.settle(t, "the swapped root to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
 
 	writeRules(t, filepath.Join(base, "data-2", "ratelimit", "config", "rules.yaml"), 30)
-	m.settle(t, "an edit under the new root to load", func() bool { return limitOf(t, f.store) == 30 }, nil)
+	c.settle(t, "an edit under the new root to load", func() bool { return limitOf(t, f.store) == 30 }, nil)
 }
 
 // TestWatchFollowsRuleFileSymlinkSwap: --config is a symlink to a file in
@@ -193,17 +170,17 @@ func TestWatchFollowsRuleFileSymlinkSwap(t *testing.T) {
 	link := filepath.Join(base, "etc", "rules.yaml")
 	must(t, os.Symlink(filepath.Join(base, "a", "limits.yml"), link))
 	f := newFixture(t, link)
-	m := startWatch(t, f)
+	c := startWatch(t, f)
 
 	writeRules(t, filepath.Join(base, "a", "limits.yml"), 15)
-	m.settle(t, "an edit of the link's target to load", func() bool { return limitOf(t, f.store) == 15 }, nil)
+	c.settle(t, "an edit of the link's target to load", func() bool { return limitOf(t, f.store) == 15 }, nil)
 
 	must(t, os.Symlink(filepath.Join(base, "b", "limits.yml"), link+".tmp"))
 	must(t, os.Rename(link+".tmp", link))
-	m.settle(t, "the swapped link to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
+	c.settle(t, "the swapped link to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
 
 	writeRules(t, filepath.Join(base, "b", "limits.yml"), 30)
-	m.settle(t, "an edit of the new target to load", func() bool { return limitOf(t, f.store) == 30 }, nil)
+	c.settle(t, "an edit of the new target to load", func() bool { return limitOf(t, f.store) == 30 }, nil)
 }
 
 // TestWatchInPlaceRewriteWaitsToSettle: a file rewritten in place is seen
@@ -214,7 +191,7 @@ func TestWatchInPlaceRewriteWaitsToSettle(t *testing.T) {
 	file := filepath.Join(dir, "rules.yaml")
 	writeRules(t, file, 10)
 	f := newFixture(t, dir)
-	m := startWatch(t, f)
+	c := startWatch(t, f)
 	lost := func() bool {
 		r := f.store.Rules().Domain("d")
 		return r == nil || len(r.Rules()) == 0
@@ -228,27 +205,16 @@ func TestWatchInPlaceRewriteWaitsToSettle(t *testing.T) {
 	_, err = out.WriteString(half)
 	must(t, err)
 	// The settle interval after the first write passes: the watcher reads
-	// the half-written file, and must wait for a second read to agree.
-	// Timers are taken before the log is checked, so a timer armed after
-	// that read (the wait for the second read) is never fired here.
+	// the half-written file, and must wait for a second read to agree (the
+	// timer for that read is never fired here).
 	const read = "waiting for a second read to agree"
-	waitFor(t, "the watcher to read the half-written file", func() bool {
-		chs := m.take()
-		if strings.Contains(f.log.String(), read) {
-			return true
-		}
-		fire(chs)
-		if lost() {
-			t.Fatal("the half-written file was loaded")
-		}
-		return false
-	})
+	c.settle(t, "the watcher to read the half-written file", func() bool { return strings.Contains(f.log.String(), read) }, lost)
 	if got := f.loads(t, "success"); got != 0 {
 		t.Fatalf("%v loads after one read, want none until a second read agrees", got)
 	}
 	_, err = out.WriteString(full[len(half):])
 	must(t, err)
-	m.settle(t, "the whole file to load", func() bool { return !lost() && limitOf(t, f.store) == 30 }, lost)
+	c.settle(t, "the whole file to load", func() bool { return !lost() && limitOf(t, f.store) == 30 }, lost)
 	if got := f.loads(t, "success"); got != 1 {
 		t.Errorf("%v successful loads, want 1 (the whole file)", got)
 	}
@@ -261,12 +227,15 @@ func TestWatchSurvivesFIFO(t *testing.T) {
 	file := filepath.Join(dir, "rules.yaml")
 	writeRules(t, file, 10)
 	f := newFixture(t, dir)
-	m := startWatch(t, f)
+	c := startWatch(t, f)
 
 	fifo := filepath.Join(dir, "pipe.yaml")
 	must(t, syscall.Mkfifo(fifo, 0o644))
-	m.settle(t, "the FIFO to be refused", func() bool { return f.loads(t, "error") == 1 }, nil)
-	if log := f.log.String(); !strings.Contains(log, fifo) || !strings.Contains(log, "not a regular file") {
+	// The load is counted, then logged: wait for both.
+	c.settle(t, "the FIFO to be refused", func() bool {
+		return f.loads(t, "error") == 1 && strings.Contains(f.log.String(), "not a regular file")
+	}, nil)
+	if log := f.log.String(); !strings.Contains(log, fifo) {
 		t.Errorf("the log does not name the FIFO:\n%s", log)
 	}
 	if got := limitOf(t, f.store); got != 10 {
@@ -274,7 +243,7 @@ func TestWatchSurvivesFIFO(t *testing.T) {
 	}
 	must(t, os.Remove(fifo))
 	writeRules(t, file, 20)
-	m.settle(t, "the next edit to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
+	c.settle(t, "the next edit to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
 }
 
 // TestWatchDanglingLinkKeepsRules: a rule link left dangling by a swap is
@@ -285,15 +254,52 @@ func TestWatchDanglingLinkKeepsRules(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(dir, "target-b"), []byte("domain: b\n"), 0o644))
 	must(t, os.Symlink("target-b", filepath.Join(dir, "b.yaml")))
 	f := newFixture(t, dir)
-	m := startWatch(t, f)
+	c := startWatch(t, f)
 
 	must(t, os.Remove(filepath.Join(dir, "target-b")))
-	m.settle(t, "the dangling link to fail the load", func() bool { return f.loads(t, "error") == 1 },
-		func() bool { return f.store.Rules().Domain("b") == nil })
+	// The load is counted, then logged: wait for both.
+	failed := func() bool { return f.loads(t, "error") == 1 && strings.Contains(f.log.String(), "rule reload failed") }
+	c.settle(t, "the dangling link to fail the load", failed, func() bool { return f.store.Rules().Domain("b") == nil })
 	if !strings.Contains(f.log.String(), "dangling symlink") {
 		t.Errorf("the log does not say why:\n%s", f.log)
 	}
 	must(t, os.WriteFile(filepath.Join(dir, "target-b"), []byte("domain: b\n"), 0o644))
 	writeRules(t, filepath.Join(dir, "rules.yaml"), 20)
-	m.settle(t, "the repaired rules to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
+	c.settle(t, "the repaired rules to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
+}
+
+// TestWatchGivesUpOnFilesThatNeverSettle: a file that differs at every read
+// is never loaded; after MaxSettleRounds reads the watcher gives up until
+// the next change, logs and counts it, and the next change loads.
+func TestWatchGivesUpOnFilesThatNeverSettle(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "rules.yaml")
+	writeRules(t, file, 10)
+	f := newFixture(t, dir)
+	c := startWatch(t, f)
+
+	// Each write waits for the watcher's next read, which logs either that
+	// it waits for a second read or that it gives up.
+	const read, gaveUp = "waiting for a second read to agree", "rule files kept changing"
+	for i := 0; !strings.Contains(f.log.String(), gaveUp); i++ {
+		if i > ruleset.MaxSettleRounds {
+			t.Fatalf("the watcher did not give up after %d changing reads:\n%s", i, f.log)
+		}
+		writeRules(t, file, 100+i) // differs from the last read
+		c.settle(t, "the next read", func() bool {
+			log := f.log.String()
+			return strings.Count(log, read) > i || strings.Contains(log, gaveUp)
+		}, nil)
+	}
+	if got := strings.Count(f.log.String(), read); got != ruleset.MaxSettleRounds {
+		t.Errorf("%d reads waited for a second one before the watcher gave up, want %d", got, ruleset.MaxSettleRounds)
+	}
+	if got := limitOf(t, f.store); got != 10 {
+		t.Errorf("limit %d while the file kept changing, want the running 10", got)
+	}
+	if got, ok := f.loads(t, "error"), f.loads(t, "success"); got != 1 || ok != 0 {
+		t.Errorf("loads: %v errors, %v successes; want 1 error (giving up), no success", got, ok)
+	}
+	writeRules(t, file, 20)
+	c.settle(t, "the next change to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
 }

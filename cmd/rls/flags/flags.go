@@ -1,0 +1,316 @@
+// Package flags holds the command-line flags of `rls serve` and `rls
+// validate`: what each one is, its RLS_* environment variable, its default
+// and its checks. Defaults that belong to another package (request-size
+// limits, the Redis deadline, the bucket cap, the rule-bytes cap) are read
+// from that package, never copied; enums are the owning package's types,
+// parsed through encoding.TextUnmarshaler (flag.TextVar).
+//
+// It is a package of its own, not part of main, so that the example tests
+// in envoy-examples can parse the examples' command lines exactly as `rls
+// serve` does.
+package flags
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/sluice-rls/sluice/backend/memory"
+	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/fallback"
+	"github.com/sluice-rls/sluice/ruleset"
+	"github.com/sluice-rls/sluice/service"
+)
+
+// DefaultFallbackNodesInitial is N for the fallback share while a node has
+// not read the node registry and --fallback-nodes-initial is not set. A
+// node that never reached Redis (started during an outage, or with a wrong
+// password) does not know the fleet; assuming it is alone (N = 1) let every
+// such node admit the whole global rate. With 10, up to ten such nodes
+// together stay within the rate; a smaller fleet admits less until it
+// reaches Redis.
+const DefaultFallbackNodesInitial = 10
+
+// DefaultTracingSampleRatio is the default of --tracing-sample-ratio.
+const DefaultTracingSampleRatio = 0.01
+
+// Rules are the flags that say which rules to load and how. `rls serve`
+// and `rls validate` register the very same ones (Rules.register), so that
+// validate accepts exactly what serve would load.
+type Rules struct {
+	Config       string // rule file or directory; empty: serve loads the embedded example
+	MergeDomains bool   // rule files sharing a domain are merged instead of refused
+	MaxRuleBytes int64  // most bytes read from all rule files of one load together
+}
+
+func (r *Rules) register(fs *flag.FlagSet) {
+	fs.StringVar(&r.Config, "config", "", "rule file or directory of *.yaml (rls serve without it: the embedded example rules)")
+	fs.BoolVar(&r.MergeDomains, "merge-domains", false, "merge rule files that share a domain instead of rejecting them")
+	fs.Int64Var(&r.MaxRuleBytes, "max-rule-bytes", ruleset.DefaultMaxRuleBytes, "most bytes read from all rule files together in one load; a larger rule set is refused")
+}
+
+func (r Rules) validate() error {
+	if r.MaxRuleBytes < 1 {
+		return fmt.Errorf("--max-rule-bytes must be ≥ 1, not %d", r.MaxRuleBytes)
+	}
+	return nil
+}
+
+// Serve are the flags of `rls serve`. Every flag has an environment
+// variable RLS_<FLAG> (dashes become underscores, upper case); a flag given
+// on the command line wins over its variable.
+type Serve struct {
+	GRPCAddr string
+	HTTPAddr string
+	Rules    // --config, --merge-domains, --max-rule-bytes
+
+	// The admin listener: /json and /debug/pprof/, which spend tokens or
+	// expose internals. Loopback by default; TLS (and mTLS) as gRPC when
+	// --tls-cert is set. Empty: not served.
+	AdminAddr        string
+	JSONNegativeHits bool // accept is_negative_hits on /json (refills buckets)
+
+	// Connection limits, so that slow or idle clients cannot hold the
+	// descriptors new gRPC calls need. 0 turns an HTTP limit off.
+	HTTPReadTimeout      time.Duration // a whole request, headers and body
+	HTTPWriteTimeout     time.Duration // a response (pprof profiles get their duration on top)
+	HTTPIdleTimeout      time.Duration // a keep-alive connection between requests
+	HTTPMaxConns         int           // open connections per HTTP listener (HTTP and admin)
+	GRPCHandshakeTimeout time.Duration // TLS and HTTP/2 preface of a new connection
+	GRPCMaxConnIdle      time.Duration // a connection without a call for this long gets GOAWAY; 0: never
+	GRPCKeepaliveMinTime time.Duration // clients pinging more often are disconnected
+
+	Redis         string
+	RedisCA       string // PEM bundle trusted for rediss:// (default: the system roots)
+	RedisTimeout  time.Duration
+	RedisFailure  fallback.Mode
+	FallbackNodes int
+	// FallbackNodesInitial is N until the node has read the node registry
+	// (0: DefaultFallbackNodesInitial).
+	FallbackNodesInitial int
+
+	Shadow           bool
+	GrayKey          string
+	RateLimitHeaders bool
+
+	MaxDescriptors int
+	MaxEntries     int
+	MaxValueBytes  int
+	MaxBuckets     int
+	// MaxMetricValues caps the rule labels carrying request values.
+	MaxMetricValues int
+
+	LogLevel    slog.Level
+	LogFormat   LogFormat
+	LogRefusals int
+	Pprof       bool
+
+	TLSCert     string
+	TLSKey      string
+	TLSClientCA string
+
+	DrainTimeout time.Duration
+
+	// OpenTelemetry tracing over OTLP/gRPC: off while TracingEndpoint is
+	// empty. TracingSampleRatio samples root traces; a request Envoy sent
+	// with a sampled traceparent is always traced.
+	TracingEndpoint    string
+	TracingSampleRatio float64
+	TracingInsecure    bool
+}
+
+// ParseServe parses the flags of `rls serve` from args, taking defaults from
+// the environment through getenv. Every error is also printed to out (the
+// flag package's with the usage). -h and --help print the usage and return
+// flag.ErrHelp.
+func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve, error) {
+	var s Serve
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(out, "usage: rls serve [flags]\n\nEvery flag has an environment variable RLS_<FLAG> (--redis-timeout: RLS_REDIS_TIMEOUT);\na flag on the command line wins.\n\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&s.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService v3 and grpc.health.v1)")
+	fs.StringVar(&s.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /metrics, /rlconfig)")
+	fs.StringVar(&s.AdminAddr, "admin-addr", "127.0.0.1:8082", "admin listen address (/json, and /debug/pprof/ with --pprof); TLS/mTLS as gRPC when --tls-cert is set; empty: off")
+	fs.BoolVar(&s.JSONNegativeHits, "json-negative-hits", false, "accept is_negative_hits (token refunds) on /json; refused with 403 otherwise")
+	fs.DurationVar(&s.HTTPReadTimeout, "http-read-timeout", 5*time.Second, "HTTP and admin: longest time to read a request, headers and body (0: none)")
+	fs.DurationVar(&s.HTTPWriteTimeout, "http-write-timeout", 10*time.Second, "HTTP and admin: longest time to answer a request (0: none; pprof profiles and traces get their duration on top)")
+	fs.DurationVar(&s.HTTPIdleTimeout, "http-idle-timeout", 30*time.Second, "HTTP and admin: how long a keep-alive connection may wait for its next request (0: --http-read-timeout)")
+	fs.IntVar(&s.HTTPMaxConns, "http-max-conns", 128, "HTTP and admin: most open connections per listener; more wait in the kernel's backlog (0: no cap)")
+	fs.DurationVar(&s.GRPCHandshakeTimeout, "grpc-handshake-timeout", 5*time.Second, "gRPC: longest time for a new connection's TLS handshake and HTTP/2 preface")
+	fs.DurationVar(&s.GRPCMaxConnIdle, "grpc-max-conn-idle", 2*time.Minute, "gRPC: close (GOAWAY) connections without a call for this long (0: never)")
+	fs.DurationVar(&s.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", 10*time.Second, "gRPC: clients may send keepalive pings this often, with or without calls; faster ones are disconnected")
+	s.Rules.register(fs)
+	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
+	fs.StringVar(&s.RedisCA, "redis-ca", "", "CA bundle (PEM) to verify Redis' TLS certificate with rediss:// (default: the system roots)")
+	fs.DurationVar(&s.RedisTimeout, "redis-timeout", redisbackend.DefaultTimeout, "deadline of every Redis call")
+	fs.TextVar(&s.RedisFailure, "redis-failure", fallback.Share, "`mode` of the global layer while Redis fails: "+modeList())
+	fs.IntVar(&s.FallbackNodes, "fallback-nodes", 0, "node count N for the fallback share rate/N (0: live count from Redis heartbeats)")
+	fs.IntVar(&s.FallbackNodesInitial, "fallback-nodes-initial", 0, fmt.Sprintf("N for the fallback share until this node has read the node registry, e.g. the most replicas (0: %d)", DefaultFallbackNodesInitial))
+	fs.BoolVar(&s.Shadow, "shadow", false, "shadow mode for every rule: decide and count, always answer OK")
+	fs.StringVar(&s.GrayKey, "gray-key", service.DefaultGrayKey, "descriptor key whose value true marks a gray (canary) request")
+	fs.BoolVar(&s.RateLimitHeaders, "ratelimit-headers", false, "add draft-03 RateLimit-Limit/Remaining/Reset headers to every response")
+	fs.IntVar(&s.MaxDescriptors, "max-descriptors", service.DefaultMaxDescriptors, "most descriptors in one request")
+	fs.IntVar(&s.MaxEntries, "max-entries", service.DefaultMaxEntries, "most entries in one descriptor")
+	fs.IntVar(&s.MaxValueBytes, "max-value-bytes", service.DefaultMaxValueBytes, "keys and values longer than this (bytes) are limited by their SHA-256 digest")
+	fs.IntVar(&s.MaxBuckets, "max-buckets", memory.DefaultMaxBuckets, "most partly drained buckets per memory backend (about 80 B of heap each, budget 200 B of process memory); when full, requests needing a new bucket are refused")
+	fs.IntVar(&s.MaxMetricValues, "max-metric-values", service.DefaultMaxMetricValues, "most rule labels carrying request values (detailed_metric, value_to_metric); more are counted as <rule>:overflow")
+	fs.TextVar(&s.LogLevel, "log-level", slog.LevelInfo, "least `level` logged: debug | info | warn | error")
+	fs.TextVar(&s.LogFormat, "log-format", LogText, "log line `format`: "+formatList())
+	fs.IntVar(&s.LogRefusals, "log-refusals", 100, "log one refused request in N, with domain, rule and descriptor values (0: none)")
+	fs.BoolVar(&s.Pprof, "pprof", false, "serve /debug/pprof/ on the admin address (--admin-addr)")
+	fs.StringVar(&s.TLSCert, "tls-cert", "", "gRPC server certificate (PEM); enables TLS")
+	fs.StringVar(&s.TLSKey, "tls-key", "", "gRPC server private key (PEM)")
+	fs.StringVar(&s.TLSClientCA, "tls-client-ca", "", "CA bundle (PEM) for client certificates; enables mTLS")
+	fs.DurationVar(&s.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
+	fs.StringVar(&s.TracingEndpoint, "tracing-endpoint", "", "OpenTelemetry collector (OTLP/gRPC) host:port to send traces to (default: tracing off)")
+	fs.Float64Var(&s.TracingSampleRatio, "tracing-sample-ratio", DefaultTracingSampleRatio, "share of requests traced when Envoy sent no trace context, in [0, 1]; Envoy's sampling decision wins when it sent one")
+	fs.BoolVar(&s.TracingInsecure, "tracing-insecure", false, "send traces without TLS (plaintext gRPC) to --tracing-endpoint")
+
+	if err := parse(fs, args, getenv); err != nil {
+		return s, err
+	}
+	var err error
+	if fs.NArg() > 0 {
+		err = fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	} else {
+		err = s.validate()
+	}
+	if err != nil {
+		fmt.Fprintln(out, "rls serve:", err)
+	}
+	return s, err
+}
+
+// Validate are the flags and arguments of `rls validate`.
+type Validate struct {
+	Rules // the same loading flags as rls serve
+	// Paths are the rule files and directories checked together as one
+	// rule set: the PATH arguments, or --config when there are none.
+	Paths []string
+}
+
+const validateUsage = `usage: rls validate [flags] PATH...
+
+Checks the rule files at PATH (each a file or a directory of *.yaml, as
+rls serve --config) together, as the one rule set rls serve would load from a
+directory holding them all: a domain defined in two files fails unless
+--merge-domains. Every problem is printed as file:line:column: reason.
+Without PATH it checks --config. The flags, which go before PATH, are rls
+serve's loading flags, with their RLS_<FLAG> variables; PATH arguments win over
+RLS_CONFIG.
+
+`
+
+// errNoPaths is ParseValidate's error when it has nothing to check.
+var errNoPaths = errors.New("no rule files to check: give PATH arguments or --config")
+
+// ParseValidate parses the flags and arguments of `rls validate`, taking
+// the loading flags' defaults from the environment through getenv, as
+// ParseServe does. Errors and the usage are printed to out; -h and --help
+// print the usage and return flag.ErrHelp.
+func ParseValidate(args []string, getenv func(string) string, out io.Writer) (Validate, error) {
+	var v Validate
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(out, validateUsage)
+		fs.PrintDefaults()
+	}
+	v.Rules.register(fs)
+	if err := parse(fs, args, getenv); err != nil {
+		return v, err
+	}
+	configFlag := false // --config on the command line, not from RLS_CONFIG
+	fs.Visit(func(f *flag.Flag) { configFlag = configFlag || f.Name == "config" })
+	err := v.validate()
+	switch {
+	case err != nil:
+	case fs.NArg() > 0 && configFlag:
+		err = fmt.Errorf("give the rules as PATH arguments or as --config, not both")
+	case fs.NArg() > 0:
+		v.Paths = fs.Args()
+	case v.Config != "":
+		v.Paths = []string{v.Config}
+	default:
+		fs.Usage()
+		err = errNoPaths
+	}
+	if err != nil {
+		fmt.Fprintln(out, "rls validate:", err)
+	}
+	return v, err
+}
+
+// parse sets the flags of fs from their RLS_* variables, read through
+// getenv, then from args: a flag on the command line wins over its
+// variable. The flag package prints its own errors, with the usage.
+func parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		v := getenv(EnvName(f.Name))
+		if v == "" || envErr != nil {
+			return
+		}
+		if err := f.Value.Set(v); err != nil {
+			envErr = fmt.Errorf("%s=%q: %w", EnvName(f.Name), v, err)
+		}
+	})
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if envErr != nil {
+		fmt.Fprintf(fs.Output(), "rls %s: %v\n", fs.Name(), envErr)
+	}
+	return envErr
+}
+
+// EnvName is the environment variable of a flag: redis-timeout →
+// RLS_REDIS_TIMEOUT.
+func EnvName(flagName string) string {
+	return "RLS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func (s Serve) validate() error {
+	if err := s.Rules.validate(); err != nil {
+		return err
+	}
+	if s.RedisTimeout <= 0 {
+		return fmt.Errorf("--redis-timeout must be positive, not %v", s.RedisTimeout)
+	}
+	if (s.TLSCert == "") != (s.TLSKey == "") {
+		return fmt.Errorf("--tls-cert and --tls-key go together")
+	}
+	if s.TLSClientCA != "" && s.TLSCert == "" {
+		return fmt.Errorf("--tls-client-ca needs --tls-cert and --tls-key")
+	}
+	if s.HTTPReadTimeout < 0 || s.HTTPWriteTimeout < 0 || s.HTTPIdleTimeout < 0 || s.HTTPMaxConns < 0 || s.GRPCMaxConnIdle < 0 || s.GRPCKeepaliveMinTime < 0 {
+		return fmt.Errorf("--http-*-timeout, --http-max-conns, --grpc-max-conn-idle and --grpc-keepalive-min-time must be ≥ 0")
+	}
+	if s.GRPCHandshakeTimeout <= 0 {
+		return fmt.Errorf("--grpc-handshake-timeout must be positive, not %v", s.GRPCHandshakeTimeout)
+	}
+	if !(s.TracingSampleRatio >= 0 && s.TracingSampleRatio <= 1) {
+		return fmt.Errorf("--tracing-sample-ratio must be in [0, 1], not %v", s.TracingSampleRatio)
+	}
+	if s.FallbackNodes < 0 || s.FallbackNodesInitial < 0 || s.MaxDescriptors < 1 || s.MaxEntries < 1 || s.MaxValueBytes < 1 || s.MaxBuckets < 1 ||
+		s.MaxMetricValues < 1 || s.LogRefusals < 0 {
+		return fmt.Errorf("--fallback-nodes, --fallback-nodes-initial and --log-refusals must be ≥ 0 and --max-* flags ≥ 1")
+	}
+	return nil
+}
+
+// modeList is the --redis-failure values for the help text.
+func modeList() string {
+	var names []string
+	for _, m := range fallback.Modes() {
+		names = append(names, m.String())
+	}
+	return strings.Join(names, " | ")
+}

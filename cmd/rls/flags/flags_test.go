@@ -1,0 +1,218 @@
+package flags_test
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rls/sluice/backend/memory"
+	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/cmd/rls/flags"
+	"github.com/sluice-rls/sluice/fallback"
+	"github.com/sluice-rls/sluice/ruleset"
+	"github.com/sluice-rls/sluice/service"
+)
+
+func noEnv(string) string { return "" }
+
+func envOf(env map[string]string) func(string) string {
+	return func(k string) string { return env[k] }
+}
+
+func TestParseServe(t *testing.T) {
+	env := map[string]string{
+		"RLS_REDIS_TIMEOUT": "25ms",
+		"RLS_SHADOW":        "true",
+		"RLS_GRPC_ADDR":     ":9000",
+	}
+	st, err := flags.ParseServe([]string{"--grpc-addr", ":9100", "--max-entries", "8"}, envOf(env), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RedisTimeout != 25*time.Millisecond || !st.Shadow {
+		t.Errorf("env not applied: timeout %v shadow %v", st.RedisTimeout, st.Shadow)
+	}
+	if st.GRPCAddr != ":9100" {
+		t.Errorf("grpc addr %q: the flag must win over RLS_GRPC_ADDR", st.GRPCAddr)
+	}
+	if st.MaxEntries != 8 || st.HTTPAddr != ":8080" {
+		t.Errorf("flags or defaults wrong: %+v", st)
+	}
+	// What spends tokens listens on loopback unless told otherwise.
+	if st.AdminAddr != "127.0.0.1:8082" || st.JSONNegativeHits {
+		t.Errorf("admin defaults: --admin-addr %q --json-negative-hits %v, want 127.0.0.1:8082 and false", st.AdminAddr, st.JSONNegativeHits)
+	}
+	// Connection limits are on by default.
+	if st.HTTPReadTimeout != 5*time.Second || st.HTTPWriteTimeout != 10*time.Second || st.HTTPIdleTimeout != 30*time.Second ||
+		st.HTTPMaxConns != 128 || st.GRPCHandshakeTimeout != 5*time.Second || st.GRPCMaxConnIdle != 2*time.Minute ||
+		st.GRPCKeepaliveMinTime != 10*time.Second {
+		t.Errorf("connection limit defaults: %+v", st)
+	}
+}
+
+// TestServeDefaultsAreTheOwners: a flag whose default belongs to another
+// package has that package's default, not a copy that may drift.
+func TestServeDefaultsAreTheOwners(t *testing.T) {
+	st, err := flags.ParseServe(nil, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []struct {
+		flag      string
+		got, want any
+	}{
+		{"--max-rule-bytes", st.MaxRuleBytes, int64(ruleset.DefaultMaxRuleBytes)},
+		{"--redis-timeout", st.RedisTimeout, redisbackend.DefaultTimeout},
+		{"--redis-failure", st.RedisFailure, fallback.Share},
+		{"--gray-key", st.GrayKey, service.DefaultGrayKey},
+		{"--max-descriptors", st.MaxDescriptors, service.DefaultMaxDescriptors},
+		{"--max-entries", st.MaxEntries, service.DefaultMaxEntries},
+		{"--max-value-bytes", st.MaxValueBytes, service.DefaultMaxValueBytes},
+		{"--max-metric-values", st.MaxMetricValues, service.DefaultMaxMetricValues},
+		{"--max-buckets", st.MaxBuckets, memory.DefaultMaxBuckets},
+		{"--log-level", st.LogLevel, slog.LevelInfo},
+		{"--log-format", st.LogFormat, flags.LogText},
+	} {
+		if d.got != d.want {
+			t.Errorf("%s defaults to %v, want %v", d.flag, d.got, d.want)
+		}
+	}
+}
+
+// TestServeEnums: --redis-failure, --log-level and --log-format parse into
+// their types, from the command line and from RLS_* alike.
+func TestServeEnums(t *testing.T) {
+	st, err := flags.ParseServe([]string{"--redis-failure", "deny", "--log-level", "debug", "--log-format", "JSON"}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RedisFailure != fallback.Deny || st.LogLevel != slog.LevelDebug || st.LogFormat != flags.LogJSON {
+		t.Errorf("flags: --redis-failure %v --log-level %v --log-format %v, want deny, DEBUG, json", st.RedisFailure, st.LogLevel, st.LogFormat)
+	}
+	env := map[string]string{"RLS_REDIS_FAILURE": "local", "RLS_LOG_LEVEL": "warn", "RLS_LOG_FORMAT": "json"}
+	st, err = flags.ParseServe(nil, envOf(env), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RedisFailure != fallback.Local || st.LogLevel != slog.LevelWarn || st.LogFormat != flags.LogJSON {
+		t.Errorf("env: --redis-failure %v --log-level %v --log-format %v, want local, WARN, json", st.RedisFailure, st.LogLevel, st.LogFormat)
+	}
+}
+
+func TestParseServeErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{"bad failure mode", []string{"--redis-failure", "maybe"}, nil, []string{"-redis-failure", `"maybe"`, "share, local, allow or deny"}},
+		{"bad failure mode in env", nil, map[string]string{"RLS_REDIS_FAILURE": "maybe"}, []string{"RLS_REDIS_FAILURE", "share, local, allow or deny"}},
+		{"bad log level", []string{"--log-level", "loud"}, nil, []string{"-log-level", "loud"}},
+		{"bad log format", []string{"--log-format", "xml"}, nil, []string{"-log-format", `"xml"`, "text or json"}},
+		{"bad env duration", nil, map[string]string{"RLS_REDIS_TIMEOUT": "soon"}, []string{"RLS_REDIS_TIMEOUT"}},
+		{"cert without key", []string{"--tls-cert", "c.pem"}, nil, []string{"--tls-key"}},
+		{"zero rule bytes", []string{"--max-rule-bytes", "0"}, nil, []string{"--max-rule-bytes must be ≥ 1"}},
+		{"zero buckets", []string{"--max-buckets", "0"}, nil, []string{"--max-* flags ≥ 1"}},
+		{"stray argument", []string{"extra"}, nil, []string{"no arguments"}},
+		{"negative timeout", []string{"--http-idle-timeout", "-1s"}, nil, []string{"--http-"}},
+		{"negative conn cap", []string{"--http-max-conns", "-1"}, nil, []string{"--http-max-conns"}},
+		{"no handshake timeout", []string{"--grpc-handshake-timeout", "0"}, nil, []string{"--grpc-handshake-timeout"}},
+		{"no redis timeout", []string{"--redis-timeout", "0s"}, nil, []string{"--redis-timeout must be positive"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			_, err := flags.ParseServe(tt.args, envOf(tt.env), &out)
+			if err == nil {
+				t.Fatalf("ParseServe(%q) succeeded", tt.args)
+			}
+			// The error is printed too: main does not print usage errors again.
+			for _, w := range tt.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("printed %q, want it to mention %q", out.String(), w)
+				}
+			}
+		})
+	}
+}
+
+func TestServeHelp(t *testing.T) {
+	var out bytes.Buffer
+	_, err := flags.ParseServe([]string{"-h"}, noEnv, &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v, want flag.ErrHelp", err)
+	}
+	for _, w := range []string{
+		"usage: rls serve",
+		"RLS_<FLAG>",
+		"-redis-failure mode\n", "while Redis fails: share | local | allow | deny (default share)",
+		"-log-format format\n", "log line format: text | json (default text)",
+		"-log-level level\n", "(default INFO)",
+		"(default 10ms)", // --redis-timeout, from backend/redis
+		"-merge-domains",
+	} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("help lacks %q:\n%s", w, out.String())
+		}
+	}
+}
+
+func TestEnvName(t *testing.T) {
+	if got := flags.EnvName("redis-timeout"); got != "RLS_REDIS_TIMEOUT" {
+		t.Errorf("EnvName = %q", got)
+	}
+}
+
+func TestTracingFlags(t *testing.T) {
+	st, err := flags.ParseServe(nil, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.TracingEndpoint != "" || st.TracingSampleRatio != 0.01 || st.TracingInsecure {
+		t.Errorf("tracing defaults: endpoint %q ratio %v insecure %v; want off, 0.01, false", st.TracingEndpoint, st.TracingSampleRatio, st.TracingInsecure)
+	}
+	env := map[string]string{"RLS_TRACING_ENDPOINT": "otel:4317", "RLS_TRACING_INSECURE": "true"}
+	st, err = flags.ParseServe([]string{"--tracing-sample-ratio", "0.5"}, envOf(env), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.TracingEndpoint != "otel:4317" || st.TracingSampleRatio != 0.5 || !st.TracingInsecure {
+		t.Errorf("tracing flags: %q %v %v", st.TracingEndpoint, st.TracingSampleRatio, st.TracingInsecure)
+	}
+	for _, bad := range []string{"-0.5", "1.01", "NaN"} {
+		if _, err := flags.ParseServe([]string{"--tracing-sample-ratio", bad}, noEnv, io.Discard); err == nil {
+			t.Errorf("--tracing-sample-ratio %s accepted", bad)
+		}
+	}
+}
+
+// TestServeAndValidateShareLoadingFlags: the loading flags of validate are
+// serve's, with the same defaults, variables and values.
+func TestServeAndValidateShareLoadingFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{[]string{"--config", "rules"}, nil},
+		{[]string{"--config", "rules", "--merge-domains", "--max-rule-bytes", "99"}, nil},
+		{nil, map[string]string{"RLS_CONFIG": "rules", "RLS_MERGE_DOMAINS": "true", "RLS_MAX_RULE_BYTES": "7"}},
+	} {
+		st, err := flags.ParseServe(tc.args, envOf(tc.env), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := flags.ParseValidate(tc.args, envOf(tc.env), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Rules != st.Rules || len(v.Paths) != 1 || v.Paths[0] != "rules" {
+			t.Errorf("args %q env %v: validate %+v, serve %+v; want the same loading flags, checking rules", tc.args, tc.env, v, st.Rules)
+		}
+	}
+}

@@ -1,0 +1,8 @@
+package ruleset
+
+// SettleDelay is settleDelay, for the tests that advance a fake clock past
+// the watcher's settle timer.
+const SettleDelay = settleDelay
+
+// MaxSettleRounds is maxSettleRounds.
+const MaxSettleRounds = maxSettleRounds
