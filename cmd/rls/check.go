@@ -56,7 +56,9 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, checkUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil // -h printed the usage, as asked
+	} else if err != nil {
 		return errUsage
 	}
 	if (tf.cert == "") != (tf.key == "") {

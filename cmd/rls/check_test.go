@@ -107,3 +107,14 @@ func TestCheckExitCodesAndTLS(t *testing.T) {
 
 // withArgs copies args, so that appends to it do not share a backing array.
 func withArgs(args []string) []string { return append([]string(nil), args...) }
+
+// TestCheckHelp: -h prints the usage and succeeds; it used to exit 2.
+func TestCheckHelp(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if err := check(context.Background(), []string{"-h"}, &stdout, &stderr); err != nil {
+		t.Fatalf("check -h = %v, want nil", err)
+	}
+	if !strings.Contains(stderr.String(), "-domain") {
+		t.Errorf("check -h printed no usage: %q", stderr.String())
+	}
+}
