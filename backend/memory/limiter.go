@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/sluice-rls/sluice/bucket"
 )
 
@@ -23,9 +25,10 @@ const stackHits = 16
 
 // Options configures a Limiter. The zero value is ready to use.
 type Options struct {
-	// Now is the clock Hit and Run use; nil means time.Now. HitAt and EvictAt
-	// take the time as an argument instead.
-	Now func() time.Time
+	// Clock is the clock Hit and Run use: Hit reads its time, Run waits on
+	// its timers. Nil means clockwork.NewRealClock(). HitAt and EvictAt take
+	// the time as an argument instead.
+	Clock clockwork.Clock
 
 	// MaxBuckets bounds the number of buckets held; 0 means
 	// DefaultMaxBuckets. The bound is split evenly over the shards, so a
@@ -60,7 +63,7 @@ type Options struct {
 // reading per request); Hit reads the Limiter's clock. A Limiter must be
 // created with New and is safe for concurrent use.
 type Limiter struct {
-	now      func() time.Time
+	clock    clockwork.Clock
 	epoch    time.Time // time 0 of buckets' nanosecond clock
 	shards   []shard
 	shift    uint // 64 - log2(len(shards)), for shardIndex
@@ -88,9 +91,9 @@ func New(opts Options) *Limiter {
 // newLimiter is New with the shard count (rounded down to a power of two)
 // chosen by the caller, for benchmarks.
 func newLimiter(opts Options, shards int) *Limiter {
-	now := opts.Now
-	if now == nil {
-		now = time.Now
+	clock := opts.Clock
+	if clock == nil {
+		clock = clockwork.NewRealClock()
 	}
 	maxBuckets := opts.MaxBuckets
 	if maxBuckets <= 0 {
@@ -98,8 +101,8 @@ func newLimiter(opts Options, shards int) *Limiter {
 	}
 	n, perShard := shardLayout(maxBuckets, shards)
 	l := &Limiter{
-		now:      now,
-		epoch:    now(),
+		clock:    clock,
+		epoch:    clock.Now(),
 		shards:   make([]shard, n),
 		shift:    uint(64 - bits.TrailingZeros(uint(n))),
 		perShard: perShard,
@@ -115,7 +118,7 @@ func newLimiter(opts Options, shards int) *Limiter {
 // on anything but its own mutexes, always decides (Answer Decided) and never
 // returns an error.
 func (l *Limiter) Hit(_ context.Context, hits []bucket.Hit, states []bucket.State) (bucket.Decision, error) {
-	return bucket.Decision{Allowed: l.HitAt(l.now(), hits, states)}, nil
+	return bucket.Decision{Allowed: l.HitAt(l.clock.Now(), hits, states)}, nil
 }
 
 // Shared reports false: the buckets never leave this process, so their keys

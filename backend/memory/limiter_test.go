@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/goleak"
 
 	"github.com/sluice-rls/sluice/bucket"
-	"github.com/sluice-rls/sluice/internal/clocktest"
 )
 
 func TestMain(m *testing.M) {
@@ -59,7 +59,7 @@ func TestLimiterScenarios(t *testing.T) {
 	for _, sc := range bucketScenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
-			l := New(Options{Now: func() time.Time { return t0 }})
+			l := New(Options{Clock: clockwork.NewFakeClockAt(t0)})
 			k := key(42)
 			runScenario(t, sc, func(at time.Duration, h bucket.Hit) bucket.State {
 				h.Key = k
@@ -292,8 +292,8 @@ func TestHitAtManyHits(t *testing.T) {
 
 func TestHitUsesClock(t *testing.T) {
 	t.Parallel()
-	clock := clocktest.New(t0)
-	l := New(Options{Now: clock.Now})
+	clock := clockwork.NewFakeClockAt(t0)
+	l := New(Options{Clock: clock})
 	hits := []bucket.Hit{{Key: key(1), Limit: tenPerSecond, Cost: 10}}
 	states := make([]bucket.State, 1)
 	ctx := context.Background()
@@ -360,8 +360,8 @@ func TestHitAtConcurrent(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			clock := clocktest.New(t0)
-			l := New(Options{Now: clock.Now})
+			clock := clockwork.NewFakeClockAt(t0)
+			l := New(Options{Clock: clock})
 			keys := keysInDistinctShards(t, l, 6) // 3 hot, 3 roomy
 			var admitted atomic.Uint64
 			var wg sync.WaitGroup
@@ -386,7 +386,7 @@ func TestHitAtConcurrent(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			elapsed := clock.Elapsed()
+			elapsed := clock.Since(t0)
 			// Each goroutine's hot key is one of three buckets, each with
 			// its own burst and refill.
 			limit := 3 * (hot.Burst + uint64(elapsed*time.Duration(hot.Requests)/hot.Period))
