@@ -126,23 +126,28 @@ func (l *Limiter) Hit(_ context.Context, hits []bucket.Hit, states []bucket.Stat
 func (l *Limiter) Shared() bool { return false }
 
 // HitAt decides hits at time now, writes one state per hit into states, and
-// reports whether every hit without Independent set was allowed.
+// reports whether every hit that is neither Give nor Independent was allowed.
 //
-// The decision is all-or-nothing: tokens are taken, and Give hits return
-// theirs, only when every non-Independent hit is allowed; otherwise none of
-// those hits changes any bucket. An Independent hit is decided on its own,
-// takes its tokens when they exist, and never blocks the others. Hits apply in
-// order, so a Key that appears twice sees its first hit's effect.
+// The decision is all-or-nothing: tokens are taken only when every take
+// (neither Give nor Independent) is allowed; otherwise no take changes any
+// bucket. An Independent hit is decided on its own, takes its tokens when
+// they exist, and never blocks the others. A Give hit is always allowed,
+// adds Cost tokens (never above Burst) and is applied whatever the decision
+// (bucket.Hit). Hits apply in order, so a Key that appears twice sees its
+// first hit's effect; when the call is refused, its takes are undone and its
+// Give and Independent hits applied again, in order, to the buckets as they
+// were.
 //
-// A Give hit is always allowed and adds Cost tokens, never above Burst. Cost
-// 0 checks for at least one token and takes nothing. A Cost above Burst, any
-// hit on a Limit with Requests 0, and a hit that needs a new bucket in a
-// shard full of partly drained ones (see Options.MaxBuckets) are refused.
+// Cost 0 checks for at least one token and takes nothing. A Cost above
+// Burst, any take or check on a Limit with Requests 0, and a hit that needs
+// a new bucket in a shard full of partly drained ones (see
+// Options.MaxBuckets) are refused. A Give to a Limit with Requests 0 does
+// nothing.
 //
 // Each state's Allowed and RetryAfter give the hit's decision. Remaining and
 // ResetAfter describe its bucket as the call leaves it: after the hit when
-// the call is allowed; when it is refused, after the rollback (and after any
-// Independent hits on the same key).
+// the call is allowed; when it is refused, after the undoing of the takes
+// (and after any Give and Independent hits on the same key).
 //
 // Times are kept as nanoseconds from the Limiter's creation, so now must lie
 // within ±292 years of it; times beyond saturate. HitAt panics if
@@ -187,8 +192,8 @@ func (l *Limiter) decide(hits []bucket.Hit, t int64, states []bucket.State, log 
 		}
 	}
 	if !ok {
-		// settle decides the Independent hits again, and counts those it
-		// refuses for room itself.
+		// settle applies the Give and Independent hits again, and counts
+		// those it refuses for room itself.
 		noRoom = 0
 		for i := range log {
 			if log[i].noRoom && !hits[log[i].idx].Independent {
@@ -257,16 +262,18 @@ func (l *Limiter) rollback(log []change) {
 	}
 }
 
-// settle finishes a refused call after rollback: it applies the Independent
-// hits again, in order, to the buckets as they really are, and refreshes the
-// other hits' Remaining and ResetAfter, except for those log says were
-// refused for want of room, whose refusal stands (refuseFull). It counts the
-// Independent hits it refuses for room. The caller holds the shards' locks.
+// settle finishes a refused call after rollback: it applies the Give and
+// Independent hits again, in order, to the buckets as they really are (a
+// give is applied whatever the decision), and refreshes the takes'
+// Remaining and ResetAfter, except for those log says were refused for want
+// of room, whose refusal stands (refuseFull). It counts the Independent hits
+// it refuses for room (a give never needs room: it leaves a new bucket
+// full). The caller holds the shards' locks.
 func (l *Limiter) settle(hits []bucket.Hit, t int64, states []bucket.State, log []change) {
 	noRoom := uint64(0)
 	for i := range hits {
-		if hits[i].Independent {
-			if _, _, _, full := l.apply(&hits[i], t, &states[i]); full {
+		if h := &hits[i]; h.Independent || h.Give {
+			if _, _, _, full := l.apply(h, t, &states[i]); full {
 				noRoom++
 			}
 		}
@@ -276,7 +283,7 @@ func (l *Limiter) settle(hits []bucket.Hit, t int64, states []bucket.State, log 
 	}
 	for i := range hits {
 		h := &hits[i]
-		if h.Independent {
+		if h.Independent || h.Give {
 			continue
 		}
 		b, ok := l.shards[shardIndex(&h.Key, l.shift)].m[h.Key]
