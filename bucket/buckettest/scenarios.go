@@ -181,8 +181,16 @@ var scenarios = []scenario{
 		calls: []call{
 			{hits: []hit{take(0, never, 1)}, allowed: false, states: []bucket.State{no(0, minute, minute)}},
 			{hits: []hit{check(0, never)}, allowed: false, states: []bucket.State{no(0, minute, minute)}},
-			{hits: []hit{take(1, perMinute, 1), take(0, never, 1)}, allowed: false, states: []bucket.State{ok(10, 0), no(0, minute, minute)}},
-			{hits: []hit{shadow(take(0, never, 1)), take(1, perMinute, 1)}, allowed: true, states: []bucket.State{no(0, minute, minute), ok(9, minute)}},
+			// It refuses its call; the call's independent hits and gives
+			// still apply. (Not with another take: backend/redis does not
+			// send a call it refuses without Redis, and reports the other
+			// takes as not consulted, Remaining 0.)
+			{
+				hits:    []hit{shadow(take(1, perMinute, 1)), give(2, perMinute, 1), take(0, never, 1)},
+				allowed: false,
+				states:  []bucket.State{ok(9, minute), ok(10, 0), no(0, minute, minute)},
+			},
+			{hits: []hit{shadow(take(0, never, 1)), take(1, perMinute, 1)}, allowed: true, states: []bucket.State{no(0, minute, minute), ok(8, 2*minute)}},
 			{hits: []hit{give(0, never, 1)}, allowed: true, states: []bucket.State{{Allowed: true, ResetAfter: anyDuration}}},
 			{hits: []hit{check(0, never)}, allowed: false, states: []bucket.State{no(0, minute, minute)}},
 		},
