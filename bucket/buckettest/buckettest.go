@@ -71,15 +71,6 @@ func Run(t *testing.T, h Harness) {
 	}
 }
 
-// Names returns the scenarios' names, in order.
-func Names() []string {
-	names := make([]string, len(scenarios))
-	for i, sc := range scenarios {
-		names[i] = sc.name
-	}
-	return names
-}
-
 func runScenario(t *testing.T, h Harness, sc scenario) {
 	s := h.New(t)
 	keys := map[int]bucket.Key{}
