@@ -63,3 +63,20 @@ func TestScenarioTable(t *testing.T) {
 		}
 	}
 }
+
+// TestMargin pins the lag a real clock may have in the scenario that moves
+// the clock, and in one that does not.
+func TestMargin(t *testing.T) {
+	want := map[string]time.Duration{"refill over time": 100 * time.Millisecond, "take": time.Minute, "limit changes for the same key": 10 * time.Second}
+	for _, sc := range scenarios {
+		if w, ok := want[sc.name]; ok {
+			if got := sc.margin(); got != w {
+				t.Errorf("%q: margin %v, want %v", sc.name, got, w)
+			}
+			delete(want, sc.name)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("no scenarios %v", want)
+	}
+}
