@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jonboulle/clockwork"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
@@ -44,7 +45,8 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		{"tracing=1/sharedkeys/metrics=on", true, false, false, "ratio1"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			h := newHarness(b, `
+			clock := clockwork.NewFakeClockAt(harnessStart)
+			h := newHarnessOn(b, clock, `
 domain: edge
 descriptors:
   - key: remote_address
@@ -64,7 +66,7 @@ descriptors:
 					o.Metrics = nil
 				}
 				if bc.globalInMemory {
-					o.Global = memory.New(memory.Options{Now: o.Now})
+					o.Global = memory.New(memory.Options{Clock: clock})
 				}
 				switch bc.tracing {
 				case "":

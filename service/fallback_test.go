@@ -73,7 +73,8 @@ func newFallbackHarness(t *testing.T, mode fallback.Mode, nodes int, opts ...fun
 	t.Helper()
 	fh := &fallbackHarness{}
 	reg := prometheus.NewRegistry()
-	fh.harness = newHarness(t, `
+	clock := clockwork.NewFakeClockAt(harnessStart)
+	fh.harness = newHarnessOn(t, clock, `
 domain: edge
 descriptors:
   - key: user_id
@@ -82,12 +83,11 @@ descriptors:
     rate_limit:
       local: {unit: second, requests_per_unit: 3}
 `, func(o *service.Options) {
-		clock := o.Now
 		o.Metrics = service.NewMetrics(reg)
-		fh.primary = &flakyLimiter{inner: memory.New(memory.Options{Now: clock})}
+		fh.primary = &flakyLimiter{inner: memory.New(memory.Options{Clock: clock})}
 		fo := fallback.Options{
 			Primary: fh.primary,
-			Share:   memory.New(memory.Options{Now: clock}),
+			Share:   memory.New(memory.Options{Clock: clock}),
 			Probe: func(context.Context) error {
 				fh.probes.Add(1)
 				if fh.probeOK.Load() {

@@ -8,12 +8,12 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rls/sluice/backend/memory"
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/descriptors"
-	"github.com/sluice-rls/sluice/internal/clocktest"
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
 )
@@ -21,7 +21,7 @@ import (
 // harness is a Server on memory backends and a fake clock.
 type harness struct {
 	srv    *service.Server
-	clock  *clocktest.Clock // shared by the server and its backends
+	clock  *clockwork.FakeClock // shared by the server and its backends
 	reg    *prometheus.Registry
 	local  *memory.Limiter
 	global bucket.Limiter
@@ -44,12 +44,22 @@ func mustRules(t testing.TB, yamls ...string) *descriptors.Config {
 	return cfg
 }
 
+// harnessStart is the instant a harness' fake clock starts at.
+var harnessStart = time.Unix(1_700_000_000, 0)
+
 // newHarness serves rules with opts applied on top of the defaults.
 func newHarness(t testing.TB, rules string, opts ...func(*service.Options)) *harness {
 	t.Helper()
-	h := &harness{clock: clocktest.New(time.Unix(1_700_000_000, 0)), reg: prometheus.NewRegistry()}
-	h.local = memory.New(memory.Options{Now: h.clock.Now})
-	h.global = sharedMemory{memory.New(memory.Options{Now: h.clock.Now})}
+	return newHarnessOn(t, clockwork.NewFakeClockAt(harnessStart), rules, opts...)
+}
+
+// newHarnessOn is newHarness on clock, for options that build backends of
+// their own on the harness' clock.
+func newHarnessOn(t testing.TB, clock *clockwork.FakeClock, rules string, opts ...func(*service.Options)) *harness {
+	t.Helper()
+	h := &harness{clock: clock, reg: prometheus.NewRegistry()}
+	h.local = memory.New(memory.Options{Clock: h.clock})
+	h.global = sharedMemory{memory.New(memory.Options{Clock: h.clock})}
 	o := service.Options{
 		Rules:   ruleset.NewStore(mustRules(t, rules)),
 		Local:   h.local,

@@ -18,8 +18,10 @@
 //
 // # Time
 //
-// Nothing here reads the wall clock except through Options.Now: HitAt and
-// EvictAt take the time as an argument, Hit and Run use the injected clock.
+// Nothing here reads the wall clock except through Options.Clock (a
+// clockwork.Clock): HitAt and EvictAt take the time as an argument, Hit
+// reads the injected clock and Run waits on its timers, so tests drive both
+// with a fake clock.
 //
 // # Memory
 //
@@ -45,6 +47,6 @@
 // hits need in ascending order, decides, and unlocks, with no allocation and
 // no I/O.
 //
-// This package imports only descriptors among sluice packages; it must never
+// This package imports only bucket among sluice packages; it must never
 // import service, config or another backend.
 package memory

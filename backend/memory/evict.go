@@ -12,21 +12,27 @@ const DefaultEvictEvery = 10 * time.Second
 // Run drops full buckets every interval, one shard at a time, until ctx is
 // done. Full buckets are indistinguishable from absent ones, so this frees
 // memory, and room for new keys in a full table, without changing any
-// decision. The owner starts Run in its own
-// goroutine and stops it by cancelling ctx; Run returns promptly, between
-// shards. every ≤ 0 means DefaultEvictEvery.
+// decision. The owner starts Run in its own goroutine and stops it by
+// cancelling ctx; Run returns promptly, between shards. every ≤ 0 means
+// DefaultEvictEvery.
+//
+// The interval is a timer of Options.Clock, armed again when a pass ends
+// (so passes never queue up behind a slow one): with a fake clock, a test
+// that advances it by the interval starts one pass, and the clock has a
+// waiter again once that pass is over.
 func (l *Limiter) Run(ctx context.Context, every time.Duration) {
 	if every <= 0 {
 		every = DefaultEvictEvery
 	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
+	timer := l.clock.NewTimer(every)
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
-			l.evict(ctx, l.nanos(l.now()))
+		case <-timer.Chan():
+			l.evict(ctx, l.nanos(l.clock.Now()))
+			timer.Reset(every)
 		}
 	}
 }

@@ -3,9 +3,10 @@ package memory
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/sluice-rls/sluice/bucket"
 )
@@ -176,52 +177,51 @@ func TestInsertEvictsFullBucketsFirst(t *testing.T) {
 	}
 }
 
-// TestRun checks that Run evicts on its ticker at its clock's time and stops
-// when its context ends. The clock hands out times on request, so the test
-// knows when a pass has started and finished without sleeping.
+// TestRun checks that Run evicts on its clock's timer, at its clock's time,
+// and stops when its context ends. Run re-arms its timer when a pass ends,
+// so the fake clock having a waiter again (BlockUntilContext) says the pass
+// that Advance started is over, without sleeping.
 func TestRun(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var running atomic.Bool
-	times := make(chan time.Time)
-	now := func() time.Time {
-		if !running.Load() {
-			return t0
-		}
-		select {
-		case at := <-times:
-			return at
-		case <-ctx.Done():
-			return t0
-		}
-	}
-	l := New(Options{Now: now})
+	clock := clockwork.NewFakeClockAt(t0)
+	l := New(Options{Clock: clock})
 	take(t, l, 0, key(1), tenPerSecond, 5)  // full at 500ms
 	take(t, l, 0, key(2), tenPerSecond, 10) // full at 1s
-	running.Store(true)
+	const every = 100 * time.Millisecond
+	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		l.Run(ctx, time.Millisecond)
+		l.Run(runCtx, every)
 	}()
 
-	steps := []struct {
-		at      time.Duration
-		wantLen int
-	}{
-		{at: 100 * time.Millisecond, wantLen: 2},
-		{at: 500 * time.Millisecond, wantLen: 1},
-		{at: 2 * time.Second, wantLen: 0},
-	}
-	for i, s := range steps {
-		times <- t0.Add(s.at) // starts pass i
-		times <- t0.Add(s.at) // starts pass i+1, so pass i is done
-		if got := l.Len(); got != s.wantLen {
-			t.Errorf("pass %d at +%v: Len() = %d, want %d", i, s.at, got, s.wantLen)
+	// waitArmed waits until Run's timer is armed: at the start, or once the
+	// pass the last Advance started has ended.
+	waitArmed := func(step string) {
+		t.Helper()
+		if err := clock.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatalf("%s: Run's timer never armed: %v", step, err)
 		}
 	}
-	cancel()
+	waitArmed("start")
+	steps := []struct {
+		advance time.Duration // from the last pass
+		wantLen int
+	}{
+		{advance: every, wantLen: 2},      // at 100ms: nothing full
+		{advance: 4 * every, wantLen: 1},  // at 500ms: key 1 full
+		{advance: 15 * every, wantLen: 0}, // at 2s: both full
+	}
+	for i, s := range steps {
+		clock.Advance(s.advance)
+		waitArmed(fmt.Sprintf("pass %d", i))
+		if got := l.Len(); got != s.wantLen {
+			t.Errorf("pass %d at +%v: Len() = %d, want %d", i, clock.Since(t0), got, s.wantLen)
+		}
+	}
+	stop()
 	<-done
 }
 

@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/sluice-rls/sluice/bucket"
-	"github.com/sluice-rls/sluice/internal/clocktest"
 )
 
 // fivePerDay is the flood's rule: one hit of cost 5 drains a bucket for a day.
@@ -22,8 +23,8 @@ var fivePerDay = bucket.Limit{Requests: 5, Period: 24 * time.Hour, Burst: 5}
 func TestFloodNeverAdmitsAboveLimit(t *testing.T) {
 	t.Parallel()
 	const maxBuckets = 256 // 4 shards of 64
-	clock := clocktest.New(t0)
-	l := New(Options{MaxBuckets: maxBuckets, Now: clock.Now})
+	clock := clockwork.NewFakeClockAt(t0)
+	l := New(Options{MaxBuckets: maxBuckets, Clock: clock})
 	hit := func(k bucket.Key, cost uint64) bucket.State {
 		t.Helper()
 		var st [1]bucket.State

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/sluice-rls/sluice/bucket"
 )
 
@@ -23,9 +25,10 @@ const stackHits = 16
 
 // Options configures a Limiter. The zero value is ready to use.
 type Options struct {
-	// Now is the clock Hit and Run use; nil means time.Now. HitAt and EvictAt
-	// take the time as an argument instead.
-	Now func() time.Time
+	// Clock is the clock Hit and Run use: Hit reads its time, Run waits on
+	// its timers. Nil means clockwork.NewRealClock(). HitAt and EvictAt take
+	// the time as an argument instead.
+	Clock clockwork.Clock
 
 	// MaxBuckets bounds the number of buckets held; 0 means
 	// DefaultMaxBuckets. The bound is split evenly over the shards, so a
@@ -60,7 +63,7 @@ type Options struct {
 // reading per request); Hit reads the Limiter's clock. A Limiter must be
 // created with New and is safe for concurrent use.
 type Limiter struct {
-	now      func() time.Time
+	clock    clockwork.Clock
 	epoch    time.Time // time 0 of buckets' nanosecond clock
 	shards   []shard
 	shift    uint // 64 - log2(len(shards)), for shardIndex
@@ -88,9 +91,9 @@ func New(opts Options) *Limiter {
 // newLimiter is New with the shard count (rounded down to a power of two)
 // chosen by the caller, for benchmarks.
 func newLimiter(opts Options, shards int) *Limiter {
-	now := opts.Now
-	if now == nil {
-		now = time.Now
+	clock := opts.Clock
+	if clock == nil {
+		clock = clockwork.NewRealClock()
 	}
 	maxBuckets := opts.MaxBuckets
 	if maxBuckets <= 0 {
@@ -98,8 +101,8 @@ func newLimiter(opts Options, shards int) *Limiter {
 	}
 	n, perShard := shardLayout(maxBuckets, shards)
 	l := &Limiter{
-		now:      now,
-		epoch:    now(),
+		clock:    clock,
+		epoch:    clock.Now(),
 		shards:   make([]shard, n),
 		shift:    uint(64 - bits.TrailingZeros(uint(n))),
 		perShard: perShard,
@@ -115,7 +118,7 @@ func newLimiter(opts Options, shards int) *Limiter {
 // on anything but its own mutexes, always decides (Answer Decided) and never
 // returns an error.
 func (l *Limiter) Hit(_ context.Context, hits []bucket.Hit, states []bucket.State) (bucket.Decision, error) {
-	return bucket.Decision{Allowed: l.HitAt(l.now(), hits, states)}, nil
+	return bucket.Decision{Allowed: l.HitAt(l.clock.Now(), hits, states)}, nil
 }
 
 // Shared reports false: the buckets never leave this process, so their keys
@@ -123,23 +126,28 @@ func (l *Limiter) Hit(_ context.Context, hits []bucket.Hit, states []bucket.Stat
 func (l *Limiter) Shared() bool { return false }
 
 // HitAt decides hits at time now, writes one state per hit into states, and
-// reports whether every hit without Independent set was allowed.
+// reports whether every hit that is neither Give nor Independent was allowed.
 //
-// The decision is all-or-nothing: tokens are taken, and Give hits return
-// theirs, only when every non-Independent hit is allowed; otherwise none of
-// those hits changes any bucket. An Independent hit is decided on its own,
-// takes its tokens when they exist, and never blocks the others. Hits apply in
-// order, so a Key that appears twice sees its first hit's effect.
+// The decision is all-or-nothing: tokens are taken only when every take
+// (neither Give nor Independent) is allowed; otherwise no take changes any
+// bucket. An Independent hit is decided on its own, takes its tokens when
+// they exist, and never blocks the others. A Give hit is always allowed,
+// adds Cost tokens (never above Burst) and is applied whatever the decision
+// (bucket.Hit). Hits apply in order, so a Key that appears twice sees its
+// first hit's effect; when the call is refused, its takes are undone and its
+// Give and Independent hits applied again, in order, to the buckets as they
+// were.
 //
-// A Give hit is always allowed and adds Cost tokens, never above Burst. Cost
-// 0 checks for at least one token and takes nothing. A Cost above Burst, any
-// hit on a Limit with Requests 0, and a hit that needs a new bucket in a
-// shard full of partly drained ones (see Options.MaxBuckets) are refused.
+// Cost 0 checks for at least one token and takes nothing. A Cost above
+// Burst, any take or check on a Limit with Requests 0, and a hit that needs
+// a new bucket in a shard full of partly drained ones (see
+// Options.MaxBuckets) are refused. A Give to a Limit with Requests 0 does
+// nothing.
 //
 // Each state's Allowed and RetryAfter give the hit's decision. Remaining and
 // ResetAfter describe its bucket as the call leaves it: after the hit when
-// the call is allowed; when it is refused, after the rollback (and after any
-// Independent hits on the same key).
+// the call is allowed; when it is refused, after the undoing of the takes
+// (and after any Give and Independent hits on the same key).
 //
 // Times are kept as nanoseconds from the Limiter's creation, so now must lie
 // within ±292 years of it; times beyond saturate. HitAt panics if
@@ -184,8 +192,8 @@ func (l *Limiter) decide(hits []bucket.Hit, t int64, states []bucket.State, log 
 		}
 	}
 	if !ok {
-		// settle decides the Independent hits again, and counts those it
-		// refuses for room itself.
+		// settle applies the Give and Independent hits again, and counts
+		// those it refuses for room itself.
 		noRoom = 0
 		for i := range log {
 			if log[i].noRoom && !hits[log[i].idx].Independent {
@@ -254,16 +262,18 @@ func (l *Limiter) rollback(log []change) {
 	}
 }
 
-// settle finishes a refused call after rollback: it applies the Independent
-// hits again, in order, to the buckets as they really are, and refreshes the
-// other hits' Remaining and ResetAfter, except for those log says were
-// refused for want of room, whose refusal stands (refuseFull). It counts the
-// Independent hits it refuses for room. The caller holds the shards' locks.
+// settle finishes a refused call after rollback: it applies the Give and
+// Independent hits again, in order, to the buckets as they really are (a
+// give is applied whatever the decision), and refreshes the takes'
+// Remaining and ResetAfter, except for those log says were refused for want
+// of room, whose refusal stands (refuseFull). It counts the Independent hits
+// it refuses for room (a give never needs room: it leaves a new bucket
+// full). The caller holds the shards' locks.
 func (l *Limiter) settle(hits []bucket.Hit, t int64, states []bucket.State, log []change) {
 	noRoom := uint64(0)
 	for i := range hits {
-		if hits[i].Independent {
-			if _, _, _, full := l.apply(&hits[i], t, &states[i]); full {
+		if h := &hits[i]; h.Independent || h.Give {
+			if _, _, _, full := l.apply(h, t, &states[i]); full {
 				noRoom++
 			}
 		}
@@ -273,7 +283,7 @@ func (l *Limiter) settle(hits []bucket.Hit, t int64, states []bucket.State, log 
 	}
 	for i := range hits {
 		h := &hits[i]
-		if h.Independent {
+		if h.Independent || h.Give {
 			continue
 		}
 		b, ok := l.shards[shardIndex(&h.Key, l.shift)].m[h.Key]

@@ -1,0 +1,56 @@
+package redis_test
+
+import (
+	"testing"
+	"time"
+
+	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/bucket/buckettest"
+	"github.com/sluice-rls/sluice/internal/redistest"
+)
+
+// TestConformance runs the bucket contract's suite on a real redis-server
+// and on a real 3-master Redis Cluster.
+//
+// Not parallel with the package's other tests: it starts four more
+// redis-servers and runs its scenarios in parallel, and on a 2-core machine
+// that load delays the replies of tests that measure real time (testRefill
+// fails more often under load).
+func TestConformance(t *testing.T) {
+	for _, d := range []struct {
+		name string
+		env  func(t *testing.T) env
+	}{
+		{"single", func(t *testing.T) env { return singleEnv(redistest.Start(t)) }},
+		{"cluster", func(t *testing.T) env { return clusterEnv(redistest.StartCluster(t, 3)) }},
+	} {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			buckettest.Run(t, redisHarness(d.env(t)))
+		})
+	}
+}
+
+// redisHarness builds each scenario's Limiter on e, with its own key prefix
+// and the empty-bucket cache off (its not-consulted answers are not the
+// contract's states; it has its own tests).
+//
+// Buckets run on Redis' clock (the script reads TIME), which no test can
+// move: Advance waits real time. It is the one place these tests wait for
+// time to pass rather than for a state, so the suite keeps those periods
+// short (0.6 s in all, in one scenario) and measures how far Redis' time
+// runs behind the scenario's (Subject.Now): that lag is all the slack its
+// durations get besides the script's rounding up to microseconds, and a
+// run whose lag reaches the scenario's margin is run again (buckettest.Run).
+func redisHarness(e env) buckettest.Harness {
+	return buckettest.Harness{
+		New: func(t *testing.T) buckettest.Subject {
+			f := e.fixture(t, redisbackend.Options{})
+			// Connect and load the script before the scenario's first
+			// call, so that its lag is the decisions' alone.
+			f.remaining(f.key(0), slow)
+			return buckettest.Subject{Limiter: f.l, Advance: time.Sleep, Now: time.Now}
+		},
+		Resolution: time.Microsecond,
+	}
+}

@@ -1,0 +1,82 @@
+package buckettest
+
+import (
+	"testing"
+	"time"
+)
+
+// TestDurationOK pins the only slack the suite gives durations: none on a
+// fake clock; on a real one, the measured lag below and the resolution
+// above.
+func TestDurationOK(t *testing.T) {
+	const want = time.Minute
+	tests := []struct {
+		name     string
+		got      time.Duration
+		lag, res time.Duration
+		ok       bool
+	}{
+		{"exact", want, 0, 0, true},
+		{"a nanosecond short, no lag", want - 1, 0, 0, false},
+		{"a nanosecond long, no resolution", want + 1, 0, 0, false},
+		{"short by the lag", want - time.Millisecond, time.Millisecond, 0, true},
+		{"short by more than the lag", want - time.Millisecond - 1, time.Millisecond, 0, false},
+		{"rounded up by the resolution", want + time.Microsecond, 0, time.Microsecond, true},
+		{"long by more than the resolution", want + time.Microsecond + 1, 0, time.Microsecond, false},
+		{"lag never lengthens", want + 1, time.Second, 0, false},
+	}
+	for _, tt := range tests {
+		if got := durationOK(tt.got, want, tt.lag, tt.res); got != tt.ok {
+			t.Errorf("%s: durationOK(%v, %v, lag %v, res %v) = %t, want %t", tt.name, tt.got, want, tt.lag, tt.res, got, tt.ok)
+		}
+	}
+	if !durationOK(42*time.Hour, anyDuration, 0, 0) {
+		t.Errorf("anyDuration did not accept an arbitrary duration")
+	}
+}
+
+// TestScenarioTable checks the table itself: unique names, one wanted state
+// per hit, and a scenario for each rule of the contract.
+func TestScenarioTable(t *testing.T) {
+	seen := map[string]bool{}
+	for _, sc := range scenarios {
+		if seen[sc.name] {
+			t.Errorf("scenario %q appears twice", sc.name)
+		}
+		seen[sc.name] = true
+		if len(sc.calls) == 0 {
+			t.Errorf("scenario %q has no calls", sc.name)
+		}
+		for i, c := range sc.calls {
+			if len(c.states) != len(c.hits) {
+				t.Errorf("scenario %q call %d: %d states for %d hits", sc.name, i, len(c.states), len(c.hits))
+			}
+		}
+	}
+	for _, name := range []string{
+		"take", "all-or-nothing refusal", "gives on an allowed call", "gives on a refused call",
+		"check only", "independent hits", "cost above burst", "Requests 0", "refill over time",
+		"same key twice in one call", "limit changes for the same key",
+	} {
+		if !seen[name] {
+			t.Errorf("no scenario %q", name)
+		}
+	}
+}
+
+// TestMargin pins the lag a real clock may have in the scenario that moves
+// the clock, and in one that does not.
+func TestMargin(t *testing.T) {
+	want := map[string]time.Duration{"refill over time": 100 * time.Millisecond, "take": time.Minute, "limit changes for the same key": 10 * time.Second}
+	for _, sc := range scenarios {
+		if w, ok := want[sc.name]; ok {
+			if got := sc.margin(); got != w {
+				t.Errorf("%q: margin %v, want %v", sc.name, got, w)
+			}
+			delete(want, sc.name)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("no scenarios %v", want)
+	}
+}

@@ -1,0 +1,249 @@
+package buckettest
+
+import (
+	"time"
+
+	"github.com/sluice-rls/sluice/bucket"
+)
+
+// scenario is a sequence of calls on one fresh Limiter.
+type scenario struct {
+	name  string
+	calls []call
+}
+
+// call is one call of Limiter.Hit and what it must answer.
+type call struct {
+	advance time.Duration // the clock moves this much before the call
+	hits    []hit
+	allowed bool           // Decision.Allowed
+	states  []bucket.State // one per hit
+}
+
+// hit is a bucket.Hit whose key is a number, made a Key per scenario.
+type hit struct {
+	key         int
+	limit       bucket.Limit
+	cost        uint64
+	give        bool
+	independent bool
+}
+
+func take(k int, lim bucket.Limit, cost uint64) hit { return hit{key: k, limit: lim, cost: cost} }
+func check(k int, lim bucket.Limit) hit             { return hit{key: k, limit: lim} }
+func give(k int, lim bucket.Limit, cost uint64) hit {
+	return hit{key: k, limit: lim, cost: cost, give: true}
+}
+func shadow(h hit) hit { h.independent = true; return h }
+
+// ok is the state of an allowed hit that leaves remaining tokens, the
+// bucket full again after reset.
+func ok(remaining uint64, reset time.Duration) bucket.State {
+	return bucket.State{Allowed: true, Remaining: remaining, ResetAfter: reset}
+}
+
+// no is the state of a refused hit.
+func no(remaining uint64, retry, reset time.Duration) bucket.State {
+	return bucket.State{Remaining: remaining, RetryAfter: retry, ResetAfter: reset}
+}
+
+var (
+	// perMinute refills a token a minute, ten at most: slow enough that a
+	// real clock's lag never refills a token within a scenario.
+	perMinute = bucket.Limit{Requests: 10, Period: 10 * time.Minute, Burst: 10}
+	// smallBurst refills as perMinute but holds four tokens: Burst is not
+	// Requests.
+	smallBurst = bucket.Limit{Requests: 10, Period: 10 * time.Minute, Burst: 4}
+	// fast refills a token every 100ms, three at most, for the scenarios
+	// that move the clock. 100ms is the margin a Limiter on a real clock
+	// has for its lag, and keeps the real waiting of backend/redis short.
+	fast = bucket.Limit{Requests: 10, Period: time.Second, Burst: 3}
+	// never allows anything (a rule of requests_per_unit 0).
+	never = bucket.Limit{Requests: 0, Period: time.Minute, Burst: 0}
+	// The limits a key moves through in "limit changes for the same key": a
+	// token every 10s up to 60, and one every 10 minutes up to 2.
+	perTenSeconds    = bucket.Limit{Requests: 60, Period: 10 * time.Minute, Burst: 60}
+	onePerTenMinutes = bucket.Limit{Requests: 1, Period: 10 * time.Minute, Burst: 2}
+)
+
+const minute = time.Minute
+
+var scenarios = []scenario{
+	{
+		name: "take",
+		calls: []call{
+			{hits: []hit{take(0, perMinute, 1)}, allowed: true, states: []bucket.State{ok(9, minute)}},
+			{hits: []hit{take(0, perMinute, 3)}, allowed: true, states: []bucket.State{ok(6, 4*minute)}},
+			// More than is left, within the burst: refused until one more
+			// token refills, and nothing taken.
+			{hits: []hit{take(0, perMinute, 7)}, allowed: false, states: []bucket.State{no(6, minute, 4*minute)}},
+			{hits: []hit{take(0, perMinute, 6)}, allowed: true, states: []bucket.State{ok(0, 10*minute)}},
+			{hits: []hit{take(0, perMinute, 1)}, allowed: false, states: []bucket.State{no(0, minute, 10*minute)}},
+		},
+	},
+	{
+		// A refused call takes nothing, in any bucket, whichever hit
+		// refuses it; its allowed takes report their buckets untouched.
+		name: "all-or-nothing refusal",
+		calls: []call{
+			{hits: []hit{take(2, perMinute, 9)}, allowed: true, states: []bucket.State{ok(1, 9*minute)}},
+			{
+				hits:    []hit{take(0, perMinute, 1), take(1, perMinute, 2), take(2, perMinute, 2), take(3, perMinute, 1)},
+				allowed: false,
+				states:  []bucket.State{ok(10, 0), ok(10, 0), no(1, minute, 9*minute), ok(10, 0)},
+			},
+			{
+				hits:    []hit{check(0, perMinute), check(1, perMinute), check(2, perMinute), check(3, perMinute)},
+				allowed: true,
+				states:  []bucket.State{ok(10, 0), ok(10, 0), ok(1, 9*minute), ok(10, 0)},
+			},
+			// The refusing hit first.
+			{hits: []hit{take(2, perMinute, 2), take(0, perMinute, 5)}, allowed: false, states: []bucket.State{no(1, minute, 9*minute), ok(10, 0)}},
+			{hits: []hit{check(0, perMinute)}, allowed: true, states: []bucket.State{ok(10, 0)}},
+		},
+	},
+	{
+		name: "gives on an allowed call",
+		calls: []call{
+			{hits: []hit{take(0, perMinute, 5)}, allowed: true, states: []bucket.State{ok(5, 5*minute)}},
+			{hits: []hit{give(0, perMinute, 3), take(1, perMinute, 1)}, allowed: true, states: []bucket.State{ok(8, 2*minute), ok(9, minute)}},
+			// Never above the burst.
+			{hits: []hit{give(0, perMinute, 5)}, allowed: true, states: []bucket.State{ok(10, 0)}},
+			{hits: []hit{give(2, perMinute, 1)}, allowed: true, states: []bucket.State{ok(10, 0)}},
+			{hits: []hit{check(0, perMinute), check(1, perMinute)}, allowed: true, states: []bucket.State{ok(10, 0), ok(9, minute)}},
+		},
+	},
+	{
+		// A give is never refused and is applied whatever the decision
+		// (bucket.Hit): a refused call still returns its gives' tokens,
+		// before or after the hit that refuses it.
+		name: "gives on a refused call",
+		calls: []call{
+			{hits: []hit{take(0, perMinute, 5), take(1, perMinute, 10)}, allowed: true, states: []bucket.State{ok(5, 5*minute), ok(0, 10*minute)}},
+			{hits: []hit{give(0, perMinute, 3), take(1, perMinute, 1)}, allowed: false, states: []bucket.State{ok(8, 2*minute), no(0, minute, 10*minute)}},
+			{hits: []hit{take(1, perMinute, 1), give(0, perMinute, 1)}, allowed: false, states: []bucket.State{no(0, minute, 10*minute), ok(9, minute)}},
+			{hits: []hit{check(0, perMinute)}, allowed: true, states: []bucket.State{ok(9, minute)}},
+		},
+	},
+	{
+		// Cost 0 checks for one token and takes nothing.
+		name: "check only",
+		calls: []call{
+			{hits: []hit{check(0, perMinute)}, allowed: true, states: []bucket.State{ok(10, 0)}},
+			{hits: []hit{take(0, perMinute, 9)}, allowed: true, states: []bucket.State{ok(1, 9*minute)}},
+			{hits: []hit{check(0, perMinute), check(0, perMinute)}, allowed: true, states: []bucket.State{ok(1, 9*minute), ok(1, 9*minute)}},
+			{hits: []hit{take(0, perMinute, 1)}, allowed: true, states: []bucket.State{ok(0, 10*minute)}},
+			{hits: []hit{check(0, perMinute)}, allowed: false, states: []bucket.State{no(0, minute, 10*minute)}},
+			// A refused check refuses its call.
+			{hits: []hit{take(1, perMinute, 1), check(0, perMinute)}, allowed: false, states: []bucket.State{ok(10, 0), no(0, minute, 10*minute)}},
+			{hits: []hit{check(1, perMinute)}, allowed: true, states: []bucket.State{ok(10, 0)}},
+		},
+	},
+	{
+		// Independent (shadow-mode) hits take their tokens when they can,
+		// never block the others, and are applied when the call is refused.
+		name: "independent hits",
+		calls: []call{
+			{hits: []hit{take(0, perMinute, 10)}, allowed: true, states: []bucket.State{ok(0, 10*minute)}},
+			{hits: []hit{shadow(take(0, perMinute, 1)), take(1, perMinute, 1)}, allowed: true, states: []bucket.State{no(0, minute, 10*minute), ok(9, minute)}},
+			{hits: []hit{shadow(take(2, perMinute, 3)), take(0, perMinute, 1)}, allowed: false, states: []bucket.State{ok(7, 3*minute), no(0, minute, 10*minute)}},
+			// Only independent hits: allowed, whatever each says.
+			{hits: []hit{shadow(take(3, perMinute, 2)), shadow(take(0, perMinute, 1))}, allowed: true, states: []bucket.State{ok(8, 2*minute), no(0, minute, 10*minute)}},
+			{
+				hits:    []hit{check(1, perMinute), check(2, perMinute), check(3, perMinute)},
+				allowed: true,
+				states:  []bucket.State{ok(9, minute), ok(7, 3*minute), ok(8, 2*minute)},
+			},
+		},
+	},
+	{
+		// A cost above the burst is never allowed; its RetryAfter is the
+		// time until the bucket is full (0 when it is).
+		name: "cost above burst",
+		calls: []call{
+			{hits: []hit{take(0, perMinute, 11)}, allowed: false, states: []bucket.State{no(10, 0, 0)}},
+			{hits: []hit{take(0, perMinute, 3)}, allowed: true, states: []bucket.State{ok(7, 3*minute)}},
+			{hits: []hit{take(0, perMinute, 11)}, allowed: false, states: []bucket.State{no(7, 3*minute, 3*minute)}},
+			{hits: []hit{take(1, perMinute, 1), take(0, perMinute, 11)}, allowed: false, states: []bucket.State{ok(10, 0), no(7, 3*minute, 3*minute)}},
+			{hits: []hit{check(1, perMinute)}, allowed: true, states: []bucket.State{ok(10, 0)}},
+			// The burst, not Requests, is the bound.
+			{hits: []hit{take(2, smallBurst, 5)}, allowed: false, states: []bucket.State{no(4, 0, 0)}},
+			{hits: []hit{take(2, smallBurst, 4)}, allowed: true, states: []bucket.State{ok(0, 4*minute)}},
+		},
+	},
+	{
+		// Requests 0 never allows a take or a check, and refuses its call;
+		// a give to it is allowed and does nothing.
+		//
+		// The backends disagree on one duration: a give's ResetAfter is the
+		// Period in backend/memory and 0 in backend/redis.
+		name: "Requests 0",
+		calls: []call{
+			{hits: []hit{take(0, never, 1)}, allowed: false, states: []bucket.State{no(0, minute, minute)}},
+			{hits: []hit{check(0, never)}, allowed: false, states: []bucket.State{no(0, minute, minute)}},
+			// It refuses its call; the call's independent hits and gives
+			// still apply. (Not with another take: backend/redis does not
+			// send a call it refuses without Redis, and reports the other
+			// takes as not consulted, Remaining 0.)
+			{
+				hits:    []hit{shadow(take(1, perMinute, 1)), give(2, perMinute, 1), take(0, never, 1)},
+				allowed: false,
+				states:  []bucket.State{ok(9, minute), ok(10, 0), no(0, minute, minute)},
+			},
+			{hits: []hit{shadow(take(0, never, 1)), take(1, perMinute, 1)}, allowed: true, states: []bucket.State{no(0, minute, minute), ok(8, 2*minute)}},
+			{hits: []hit{give(0, never, 1)}, allowed: true, states: []bucket.State{{Allowed: true, ResetAfter: anyDuration}}},
+			{hits: []hit{check(0, never)}, allowed: false, states: []bucket.State{no(0, minute, minute)}},
+		},
+	},
+	{
+		// Buckets refill evenly over time, never above the burst. Every
+		// check lands on a whole token, 100ms (a token) from the next.
+		name: "refill over time",
+		calls: []call{
+			{hits: []hit{take(0, fast, 3)}, allowed: true, states: []bucket.State{ok(0, 300*time.Millisecond)}},
+			{advance: 100 * time.Millisecond, hits: []hit{check(0, fast)}, allowed: true, states: []bucket.State{ok(1, 200*time.Millisecond)}},
+			{hits: []hit{take(0, fast, 1)}, allowed: true, states: []bucket.State{ok(0, 300*time.Millisecond)}},
+			{hits: []hit{take(0, fast, 1)}, allowed: false, states: []bucket.State{no(0, 100*time.Millisecond, 300*time.Millisecond)}},
+			{hits: []hit{take(0, fast, 2)}, allowed: false, states: []bucket.State{no(0, 200*time.Millisecond, 300*time.Millisecond)}},
+			{advance: 200 * time.Millisecond, hits: []hit{check(0, fast)}, allowed: true, states: []bucket.State{ok(2, 100*time.Millisecond)}},
+			{advance: 100 * time.Millisecond, hits: []hit{check(0, fast)}, allowed: true, states: []bucket.State{ok(3, 0)}},
+			{advance: 200 * time.Millisecond, hits: []hit{check(0, fast)}, allowed: true, states: []bucket.State{ok(3, 0)}},
+		},
+	},
+	{
+		// Hits apply in order: a key's second hit sees its first.
+		name: "same key twice in one call",
+		calls: []call{
+			{hits: []hit{take(0, perMinute, 6), take(0, perMinute, 4)}, allowed: true, states: []bucket.State{ok(4, 6*minute), ok(0, 10*minute)}},
+			{hits: []hit{check(0, perMinute)}, allowed: false, states: []bucket.State{no(0, minute, 10*minute)}},
+			{hits: []hit{take(1, perMinute, 4), check(1, perMinute)}, allowed: true, states: []bucket.State{ok(6, 4*minute), ok(6, 4*minute)}},
+			{hits: []hit{take(1, perMinute, 3), take(1, perMinute, 3)}, allowed: true, states: []bucket.State{ok(3, 7*minute), ok(0, 10*minute)}},
+		},
+	},
+	{
+		// What both backends do when a key comes with another Limit (bucket
+		// keys include the limit, so only a hash collision or a caller that
+		// reuses keys does this): the bucket keeps the instant it is full
+		// again (its GCRA TAT), and its tokens are derived from that under
+		// the new Limit, even beyond the new burst.
+		name: "limit changes for the same key",
+		calls: []call{
+			// 6 minutes from full.
+			{hits: []hit{take(0, perMinute, 6)}, allowed: true, states: []bucket.State{ok(4, 6*minute)}},
+			// A token every 10s: 36 missing of 60.
+			{hits: []hit{check(0, perTenSeconds)}, allowed: true, states: []bucket.State{ok(24, 6*minute)}},
+			// A token every 10 minutes: 0.6 missing of 2.
+			{hits: []hit{check(0, onePerTenMinutes)}, allowed: true, states: []bucket.State{ok(1, 6*minute)}},
+			// One allowed (0.6 missing, 1 may be), leaving 1.6 missing.
+			{hits: []hit{take(0, onePerTenMinutes, 1)}, allowed: true, states: []bucket.State{ok(0, 16*minute)}},
+			// 16 missing of 10: a token in 7 minutes.
+			{hits: []hit{check(0, perMinute)}, allowed: false, states: []bucket.State{no(0, 7*minute, 16*minute)}},
+			// 96 missing of 60: a token in 6m10s.
+			{hits: []hit{check(0, perTenSeconds)}, allowed: false, states: []bucket.State{no(0, 6*minute+10*time.Second, 16*minute)}},
+		},
+	},
+	{
+		name:  "no hits",
+		calls: []call{{hits: nil, allowed: true, states: []bucket.State{}}},
+	},
+}
