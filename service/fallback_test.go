@@ -52,26 +52,19 @@ func (f *flakyLimiter) Hit(ctx context.Context, hits []bucket.Hit, states []buck
 // Shared reports true, as Redis.
 func (f *flakyLimiter) Shared() bool { return true }
 
-// nowClock is a clockwork.Clock whose Now is the harness' clock.
-type nowClock struct {
-	clockwork.Clock
-	now func() time.Time
-}
-
-func (c nowClock) Now() time.Time                  { return c.now() }
-func (c nowClock) Since(t time.Time) time.Duration { return c.now().Sub(t) }
-
 type fallbackHarness struct {
 	*harness
 	primary *flakyLimiter
 	sw      *fallback.Limiter
 	probeOK atomic.Bool
 	probes  atomic.Int64
+	// recovered receives when a probe found Redis answering.
+	recovered chan struct{}
 }
 
 func newFallbackHarness(t *testing.T, mode fallback.Mode, nodes int, opts ...func(*fallback.Options)) *fallbackHarness {
 	t.Helper()
-	fh := &fallbackHarness{}
+	fh := &fallbackHarness{recovered: make(chan struct{}, 1)}
 	reg := prometheus.NewRegistry()
 	clock := clockwork.NewFakeClockAt(harnessStart)
 	fh.harness = newHarnessOn(t, clock, `
@@ -91,6 +84,7 @@ descriptors:
 			Probe: func(context.Context) error {
 				fh.probes.Add(1)
 				if fh.probeOK.Load() {
+					fh.recovered <- struct{}{}
 					return nil
 				}
 				return errDown
@@ -99,6 +93,7 @@ descriptors:
 			Mode:      mode,
 			Metrics:   fallback.NewMetrics(reg, []string{"other"}),
 			Abandoned: func(err error) bool { return errors.Is(err, errGaveUp) },
+			Clock:     clock, // the probe's backoff runs on the harness' clock
 		}
 		for _, f := range opts {
 			f(&fo)
@@ -141,8 +136,7 @@ func TestFallbackSharesGlobalLimit(t *testing.T) {
 	}
 
 	fh.primary.fail.Store(false)
-	fh.probeOK.Store(true)
-	waitUntil(t, "the probe to switch back", func() bool { return !fh.sw.Active() })
+	fh.recover(t)
 	calls = fh.primary.calls.Load()
 	fh.call(t, req)
 	if fh.primary.calls.Load() == calls {
@@ -247,23 +241,30 @@ func TestFallbackIgnoresCallersDeadline(t *testing.T) {
 	}
 }
 
-// waitUntil polls cond with a deadline (the probe runs on real time).
-func waitUntil(t *testing.T, what string, cond func() bool) {
+// recover lets the probe find Redis answering: it waits for the probe to
+// wait on the clock, moves the clock past the longest backoff, and returns
+// once the probe has switched the node back.
+func (fh *fallbackHarness) recover(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fh.probeOK.Store(true)
+	if err := fh.clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatalf("the probe never waited: %v", err)
 	}
+	fh.clock.Advance(time.Second)
+	select {
+	case <-fh.recovered:
+	case <-ctx.Done():
+		t.Fatal("the probe did not run after its backoff")
+	}
+	fh.sw.Close() // waits for the probe to finish switching back
 }
 
 func TestFallbackOneSlowCallIsNoStall(t *testing.T) {
 	var fh *fallbackHarness
 	fh = newFallbackHarness(t, fallback.Share, 1, func(o *fallback.Options) {
 		o.StallAfter = 30 * time.Millisecond
-		o.Clock = nowClock{clockwork.NewRealClock(), func() time.Time { return fh.clock.Now() }}
 	})
 	req := request("edge", desc("user_id=u"))
 	fh.call(t, req) // a success
@@ -314,7 +315,6 @@ func TestFallbackTimeoutsAmidSuccessesSwitch(t *testing.T) {
 	var fh *fallbackHarness
 	fh = newFallbackHarness(t, fallback.Share, 1, func(o *fallback.Options) {
 		o.StallAfter = 30 * time.Millisecond
-		o.Clock = nowClock{clockwork.NewRealClock(), func() time.Time { return fh.clock.Now() }}
 	})
 	req := request("edge", desc("user_id=u"))
 	fh.call(t, req) // Redis answered once

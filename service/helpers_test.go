@@ -64,7 +64,7 @@ func newHarnessOn(t testing.TB, clock *clockwork.FakeClock, rules string, opts .
 		Rules:   ruleset.NewStore(mustRules(t, rules)),
 		Local:   h.local,
 		Global:  h.global,
-		Now:     h.clock.Now,
+		Clock:   h.clock,
 		Metrics: service.NewMetrics(h.reg),
 	}
 	for _, f := range opts {

@@ -5,9 +5,9 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/jonboulle/clockwork"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc/codes"
@@ -59,9 +59,9 @@ type Options struct {
 	// (bucket.SumKey) when shared, else the faster node-local hash.
 	Global bucket.Limiter
 
-	Now     func() time.Time // nil = time.Now
-	Logger  *slog.Logger     // nil = discard
-	Metrics *Metrics         // nil = no metrics
+	Clock   clockwork.Clock // times decisions; nil = the real clock
+	Logger  *slog.Logger    // nil = discard
+	Metrics *Metrics        // nil = no metrics
 
 	GrayKey          string // default "gray"
 	Shadow           bool   // every rule in shadow mode: decide and count, answer OK
@@ -93,7 +93,7 @@ type Server struct {
 	nodeKeys   bucket.NodeHasher
 	sharedKeys bool // opts.Global is shared: its keys are bucket.SumKey
 	log        *slog.Logger
-	now        func() time.Time
+	clock      clockwork.Clock
 	scratch    sync.Pool     // *scratch: per-request buffers, so the hot path does not allocate
 	refusals   atomic.Uint64 // refused requests, for sampled logging
 	tracer     trace.Tracer  // never nil
@@ -118,13 +118,13 @@ func New(opts Options) *Server {
 		opts.MaxMetricValues = DefaultMaxMetricValues
 	}
 	opts.Metrics.capValues(opts.MaxMetricValues)
-	s := &Server{opts: opts, log: opts.Logger, now: opts.Now, nodeKeys: bucket.NewNodeHasher()}
+	s := &Server{opts: opts, log: opts.Logger, clock: opts.Clock, nodeKeys: bucket.NewNodeHasher()}
 	s.sharedKeys = opts.Global != nil && opts.Global.Shared()
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	if s.now == nil {
-		s.now = time.Now
+	if s.clock == nil {
+		s.clock = clockwork.NewRealClock()
 	}
 	s.scratch.New = func() any { return new(scratch) }
 	s.tracer, s.traced = opts.Tracer, opts.Tracer != nil
@@ -147,7 +147,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 // shouldRateLimit is ShouldRateLimit; note, when not nil, learns how the
 // request was decided for its span.
 func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest, note *traceNote) (*rlsv3.RateLimitResponse, error) {
-	start := s.now()
+	start := s.clock.Now()
 	if err := s.checkRequest(req); err != nil {
 		s.opts.Metrics.invalidRequest()
 		s.log.Debug("invalid request: answered InvalidArgument, which Envoy lets through", "err", err)
@@ -157,6 +157,6 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err != nil {
 		return nil, err
 	}
-	s.opts.Metrics.observeDuration(s.now().Sub(start))
+	s.opts.Metrics.observeDuration(s.clock.Since(start))
 	return resp, nil
 }
