@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	goredis "github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
@@ -31,9 +32,11 @@ type Options struct {
 	// Timeout is the deadline for every Redis call, and for every Hit's
 	// wait for its answer (DefaultTimeout when 0).
 	Timeout time.Duration
-	// Now is the node clock, used only to expire the empty-bucket cache;
-	// buckets themselves run on Redis' clock. Nil means time.Now.
-	Now func() time.Time
+	// Clock is the node clock, used only to expire the empty-bucket cache:
+	// buckets themselves run on Redis' clock, and the Timeout bounds real
+	// Redis calls, whose deadlines go-redis keeps on real time. Nil means
+	// clockwork.NewRealClock().
+	Clock clockwork.Clock
 	// Prefix starts every key, as "<prefix>:{<hash>}" (DefaultPrefix when
 	// empty). Nodes sharing buckets must share it. Braces in it become '_',
 	// so that only the bucket's hash can be a Redis Cluster hash tag.
@@ -94,7 +97,7 @@ type Limiter struct {
 	cluster *goredis.ClusterClient // client, when it is one
 	route   routing
 	timeout time.Duration
-	now     func() time.Time
+	clock   clockwork.Clock
 	prefix  string
 	keyLen  int // of every key: prefix + ":{" + 32 hex digits + "}"
 	cache   *emptyCache
@@ -121,7 +124,7 @@ func New(opts Options) *Limiter {
 	l := &Limiter{
 		client:  opts.Client,
 		timeout: opts.Timeout,
-		now:     opts.Now,
+		clock:   opts.Clock,
 		prefix:  opts.Prefix,
 		cache:   newEmptyCache(opts.CacheSize),
 		writers: opts.Writers,
@@ -132,8 +135,8 @@ func New(opts Options) *Limiter {
 	if l.timeout <= 0 {
 		l.timeout = DefaultTimeout
 	}
-	if l.now == nil {
-		l.now = time.Now
+	if l.clock == nil {
+		l.clock = clockwork.NewRealClock()
 	}
 	if l.prefix == "" {
 		l.prefix = DefaultPrefix
@@ -218,7 +221,7 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 	if err := ctx.Err(); err != nil {
 		return bucket.Decision{}, fmt.Errorf("backend/redis: %w: %w", ErrAbandoned, err)
 	}
-	start := l.now()
+	start := l.clock.Now()
 	r := l.requests.Get().(*request)
 	r.reset()
 	r.refs.Store(1)

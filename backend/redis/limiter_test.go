@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	goredis "github.com/redis/go-redis/v9"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/bucket"
-	"github.com/sluice-rls/sluice/internal/clocktest"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -496,8 +496,8 @@ func flushScripts(t *testing.T, c goredis.UniversalClient) {
 }
 
 func testEmptyCache(t *testing.T, e env) {
-	clk := clocktest.New(time.Unix(1_000_000, 0))
-	f := e.fixture(t, redisbackend.Options{Now: clk.Now, CacheSize: 1000})
+	clk := clockwork.NewFakeClockAt(time.Unix(1_000_000, 0))
+	f := e.fixture(t, redisbackend.Options{Clock: clk, CacheSize: 1000})
 	k := f.key(0)
 	lim := bucket.Limit{Requests: 1, Period: 10 * time.Second, Burst: 2}
 	take := bucket.Hit{Key: k, Limit: lim, Cost: 1}
@@ -728,13 +728,13 @@ func TestStallCallersGone(t *testing.T) {
 	}
 	// The first caller's call is in flight (the one writer slot busy);
 	// the second queues behind it.
+	sent := &sentHook{ch: make(chan struct{}, 1)}
+	f.client.AddHook(sent)
 	go hit()
-	deadline := time.Now().Add(10 * time.Second)
-	for f.calls.Load() == 0 { // the first call has reached the client
-		if time.Now().After(deadline) {
-			t.Fatal("no script call within 10s")
-		}
-		time.Sleep(time.Millisecond) // poll interval, bounded by the deadline
+	select {
+	case <-sent.ch: // the first call has reached the client
+	case <-time.After(10 * time.Second):
+		t.Fatal("no script call within 10s")
 	}
 	go hit()
 	var abandoned, own int
@@ -752,6 +752,28 @@ func TestStallCallersGone(t *testing.T) {
 	if abandoned != 1 || own != 1 {
 		t.Errorf("%d abandoned and %d Redis timeouts, want 1 and 1: the call in flight is Redis' failure, the queued caller's giving up is not", abandoned, own)
 	}
+}
+
+// sentHook signals ch, without blocking, when a script call reaches the
+// client.
+type sentHook struct{ ch chan struct{} }
+
+func (*sentHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *sentHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if cmd.Name() == "evalsha" {
+			select {
+			case h.ch <- struct{}{}:
+			default:
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (*sentHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
 }
 
 func TestKilled(t *testing.T) {
