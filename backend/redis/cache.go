@@ -127,3 +127,17 @@ func (c *emptyCache) len() int {
 	}
 	return n
 }
+
+// cachedState is the answer Redis would give for a take on a bucket known to
+// be empty until e.next.
+func cachedState(h *bucket.Hit, e emptyEntry, now time.Time) bucket.State {
+	reset := e.full.Sub(now)
+	retry := e.next.Sub(now)
+	if h.Cost > h.Limit.Burst {
+		retry = reset
+	} else if h.Cost > 1 {
+		interval := h.Limit.Period / time.Duration(h.Limit.Requests)
+		retry += time.Duration(h.Cost-1) * interval
+	}
+	return bucket.State{RetryAfter: retry, ResetAfter: max(reset, retry)}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -59,12 +58,8 @@ func NewNodes(opts NodesOptions) *Nodes {
 	if opts.Clock == nil {
 		opts.Clock = clockwork.NewRealClock()
 	}
-	prefix := opts.Prefix
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	prefix = strings.NewReplacer("{", "_", "}", "_").Replace(prefix)
-	n := &Nodes{opts: opts, key: prefix + ":{nodes}", script: goredis.NewScript(nodesLua)}
+	key := newKeyspace(opts.Prefix).prefix + ":{nodes}"
+	n := &Nodes{opts: opts, key: key, script: goredis.NewScript(nodesLua)}
 	n.count.Store(1)
 	return n
 }
