@@ -43,8 +43,8 @@ type batcher struct {
 	writers int           // sends in flight per server, at most
 	timeout time.Duration // of every send, and of every caller's wait
 
-	one       *queue                            // the queue of every part that names no server
-	servers   atomic.Pointer[map[string]*queue] // queues by server address, copied on write
+	one       *queue                            // the queue when the client is no cluster: the server, or every shard of a Ring
+	servers   atomic.Pointer[map[string]*queue] // Redis Cluster: queues by master address, copied on write
 	serversMu sync.Mutex                        // serialises adding servers
 
 	batches  sync.Pool // *[]*part: a writer's batch
@@ -69,7 +69,7 @@ func newBatcher(send sendFunc, writers int, timeout time.Duration) *batcher {
 	return b
 }
 
-// server returns the queue of the server at addr, adding it if new.
+// server returns the queue of the cluster master at addr, adding it if new.
 func (b *batcher) server(addr string) *queue {
 	if m := b.servers.Load(); m != nil {
 		if q, ok := (*m)[addr]; ok {

@@ -113,21 +113,6 @@ func (c *emptyCache) drop(k bucket.Key) {
 	s.mu.Unlock()
 }
 
-// len returns the number of entries, expired ones included.
-func (c *emptyCache) len() int {
-	if c == nil {
-		return 0
-	}
-	n := 0
-	for i := range c.shards {
-		s := &c.shards[i]
-		s.mu.Lock()
-		n += len(s.m)
-		s.mu.Unlock()
-	}
-	return n
-}
-
 // cachedState is the answer Redis would give for a take on a bucket known to
 // be empty until e.next.
 func cachedState(h *bucket.Hit, e emptyEntry, now time.Time) bucket.State {

@@ -19,17 +19,16 @@ import (
 // A part is answered once (replies or err, then answered): by the sender
 // from its call's reply, or by the batcher when it fails or skips the part
 // unsent. The one answering the last part signals done before it drops its
-// reference. The
-// caller waits for done, or gives up at its deadline and marks the request
-// abandoned (writers then skip its queued parts); whoever drops the last
-// reference returns the request to its pool. So a request is never reused
-// while a writer may still write into it, and writers never touch the
-// caller's hits or states: a part carries copies of everything its call
-// needs.
+// reference. The caller waits for done, or gives up at its deadline and
+// marks the request abandoned (writers then skip its queued parts); whoever
+// drops the last reference returns the request to its pool. So a request is
+// never reused while a writer may still write into it, and writers never
+// touch the caller's hits or states: a part carries copies of everything
+// its call needs.
 type request struct {
 	pool  *sync.Pool // of the Limiter, where release returns it
 	parts []*part    // len = parts in use; pooled parts beyond it
-	keys  string     // the Redis key of every hit, keyLen bytes each, back to back
+	keys  string     // the Redis key of every hit, keyspace.keyLen bytes each, back to back
 	buf   []byte     // builds keys
 
 	refs      atomic.Int32
