@@ -9,18 +9,11 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
-
-// TestMain fails the package when a test leaves a goroutine behind: the
-// Limiter's writers exit when their queue is empty and at Close.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 // day is a limit that refills one token a day: nothing refills during a
 // test, so the tokens taken are exactly the burst.

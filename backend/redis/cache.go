@@ -113,17 +113,16 @@ func (c *emptyCache) drop(k bucket.Key) {
 	s.mu.Unlock()
 }
 
-// len returns the number of entries, expired ones included.
-func (c *emptyCache) len() int {
-	if c == nil {
-		return 0
+// cachedState is the answer Redis would give for a take on a bucket known to
+// be empty until e.next.
+func cachedState(h *bucket.Hit, e emptyEntry, now time.Time) bucket.State {
+	reset := e.full.Sub(now)
+	retry := e.next.Sub(now)
+	if h.Cost > h.Limit.Burst {
+		retry = reset
+	} else if h.Cost > 1 {
+		interval := h.Limit.Period / time.Duration(h.Limit.Requests)
+		retry += time.Duration(h.Cost-1) * interval
 	}
-	n := 0
-	for i := range c.shards {
-		s := &c.shards[i]
-		s.mu.Lock()
-		n += len(s.m)
-		s.mu.Unlock()
-	}
-	return n
+	return bucket.State{RetryAfter: retry, ResetAfter: max(reset, retry)}
 }

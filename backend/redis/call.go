@@ -6,16 +6,28 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// sender is the scratch of a writer (or an inline caller) for building and
-// sending script calls. Senders are pooled, so a call's arguments cost no
-// allocation: keys and numbers go to go-redis as pointers into the parts,
-// which an interface holds without boxing.
+// sender makes a Limiter's script calls: its send is the batcher's
+// sendFunc. It turns parts into token_bucket.lua calls, sends them at once
+// (one pipeline when there are several), and answers every part from the
+// replies.
 type sender struct {
-	batch []*part  // the parts to send, taken from a queue
+	client goredis.UniversalClient
+	route  routing
+	// shaArg and srcArg are the script's SHA-1 and source, converted to
+	// interfaces once rather than per call.
+	shaArg, srcArg any
+	bufs           sync.Pool // *sendBuf
+}
+
+// sendBuf is the scratch of one send. It is pooled, so a call's arguments
+// cost no allocation: keys and numbers go to go-redis as pointers into the
+// parts, which an interface holds without boxing.
+type sendBuf struct {
 	calls []call   // one per script call
 	args  []any    // every call's command arguments, back to back
 	blob  []byte   // every call's ARGV[1], back to back
@@ -30,103 +42,105 @@ type call struct {
 	retry bool // answered NOSCRIPT: sent again with EVAL
 }
 
-// send sends the parts of batch in as few script calls as the routing
-// allows, all at once (one pipeline when there are several), under ctx, and
-// answers every part. Parts whose caller gave up are answered unsent.
-func (l *Limiter) send(ctx context.Context, s *sender, batch []*part) {
-	live := batch[:0]
-	for _, p := range batch {
-		if p.req.abandoned.Load() {
-			l.answer(p, errAbandoned)
-			continue
-		}
-		live = append(live, p)
+// newSender returns the sender of script calls through client, routed as
+// route says.
+func newSender(client goredis.UniversalClient, route routing) *sender {
+	s := &sender{
+		client: client,
+		route:  route,
+		shaArg: goredis.NewScript(tokenBucketLua).Hash(),
+		srcArg: tokenBucketLua,
 	}
-	if len(live) == 0 {
-		return
-	}
-	if l.route != routeOne && len(live) > 1 {
-		slices.SortFunc(live, func(a, b *part) int {
+	s.bufs.New = func() any { return new(sendBuf) }
+	return s
+}
+
+// send sends parts in as few script calls as the routing allows, all at
+// once (one pipeline when there are several), under ctx, and answers every
+// part. It is a sendFunc.
+func (s *sender) send(ctx context.Context, parts []*part) {
+	if s.route != routeOne && len(parts) > 1 {
+		slices.SortFunc(parts, func(a, b *part) int {
 			return cmp.Or(cmp.Compare(a.slot, b.slot), bytes.Compare(a.bucket[:], b.bucket[:]))
 		})
 	}
-	s.calls, s.args, s.blob = s.calls[:0], s.args[:0], s.blob[:0]
+	b := s.bufs.Get().(*sendBuf)
+	b.calls, b.args, b.blob = b.calls[:0], b.args[:0], b.blob[:0]
 	start := 0
-	for i := 1; i <= len(live); i++ {
-		if i == len(live) || live[i].slot != live[start].slot || live[i].bucket != live[start].bucket {
-			s.calls = append(s.calls, call{parts: live[start:i]})
+	for i := 1; i <= len(parts); i++ {
+		if i == len(parts) || parts[i].slot != parts[start].slot || parts[i].bucket != parts[start].bucket {
+			b.calls = append(b.calls, call{parts: parts[start:i]})
 			start = i
 		}
 	}
-	if cap(s.nkeys) < len(s.calls) {
-		s.nkeys = make([]uint64, len(s.calls))
+	if cap(b.nkeys) < len(b.calls) {
+		b.nkeys = make([]uint64, len(b.calls))
 	}
-	s.nkeys = s.nkeys[:len(s.calls)]
-	for i := range s.calls {
-		s.calls[i].cmd = s.build(ctx, l, i, false)
+	b.nkeys = b.nkeys[:len(b.calls)]
+	for i := range b.calls {
+		b.calls[i].cmd = b.build(ctx, i, "evalsha", s.shaArg)
 	}
-	l.exec(ctx, s.calls, false)
+	s.exec(ctx, b.calls, false)
 
 	// After a Redis restart or failover flushed the script cache: EVAL loads
 	// the script and runs it; later calls find it again.
 	retry := false
-	for i := range s.calls {
-		c := &s.calls[i]
+	for i := range b.calls {
+		c := &b.calls[i]
 		err := c.cmd.Err()
 		c.retry = err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT")
 		if c.retry {
-			c.cmd = s.build(ctx, l, i, true)
+			c.cmd = b.build(ctx, i, "eval", s.srcArg)
 			retry = true
 		}
 	}
 	if retry {
-		l.exec(ctx, s.calls, true)
+		s.exec(ctx, b.calls, true)
 	}
 
-	for i := range s.calls {
-		l.answerCall(ctx, &s.calls[i])
-		s.calls[i] = call{}
+	for i := range b.calls {
+		answerCall(ctx, &b.calls[i])
+		b.calls[i] = call{}
 	}
-	clear(s.args)
+	clear(b.args)
+	s.bufs.Put(b)
 }
 
-// build returns the command of call i: EVALSHA, or EVAL when eval is set,
-// with the keys and arguments of its parts, numbered as decisions 1, 2, ...
-func (s *sender) build(ctx context.Context, l *Limiter, i int, eval bool) *goredis.Cmd {
-	c := &s.calls[i]
+// build returns the command of call i, name ("evalsha" or "eval") with
+// script (the SHA-1 or the source), with the keys and arguments of its
+// parts, numbered as decisions 1, 2, ... Name and script come as interfaces
+// already, as the arguments take them, so that building allocates nothing.
+func (b *sendBuf) build(ctx context.Context, i int, name, script any) *goredis.Cmd {
+	c := &b.calls[i]
 	merged := c.parts[0].slot == anySlot
 	keys := 0
 	for _, p := range c.parts {
 		keys += len(p.keys)
 	}
-	s.nkeys[i] = uint64(keys)
+	b.nkeys[i] = uint64(keys)
 	if merged {
-		s.nkeys[i] = 1 // KEYS[1] routes; the bucket keys follow ARGV[1]
+		b.nkeys[i] = 1 // KEYS[1] routes; the bucket keys follow ARGV[1]
 	}
-	start := len(s.args)
-	if eval {
-		s.args = append(s.args, "eval", l.srcArg, &s.nkeys[i])
-	} else {
-		s.args = append(s.args, "evalsha", l.shaArg, &s.nkeys[i])
-	}
+	start := len(b.args)
+	b.args = append(b.args, name, script, &b.nkeys[i])
 	if merged {
-		s.args = append(s.args, &c.parts[0].keys[0])
+		b.args = append(b.args, &c.parts[0].keys[0])
 	} else {
-		s.args = appendKeys(s.args, c.parts)
+		b.args = appendKeys(b.args, c.parts)
 	}
-	// Earlier calls' slices of s.blob stay valid when append moves it.
-	b := len(s.blob)
+	// Earlier calls' slices of b.blob stay valid when append moves it.
+	at := len(b.blob)
 	for d, p := range c.parts {
 		for j := 0; j < len(p.args); j += argsPerKey {
-			s.blob = appendArgs(s.blob, uint64(d+1), p.args[j:j+argsPerKey])
+			b.blob = appendArgs(b.blob, uint64(d+1), p.args[j:j+argsPerKey])
 		}
 	}
-	s.args = append(s.args, s.blob[b:len(s.blob):len(s.blob)])
+	b.args = append(b.args, b.blob[at:len(b.blob):len(b.blob)])
 	if merged {
-		s.args = appendKeys(s.args, c.parts)
+		b.args = appendKeys(b.args, c.parts)
 	}
-	end := len(s.args)
-	cmd := goredis.NewCmd(ctx, s.args[start:end:end]...)
+	end := len(b.args)
+	cmd := goredis.NewCmd(ctx, b.args[start:end:end]...)
 	cmd.SetFirstKeyPos(3) // Redis Cluster routes by the first key
 	return cmd
 }
@@ -144,7 +158,7 @@ func appendKeys(args []any, parts []*part) []any {
 // exec runs the commands of calls (only those to retry, when retry is set):
 // one alone, several in one pipeline, which go-redis splits by cluster node.
 // Errors stay in the commands.
-func (l *Limiter) exec(ctx context.Context, calls []call, retry bool) {
+func (s *sender) exec(ctx context.Context, calls []call, retry bool) {
 	n, last := 0, -1
 	for i := range calls {
 		if !retry || calls[i].retry {
@@ -152,10 +166,10 @@ func (l *Limiter) exec(ctx context.Context, calls []call, retry bool) {
 		}
 	}
 	if n == 1 {
-		_ = l.client.Process(ctx, calls[last].cmd)
+		_ = s.client.Process(ctx, calls[last].cmd)
 		return
 	}
-	pipe := l.client.Pipeline()
+	pipe := s.client.Pipeline()
 	for i := range calls {
 		if !retry || calls[i].retry {
 			_ = pipe.Process(ctx, calls[i].cmd)
@@ -166,7 +180,7 @@ func (l *Limiter) exec(ctx context.Context, calls []call, retry bool) {
 
 // answerCall parses the reply of c into its parts and answers them; a
 // failed call fails every part with the same error.
-func (l *Limiter) answerCall(ctx context.Context, c *call) {
+func answerCall(ctx context.Context, c *call) {
 	err := c.cmd.Err()
 	switch {
 	case err != nil && isNotLocal(err):
@@ -177,7 +191,7 @@ func (l *Limiter) answerCall(ctx context.Context, c *call) {
 		err = readReplies(c.cmd.Val(), c.parts)
 	}
 	for _, p := range c.parts {
-		l.answer(p, err)
+		p.answer(err)
 	}
 }
 

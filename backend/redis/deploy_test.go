@@ -163,7 +163,7 @@ func waitListening(t *testing.T, port int) {
 		if time.Now().After(deadline) {
 			t.Fatalf("nothing listens on %d: %v", port, err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval, bounded by the deadline
 	}
 }
 

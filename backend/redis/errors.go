@@ -58,6 +58,13 @@ func ErrorKinds() []string {
 	return []string{KindTimeout, KindConnection, KindScript, KindOOM, KindNoPerm, KindOther}
 }
 
+// errClosed fails Hit after Close, and the requests Close found queued.
+var errClosed = fmt.Errorf("backend/redis: limiter closed: %w", ErrConnection)
+
+// errAbandoned answers the queued parts of a caller that gave up; nobody
+// reads it.
+var errAbandoned = fmt.Errorf("backend/redis: %w", ErrAbandoned)
+
 // errNotLocal wraps the error of a script call that reached a cluster
 // master which does not serve one of its buckets (the client's slot map was
 // stale): the script failed before writing anything, and Hit goes again

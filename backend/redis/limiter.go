@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	goredis "github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
@@ -20,9 +20,6 @@ import (
 // still answer from its fallback in time.
 const DefaultTimeout = 10 * time.Millisecond
 
-// DefaultPrefix starts every bucket key when Options.Prefix is empty.
-const DefaultPrefix = "sluice"
-
 // Options configures a Limiter.
 type Options struct {
 	// Client talks to Redis: a *goredis.Client, a *goredis.ClusterClient,
@@ -31,9 +28,11 @@ type Options struct {
 	// Timeout is the deadline for every Redis call, and for every Hit's
 	// wait for its answer (DefaultTimeout when 0).
 	Timeout time.Duration
-	// Now is the node clock, used only to expire the empty-bucket cache;
-	// buckets themselves run on Redis' clock. Nil means time.Now.
-	Now func() time.Time
+	// Clock is the node clock, used only to expire the empty-bucket cache:
+	// buckets themselves run on Redis' clock, and the Timeout bounds real
+	// Redis calls, whose deadlines go-redis keeps on real time. Nil means
+	// clockwork.NewRealClock().
+	Clock clockwork.Clock
 	// Prefix starts every key, as "<prefix>:{<hash>}" (DefaultPrefix when
 	// empty). Nodes sharing buckets must share it. Braces in it become '_',
 	// so that only the bucket's hash can be a Redis Cluster hash tag.
@@ -51,36 +50,20 @@ type Options struct {
 	Tracer trace.Tracer
 }
 
-// routing says how hits are split into script calls.
-type routing int
-
-const (
-	routeOne  routing = iota // one server (or a sentinel master): one call
-	routeSlot                // Redis Cluster: one call per master (per slot after a stale slot map)
-	routeKey                 // a go-redis Ring shards by hash tag: one call per key
-)
-
-// errClosed fails Hit after Close, and the requests Close found queued.
-var errClosed = fmt.Errorf("backend/redis: limiter closed: %w", ErrConnection)
-
-// errAbandoned answers the queued parts of a caller that gave up; nobody
-// reads it.
-var errAbandoned = fmt.Errorf("backend/redis: %w", ErrAbandoned)
-
 // Limiter holds sluice's global token buckets in Redis. It is safe for
 // concurrent use.
 //
-// Concurrent calls to Hit share round trips: each Redis server (each master
-// of a Redis Cluster) has a queue, and the requests that arrive while
-// Options.Writers script calls to it are in flight wait there and go out
-// together, several decisions in one script call, whatever slots of that
-// master their buckets hash to. There is no fixed wait: a request that
-// finds the server idle is sent at once, in its own call. A Hit so costs at
-// most one script call per Redis Cluster master touched (one in total on a
-// single Redis or sentinel master), plus one more per master when a cluster
-// decision is refused after some masters took tokens, and usually far less
-// than one round trip under load; a decision refused from the empty-bucket
-// cache costs none.
+// Concurrent calls to Hit share round trips (the batcher): each Redis
+// server (each master of a Redis Cluster) has a queue, and the requests
+// that arrive while Options.Writers script calls to it are in flight wait
+// there and go out together, several decisions in one script call,
+// whatever slots of that master their buckets hash to. There is no fixed
+// wait: a request that finds the server idle is sent at once, in its own
+// call. A Hit so costs at most one script call per Redis Cluster master
+// touched (one in total on a single Redis or sentinel master), plus one
+// more per master when a cluster decision is refused after some masters
+// took tokens, and usually far less than one round trip under load; a
+// decision refused from the empty-bucket cache costs none.
 //
 // When a call reaches a master that no longer serves one of its buckets
 // (the client's slot map is stale while slots move), the script fails
@@ -94,25 +77,15 @@ type Limiter struct {
 	cluster *goredis.ClusterClient // client, when it is one
 	route   routing
 	timeout time.Duration
-	now     func() time.Time
-	prefix  string
-	keyLen  int // of every key: prefix + ":{" + 32 hex digits + "}"
+	clock   clockwork.Clock
+	keys    keyspace
 	cache   *emptyCache
-	writers int
 	tracer  trace.Tracer // nil: no spans
-	// shaArg and srcArg are the script's SHA-1 and source, converted to
-	// interfaces once rather than per call.
-	shaArg, srcArg any
-
-	one       *target                            // the queue of every key, unless routeSlot
-	masters   atomic.Pointer[map[string]*target] // routeSlot: queues by master address, copied on write
-	mastersMu sync.Mutex                         // serialises adding masters
-	routed    atomic.Bool                        // the cluster client has loaded its slot map
+	sender  *sender      // makes the script calls
+	batch   *batcher     // queues them, and shares them among requests
+	routed  atomic.Bool  // the cluster client has loaded its slot map
 
 	requests sync.Pool // *request
-	senders  sync.Pool // *sender
-	closed   atomic.Bool
-	inFlight sync.WaitGroup // writer goroutines and inline calls: Close waits for them
 }
 
 // New returns a Limiter using opts.Client, which the caller keeps owning
@@ -121,39 +94,30 @@ func New(opts Options) *Limiter {
 	l := &Limiter{
 		client:  opts.Client,
 		timeout: opts.Timeout,
-		now:     opts.Now,
-		prefix:  opts.Prefix,
+		clock:   opts.Clock,
+		keys:    newKeyspace(opts.Prefix),
 		cache:   newEmptyCache(opts.CacheSize),
-		writers: opts.Writers,
 		tracer:  opts.Tracer,
-		srcArg:  tokenBucketLua,
-		shaArg:  goredis.NewScript(tokenBucketLua).Hash(),
 	}
 	if l.timeout <= 0 {
 		l.timeout = DefaultTimeout
 	}
-	if l.now == nil {
-		l.now = time.Now
+	if l.clock == nil {
+		l.clock = clockwork.NewRealClock()
 	}
-	if l.prefix == "" {
-		l.prefix = DefaultPrefix
+	writers := opts.Writers
+	if writers <= 0 {
+		writers = DefaultWriters
 	}
-	if l.writers <= 0 {
-		l.writers = DefaultWriters
-	}
-	l.prefix = strings.NewReplacer("{", "_", "}", "_").Replace(l.prefix)
-	l.keyLen = len(l.prefix) + len(":{}") + 2*len(bucket.Key{})
 	switch c := opts.Client.(type) {
 	case *goredis.ClusterClient:
 		l.route, l.cluster = routeSlot, c
 	case *goredis.Ring:
 		l.route = routeKey
 	}
-	if l.route != routeSlot {
-		l.one = &target{l: l}
-	}
-	l.requests.New = func() any { return newRequest() }
-	l.senders.New = func() any { return new(sender) }
+	l.sender = newSender(opts.Client, l.route)
+	l.batch = newBatcher(l.sender.send, writers, l.timeout)
+	l.requests.New = func() any { return newRequest(&l.requests) }
 	return l
 }
 
@@ -162,18 +126,7 @@ func New(opts Options) *Limiter {
 // flight have ended (each within the Timeout) and every writer goroutine
 // has exited. After it, the Limiter no longer uses the client, which its
 // owner then closes. Calling Close again does nothing more.
-func (l *Limiter) Close() {
-	l.closed.Store(true)
-	if l.one != nil {
-		l.one.drain()
-	}
-	if m := l.masters.Load(); m != nil {
-		for _, t := range *m {
-			t.drain()
-		}
-	}
-	l.inFlight.Wait()
-}
+func (l *Limiter) Close() { l.batch.close() }
 
 // Hit decides hits in Redis with the semantics bucket.Hit documents and
 // writes one state per hit into states, which must be at least as long. It
@@ -212,28 +165,47 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 	if l.client == nil {
 		return bucket.Decision{}, errors.New("backend/redis: Options.Client is nil")
 	}
-	if l.closed.Load() {
+	if l.batch.closed.Load() {
 		return bucket.Decision{}, errClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return bucket.Decision{}, fmt.Errorf("backend/redis: %w: %w", ErrAbandoned, err)
 	}
-	start := l.now()
+	start := l.clock.Now()
 	r := l.requests.Get().(*request)
 	r.reset()
 	r.refs.Store(1)
 	r.dec.hits, r.dec.states = hits, states[:len(hits)]
-	ctx, span := l.startSpan(ctx, len(hits))
+	ctx, span := startSpan(ctx, l.tracer, len(hits))
 	allowed, err := l.hit(ctx, r, start)
 	endSpan(span, r, allowed, err)
 	r.dec.hits, r.dec.states = nil, nil // the caller's: not kept in the pool
-	l.release(r)
+	r.release()
 	return bucket.Decision{Allowed: allowed}, err
 }
 
 // Shared reports true: every node sharing the Redis uses the same buckets,
 // so their keys must be the same on every node (bucket.SumKey).
 func (l *Limiter) Shared() bool { return true }
+
+// Ping checks that Redis is ready for decisions by doing what a decision
+// does: it runs token_bucket.lua (EVALSHA, then EVAL when the script is not
+// loaded) taking a token of a probe bucket, on a single Redis or on every
+// master of a Redis Cluster, and reads the reply. So a Redis that answers
+// PING but refuses the script or its write — out of memory with
+// maxmemory-policy noeviction, an ACL without EVALSHA or a key command the
+// script runs — fails the probe as it fails decisions, and the script is
+// loaded wherever the probe passed. In a cluster each master must also
+// report cluster_state:ok (a restarted master answers PING some seconds
+// before it serves its slots again). Errors are classified as Hit's are
+// (ErrorKind). The fail-open probe calls Ping to decide that the global
+// layer is usable again.
+//
+// The probe bucket's key is "<prefix>:{<32 hex>}" like any bucket's,
+// starting with the hex of "sluice-probe"; it expires within milliseconds.
+func (l *Limiter) Ping(ctx context.Context) error {
+	return ping(ctx, l.client, l.keys, l.sender.shaArg.(string))
+}
 
 // hit runs the decision of r.
 func (l *Limiter) hit(ctx context.Context, r *request, start time.Time) (bool, error) {
@@ -245,7 +217,7 @@ func (l *Limiter) hit(ctx context.Context, r *request, start time.Time) (bool, e
 	if len(r.parts) == 0 {
 		return allowed, nil
 	}
-	err := l.do(ctx, r)
+	err := l.batch.do(ctx, r)
 	if errors.Is(err, errNotLocal) {
 		// A stale slot map: nothing was written where a bucket was not
 		// served. Undo what other masters took, then go slot by slot.
@@ -253,7 +225,7 @@ func (l *Limiter) hit(ctx context.Context, r *request, start time.Time) (bool, e
 		l.cluster.ReloadState(ctx)
 		r.parts = r.parts[:0]
 		if err = l.split(ctx, r, true); err == nil {
-			err = l.do(ctx, r)
+			err = l.batch.do(ctx, r)
 		}
 	}
 	if err != nil {
@@ -311,20 +283,6 @@ func (l *Limiter) decideLocally(d *decision, now time.Time) bool {
 	return allowed
 }
 
-// cachedState is the answer Redis would give for a take on a bucket known to
-// be empty until e.next.
-func cachedState(h *bucket.Hit, e emptyEntry, now time.Time) bucket.State {
-	reset := e.full.Sub(now)
-	retry := e.next.Sub(now)
-	if h.Cost > h.Limit.Burst {
-		retry = reset
-	} else if h.Cost > 1 {
-		interval := h.Limit.Period / time.Duration(h.Limit.Requests)
-		retry += time.Duration(h.Cost-1) * interval
-	}
-	return bucket.State{RetryAfter: retry, ResetAfter: max(reset, retry)}
-}
-
 // split turns the hits not decided locally into r's parts, one per script
 // call, each with its queue: in Redis Cluster, one per master, or one per
 // slot when bySlot is set.
@@ -344,7 +302,7 @@ func (l *Limiter) split(ctx context.Context, r *request, bySlot bool) error {
 	// substrings for the parts.
 	r.buf = r.buf[:0]
 	for i := range d.hits {
-		r.buf = l.appendKey(r.buf, d.hits[i].Key)
+		r.buf = l.keys.appendKey(r.buf, d.hits[i].Key)
 	}
 	r.keys = string(r.buf)
 	for i := range d.hits {
@@ -352,7 +310,7 @@ func (l *Limiter) split(ctx context.Context, r *request, bySlot bool) error {
 			continue
 		}
 		h := &d.hits[i]
-		key := r.keys[i*l.keyLen : (i+1)*l.keyLen]
+		key := r.keys[i*l.keys.keyLen : (i+1)*l.keys.keyLen]
 		p, err := l.partFor(ctx, r, key, h.Key, bySlot)
 		if err != nil {
 			return err
@@ -362,45 +320,60 @@ func (l *Limiter) split(ctx context.Context, r *request, bySlot bool) error {
 	return nil
 }
 
-// appendKey appends the Redis key of bucket k, "<prefix>:{<hex of k>}". The
-// hash is the whole hash tag, so whatever a client sends, only the bucket's
-// hash chooses the slot.
-func (l *Limiter) appendKey(b []byte, k bucket.Key) []byte {
-	const hexDigits = "0123456789abcdef"
-	b = append(b, l.prefix...)
-	b = append(b, ":{"...)
-	for _, c := range k {
-		b = append(b, hexDigits[c>>4], hexDigits[c&0xf])
-	}
-	return append(b, '}')
-}
-
 // partFor returns the part of r that takes key (of bucket k): the only one
 // on a single Redis, the one of its master (or slot, when bySlot is set) in
 // a cluster, of its bucket in a Ring.
 func (l *Limiter) partFor(ctx context.Context, r *request, key string, k bucket.Key, bySlot bool) (*part, error) {
-	t, s := l.one, 0
+	q, s := l.batch.one, 0
 	if l.route == routeSlot {
 		var err error
-		if t, err = l.targetFor(ctx, key); err != nil {
+		if q, err = l.queueFor(ctx, key); err != nil {
 			return nil, err
 		}
 		s = anySlot
 		if bySlot {
-			s = slot([]byte(key[len(l.prefix)+2 : len(key)-1])) // the hash tag
+			s = slot([]byte(l.keys.tag(key)))
 		}
 	}
 	if l.route != routeKey {
 		k = bucket.Key{}
 	}
 	for _, p := range r.parts {
-		if p.target == t && p.slot == s && p.bucket == k {
+		if p.queue == q && p.slot == s && p.bucket == k {
 			return p, nil
 		}
 	}
 	p := r.newPart()
-	p.target, p.slot, p.bucket = t, s, k
+	p.queue, p.slot, p.bucket = q, s, k
 	return p, nil
+}
+
+// queueFor returns the queue of the cluster master that holds key.
+func (l *Limiter) queueFor(ctx context.Context, key string) (*queue, error) {
+	var m *goredis.Client
+	var err error
+	if l.routed.Load() {
+		// The slot map is loaded: finding the master asks nothing of Redis.
+		m, err = l.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			err = classify(ctx, "cluster slots", err)
+		}
+	} else {
+		// The first lookup loads the slot map: under the Timeout, not the
+		// caller's deadline.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
+		m, err = l.cluster.MasterForKey(cctx, key)
+		if err != nil {
+			err = classify(cctx, "cluster slots", err)
+		} else {
+			l.routed.Store(true)
+		}
+		cancel()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return l.batch.server(m.Options().Addr), nil
 }
 
 // giveBack gives back the tokens of r's parts that took them: after the
@@ -419,7 +392,7 @@ func (l *Limiter) giveBack(ctx context.Context, r *request, wait bool) error {
 		}
 		p.refunded = true
 		q := g.newPart()
-		q.target, q.slot, q.bucket = p.target, p.slot, p.bucket
+		q.queue, q.slot, q.bucket = p.queue, p.slot, p.bucket
 		for j, i := range p.refs {
 			h := &d.hits[i]
 			if isTake(h) && h.Cost > 0 {
@@ -428,16 +401,14 @@ func (l *Limiter) giveBack(ctx context.Context, r *request, wait bool) error {
 		}
 	}
 	if len(g.parts) == 0 || !wait {
-		if n := int32(len(g.parts)); n > 0 {
-			g.pending.Store(n)
-			g.refs.Add(n)
-			l.enqueue(g) // the writers recycle g
+		if len(g.parts) > 0 {
+			l.batch.post(g) // the writers recycle g
 		}
-		l.release(g)
+		g.release()
 		return nil
 	}
-	defer l.release(g)
-	if err := l.do(context.WithoutCancel(ctx), g); err != nil {
+	defer g.release()
+	if err := l.batch.do(context.WithoutCancel(ctx), g); err != nil {
 		return fmt.Errorf("backend/redis: refund after a refusal: %w", err)
 	}
 	for _, q := range g.parts {

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	goredis "github.com/redis/go-redis/v9"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/bucket"
-	"github.com/sluice-rls/sluice/internal/clocktest"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -202,9 +202,8 @@ func testRefill(t *testing.T, e env) {
 	k := f.key(0)
 	lim := bucket.Limit{Requests: 1, Period: 50 * time.Millisecond, Burst: 2}
 	f.hit(bucket.Hit{Key: k, Limit: lim, Cost: 2})
-	asked := time.Now()
+	asked := time.Now() // Redis reckons RetryAfter from a moment after this
 	ok, st := f.hit(bucket.Hit{Key: k, Limit: lim, Cost: 1})
-	refused := time.Now()
 	if ok || st[0].RetryAfter <= 0 || st[0].RetryAfter > 50*time.Millisecond {
 		t.Fatalf("hit on an empty bucket: got %v %+v, want refused with 0 < RetryAfter <= 50ms", ok, st[0])
 	}
@@ -220,8 +219,8 @@ func testRefill(t *testing.T, e env) {
 		}
 		time.Sleep(time.Millisecond) // poll interval, bounded by the deadline
 	}
-	if waited := time.Since(refused); waited < retry-2*time.Millisecond {
-		t.Errorf("token available after %v, RetryAfter said %v", waited, retry)
+	if waited := time.Since(asked); waited < retry-2*time.Millisecond {
+		t.Errorf("token available %v after asking, RetryAfter said %v", waited, retry)
 	}
 	// A poll answered within a period of the first token finds only it. (On
 	// a loaded machine a poll can come later, and find the second too.)
@@ -496,8 +495,8 @@ func flushScripts(t *testing.T, c goredis.UniversalClient) {
 }
 
 func testEmptyCache(t *testing.T, e env) {
-	clk := clocktest.New(time.Unix(1_000_000, 0))
-	f := e.fixture(t, redisbackend.Options{Now: clk.Now, CacheSize: 1000})
+	clk := clockwork.NewFakeClockAt(time.Unix(1_000_000, 0))
+	f := e.fixture(t, redisbackend.Options{Clock: clk, CacheSize: 1000})
 	k := f.key(0)
 	lim := bucket.Limit{Requests: 1, Period: 10 * time.Second, Burst: 2}
 	take := bucket.Hit{Key: k, Limit: lim, Cost: 1}
@@ -728,13 +727,13 @@ func TestStallCallersGone(t *testing.T) {
 	}
 	// The first caller's call is in flight (the one writer slot busy);
 	// the second queues behind it.
+	sent := &sentHook{ch: make(chan struct{}, 1)}
+	f.client.AddHook(sent)
 	go hit()
-	deadline := time.Now().Add(10 * time.Second)
-	for f.calls.Load() == 0 { // the first call has reached the client
-		if time.Now().After(deadline) {
-			t.Fatal("no script call within 10s")
-		}
-		time.Sleep(time.Millisecond) // poll interval, bounded by the deadline
+	select {
+	case <-sent.ch: // the first call has reached the client
+	case <-time.After(10 * time.Second):
+		t.Fatal("no script call within 10s")
 	}
 	go hit()
 	var abandoned, own int
@@ -752,6 +751,28 @@ func TestStallCallersGone(t *testing.T) {
 	if abandoned != 1 || own != 1 {
 		t.Errorf("%d abandoned and %d Redis timeouts, want 1 and 1: the call in flight is Redis' failure, the queued caller's giving up is not", abandoned, own)
 	}
+}
+
+// sentHook signals ch, without blocking, when a script call reaches the
+// client.
+type sentHook struct{ ch chan struct{} }
+
+func (*sentHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *sentHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if cmd.Name() == "evalsha" {
+			select {
+			case h.ch <- struct{}{}:
+			default:
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (*sentHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
 }
 
 func TestKilled(t *testing.T) {

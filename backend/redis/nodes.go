@@ -4,10 +4,10 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -29,6 +29,7 @@ type NodesOptions struct {
 	Every   time.Duration           // heartbeat interval (DefaultHeartbeatEvery when 0)
 	TTL     time.Duration           // a heartbeat's lifetime (DefaultHeartbeatTTL when 0)
 	Timeout time.Duration           // deadline of one heartbeat (Every when 0)
+	Clock   clockwork.Clock         // ticks the heartbeats (clockwork.NewRealClock() when nil)
 }
 
 // Nodes keeps this node registered in Redis and knows how many sluice nodes
@@ -54,12 +55,11 @@ func NewNodes(opts NodesOptions) *Nodes {
 	if opts.Timeout <= 0 {
 		opts.Timeout = opts.Every
 	}
-	prefix := opts.Prefix
-	if prefix == "" {
-		prefix = DefaultPrefix
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
 	}
-	prefix = strings.NewReplacer("{", "_", "}", "_").Replace(prefix)
-	n := &Nodes{opts: opts, key: prefix + ":{nodes}", script: goredis.NewScript(nodesLua)}
+	key := newKeyspace(opts.Prefix).prefix + ":{nodes}"
+	n := &Nodes{opts: opts, key: key, script: goredis.NewScript(nodesLua)}
 	n.count.Store(1)
 	return n
 }
@@ -90,7 +90,7 @@ func (n *Nodes) Beat(ctx context.Context) error {
 // set (best effort), so the others count it out at once. Failed heartbeats
 // go to onError (may be nil); the last count is kept.
 func (n *Nodes) Run(ctx context.Context, onError func(error)) {
-	t := time.NewTicker(n.opts.Every)
+	t := n.opts.Clock.NewTicker(n.opts.Every)
 	defer t.Stop()
 	for {
 		if err := n.Beat(ctx); err != nil && onError != nil && ctx.Err() == nil {
@@ -102,7 +102,7 @@ func (n *Nodes) Run(ctx context.Context, onError func(error)) {
 			n.opts.Client.ZRem(leave, n.key, n.opts.ID)
 			cancel()
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	goredis "github.com/redis/go-redis/v9"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
@@ -41,7 +42,7 @@ func TestNodesCountLiveNodes(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("b never expired: Count = %d", a.Count())
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval, bounded by the deadline: b's TTL runs on Redis' clock
 		if err := a.Beat(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -56,28 +57,68 @@ func TestNodesCountLiveNodes(t *testing.T) {
 	}
 }
 
-func TestNodesRunDeregisters(t *testing.T) {
+// beatHook sends on beats when a script call (a heartbeat: EVALSHA, or EVAL
+// after NOSCRIPT) has succeeded.
+type beatHook struct{ beats chan struct{} }
+
+func (beatHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h beatHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		err := next(ctx, cmd)
+		if n := cmd.Name(); err == nil && (n == "evalsha" || n == "eval") {
+			h.beats <- struct{}{}
+		}
+		return err
+	}
+}
+
+func (beatHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+// TestNodesRun: Run registers the node at once, beats again at every tick
+// of its clock, and removes the node from the set when ctx ends.
+func TestNodesRun(t *testing.T) {
 	srv := redistest.Start(t)
+	admin := srv.Client()
 	client := srv.Client()
-	// A heartbeat deadline well above -race scheduling noise (by default
-	// it is Every).
-	n := redisbackend.NewNodes(redisbackend.NodesOptions{Client: client, ID: "gone", Every: 10 * time.Millisecond, Timeout: time.Second})
+	hook := beatHook{beats: make(chan struct{}, 10)}
+	client.AddHook(hook)
+	clock := clockwork.NewFakeClockAt(time.Unix(1_000_000, 0))
+	const every = time.Hour // on the fake clock: only Advance makes it tick
+	n := redisbackend.NewNodes(redisbackend.NodesOptions{Client: client, ID: "gone", Every: every, Timeout: time.Second, Clock: clock})
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		n.Run(ctx, func(err error) { t.Errorf("heartbeat: %v", err) })
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for client.ZScore(context.Background(), "sluice:{nodes}", "gone").Err() != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("node never registered")
+	beat := func(when string) {
+		t.Helper()
+		select {
+		case <-hook.beats:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no heartbeat within 10s", when)
 		}
-		time.Sleep(5 * time.Millisecond)
+		if err := admin.ZScore(ctx, "sluice:{nodes}", "gone").Err(); err != nil {
+			t.Fatalf("%s: node not registered: %v", when, err)
+		}
 	}
+	beat("Run started")
+	// Forget the node; the next tick registers it again.
+	if err := admin.ZRem(ctx, "sluice:{nodes}", "gone").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := clock.BlockUntilContext(ctx, 1); err != nil { // Run's ticker
+		t.Fatal(err)
+	}
+	clock.Advance(every)
+	beat("after a tick")
 	cancel()
 	<-done
-	if err := client.ZScore(context.Background(), "sluice:{nodes}", "gone").Err(); err == nil {
+	if err := admin.ZScore(context.Background(), "sluice:{nodes}", "gone").Err(); err == nil {
 		t.Errorf("node still registered after Run returned")
 	}
 }

@@ -25,25 +25,12 @@ const (
 // picks its cluster slot.
 const probeTag = "sluice-probe"
 
-// Ping checks that Redis is ready for decisions by doing what a decision
-// does: it runs token_bucket.lua (EVALSHA, then EVAL when the script is not
-// loaded) taking a token of a probe bucket, on a single Redis or on every
-// master of a Redis Cluster, and reads the reply. So a Redis that answers
-// PING but refuses the script or its write — out of memory with
-// maxmemory-policy noeviction, an ACL without EVALSHA or a key command the
-// script runs — fails the probe as it fails decisions, and the script is
-// loaded wherever the probe passed. In a cluster each master must also
-// report cluster_state:ok (a restarted master answers PING some seconds
-// before it serves its slots again). Errors are classified as Hit's are
-// (ErrorKind). The fail-open probe calls Ping to decide that the global
-// layer is usable again.
-//
-// The probe bucket's key is "<prefix>:{<32 hex>}" like any bucket's,
-// starting with the hex of "sluice-probe"; it expires within milliseconds.
-func (l *Limiter) Ping(ctx context.Context) error {
-	c, ok := l.client.(*goredis.ClusterClient)
+// ping is Limiter.Ping, through client, for buckets laid out as ks, with
+// sha the SHA-1 of token_bucket.lua.
+func ping(ctx context.Context, client goredis.UniversalClient, ks keyspace, sha string) error {
+	c, ok := client.(*goredis.ClusterClient)
 	if !ok {
-		return l.probeScript(ctx, l.client, l.probeKey(0))
+		return probeScript(ctx, client, sha, probeKey(ks, 0))
 	}
 	return c.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
 		addr := m.Options().Addr
@@ -54,25 +41,25 @@ func (l *Limiter) Ping(ctx context.Context) error {
 		if !strings.Contains(info, "cluster_state:ok") {
 			return fmt.Errorf("backend/redis: probe %s: cluster_state is not ok: %w", addr, ErrConnection)
 		}
-		key, err := l.probeKeyOf(ctx, m)
+		key, err := probeKeyOf(ctx, ks, m)
 		if err != nil {
 			return err
 		}
-		return l.probeScript(ctx, m, key)
+		return probeScript(ctx, m, sha, key)
 	})
 }
 
 // probeKey returns the key of probe bucket n.
-func (l *Limiter) probeKey(n uint32) string {
+func probeKey(ks keyspace, n uint32) string {
 	var k bucket.Key
 	copy(k[:], probeTag)
 	binary.BigEndian.PutUint32(k[len(probeTag):], n)
-	return string(l.appendKey(nil, k))
+	return string(ks.appendKey(nil, k))
 }
 
 // probeKeyOf returns a probe key in a slot that cluster master m serves,
 // as m itself reports its slots.
-func (l *Limiter) probeKeyOf(ctx context.Context, m *goredis.Client) (string, error) {
+func probeKeyOf(ctx context.Context, ks keyspace, m *goredis.Client) (string, error) {
 	addr := m.Options().Addr
 	id, err := m.ClusterMyID(ctx).Result()
 	if err != nil {
@@ -91,8 +78,8 @@ func (l *Limiter) probeKeyOf(ctx context.Context, m *goredis.Client) (string, er
 	// A master serving a share f of the slots takes about 1/f tries; one
 	// serving a single slot, 16384 on average.
 	for n := range uint32(16 * slotCount) {
-		key := l.probeKey(n)
-		sl := slot([]byte(key[len(l.prefix)+2 : len(key)-1]))
+		key := probeKey(ks, n)
+		sl := slot([]byte(ks.tag(key)))
 		for _, s := range mine {
 			if sl >= int(s.Start) && sl <= int(s.End) {
 				return key, nil
@@ -102,14 +89,15 @@ func (l *Limiter) probeKeyOf(ctx context.Context, m *goredis.Client) (string, er
 	return "", fmt.Errorf("backend/redis: probe %s: the master serves no slot: %w", addr, ErrConnection)
 }
 
-// probeScript runs token_bucket.lua on c for one take of the probe bucket
-// key, loading the script when Redis lacks it, and checks the reply.
-func (l *Limiter) probeScript(ctx context.Context, c goredis.Scripter, key string) error {
+// probeScript runs token_bucket.lua (SHA-1 sha) on c for one take of the
+// probe bucket key, loading the script when Redis lacks it, and checks the
+// reply.
+func probeScript(ctx context.Context, c goredis.Scripter, sha, key string) error {
 	// period (µs), requests, burst, cost, flags (a take): as part.add.
 	args := [argsPerKey]uint64{uint64(probePeriod / time.Microsecond), probeTokens, probeTokens, 1, 0}
 	blob := appendArgs(nil, 1, args[:])
 	keys := []string{key}
-	cmd := c.EvalSha(ctx, l.shaArg.(string), keys, blob)
+	cmd := c.EvalSha(ctx, sha, keys, blob)
 	if err := cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
 		cmd = c.Eval(ctx, tokenBucketLua, keys, blob)
 	}

@@ -2,7 +2,7 @@ package redis
 
 import (
 	"context"
-	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,22 +11,25 @@ import (
 
 // request is one decision (a Hit call), or the refund of one, on its way to
 // Redis: its hits split into parts, one per script call it needs (one per
-// cluster slot touched; one in total on a single Redis). Requests are pooled,
-// so that the steady path allocates little beyond the keys' string.
+// Redis Cluster master touched, or per slot after a stale slot map; one per
+// bucket on a Ring; one in total on a single Redis). Requests are pooled, so
+// that the steady path allocates little beyond the keys' string.
 //
 // Ownership. The caller and every unanswered part hold a reference (refs).
-// A writer answers a part (replies or err, then answered), and the one
-// answering the last part signals done before it drops its reference. The
-// caller waits for done, or gives up at its deadline and marks the request
-// abandoned (writers then skip its queued parts); whoever drops the last
-// reference returns the request to the pool. So a request is never reused
-// while a writer may still write into it, and writers never touch the
-// caller's hits or states: a part carries copies of everything its call
-// needs.
+// A part is answered once (replies or err, then answered): by the sender
+// from its call's reply, or by the batcher when it fails or skips the part
+// unsent. The one answering the last part signals done before it drops its
+// reference. The caller waits for done, or gives up at its deadline and
+// marks the request abandoned (writers then skip its queued parts); whoever
+// drops the last reference returns the request to its pool. So a request is
+// never reused while a writer may still write into it, and writers never
+// touch the caller's hits or states: a part carries copies of everything
+// its call needs.
 type request struct {
-	parts []*part // len = parts in use; pooled parts beyond it
-	keys  string  // the Redis key of every hit, keyLen bytes each, back to back
-	buf   []byte  // builds keys
+	pool  *sync.Pool // of the Limiter, where release returns it
+	parts []*part    // len = parts in use; pooled parts beyond it
+	keys  string     // the Redis key of every hit, keyspace.keyLen bytes each, back to back
+	buf   []byte     // builds keys
 
 	refs      atomic.Int32
 	pending   atomic.Int32  // unanswered parts
@@ -72,24 +75,25 @@ func (d *decision) isLocal(i int) bool {
 // all-or-nothing decision.
 type part struct {
 	req    *request
-	target *target    // the queue it goes through
+	queue  *queue     // the queue of its server
 	slot   int        // cluster slot of every key, or anySlot (routeSlot)
 	bucket bucket.Key // the only bucket (routeKey)
 
 	keys    []string   // substrings of req.keys
 	args    []uint64   // argsPerKey per key
 	refs    []int      // index of each key's hit in its decision
-	replies []keyReply // written by the writer
+	replies []keyReply // written by the sender
 
-	err      error       // written by the writer
+	err      error       // written by whoever answers the part
 	answered atomic.Bool // replies and err are final
 	refunded bool        // the caller gave its takes back (caller only)
 }
 
-func newRequest() *request {
+// newRequest returns a request that release returns to pool.
+func newRequest(pool *sync.Pool) *request {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &request{done: make(chan struct{}, 1), timer: t}
+	return &request{pool: pool, done: make(chan struct{}, 1), timer: t}
 }
 
 // reset prepares a pooled request for a new decision.
@@ -120,7 +124,7 @@ func (r *request) newPart() *part {
 		p = &part{req: r}
 		r.parts[n] = p
 	}
-	p.target, p.slot, p.bucket = nil, 0, bucket.Key{}
+	p.queue, p.slot, p.bucket = nil, 0, bucket.Key{}
 	p.keys, p.args, p.refs, p.replies = p.keys[:0], p.args[:0], p.refs[:0], p.replies[:0]
 	p.err, p.refunded = nil, false
 	p.answered.Store(false)
@@ -187,47 +191,30 @@ func flags(h *bucket.Hit) int {
 	return f
 }
 
-// wait waits until every part of r is answered, the Timeout passes or ctx
-// is done.
-func (l *Limiter) wait(ctx context.Context, r *request) error {
-	r.timer.Reset(l.timeout)
-	timedOut := false
-	select {
-	case <-r.done:
-		r.timer.Stop()
-		return nil
-	case <-r.timer.C:
-		timedOut = true
-	case <-ctx.Done():
-		r.timer.Stop()
-	}
-	select {
-	case <-r.done: // answered meanwhile
-		return nil
-	default:
-	}
-	if timedOut {
-		return fmt.Errorf("backend/redis: token_bucket.lua: no answer within %v: %w", l.timeout, context.DeadlineExceeded)
-	}
-	return fmt.Errorf("backend/redis: token_bucket.lua: %w: %w", ErrAbandoned, ctx.Err())
+// expect readies r for the answers of its parts: each holds a reference
+// until it is answered.
+func (r *request) expect() {
+	n := int32(len(r.parts))
+	r.pending.Store(n)
+	r.refs.Add(n)
 }
 
-// answer records a part's answer and drops its reference to its request;
+// answer records the part's answer and drops its reference to its request;
 // the last part answered wakes the caller.
-func (l *Limiter) answer(p *part, err error) {
+func (p *part) answer(err error) {
 	r := p.req
 	p.err = err
 	p.answered.Store(true)
 	if r.pending.Add(-1) == 0 {
 		r.done <- struct{}{}
 	}
-	l.release(r)
+	r.release()
 }
 
 // release drops a reference to r, pooling it after the last.
-func (l *Limiter) release(r *request) {
+func (r *request) release() {
 	if r.refs.Add(-1) == 0 {
-		l.requests.Put(r)
+		r.pool.Put(r)
 	}
 }
 

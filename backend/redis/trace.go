@@ -22,13 +22,14 @@ const (
 	AttrAllowed = "sluice.allowed"
 )
 
-// startSpan starts the span of a Hit when its caller's request is traced
-// (its span is recording); otherwise it returns ctx and a nil span.
-func (l *Limiter) startSpan(ctx context.Context, hits int) (context.Context, trace.Span) {
-	if l.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
+// startSpan starts the span of a Hit with tracer (nil: none) when its
+// caller's request is traced (its span is recording); otherwise it returns
+// ctx and a nil span.
+func startSpan(ctx context.Context, tracer trace.Tracer, hits int) (context.Context, trace.Span) {
+	if tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
 		return ctx, nil
 	}
-	return l.tracer.Start(ctx, SpanScript, trace.WithSpanKind(trace.SpanKindClient),
+	return tracer.Start(ctx, SpanScript, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("db.system.name", "redis"), attribute.Int(AttrHits, hits)))
 }
 

@@ -1,5 +1,14 @@
 package redis
 
+// routing says how hits are split into script calls.
+type routing int
+
+const (
+	routeOne  routing = iota // one server (or a sentinel master): one call
+	routeSlot                // Redis Cluster: one call per master (per slot after a stale slot map)
+	routeKey                 // a go-redis Ring shards by hash tag: one call per key
+)
+
 // slotCount is the number of Redis Cluster hash slots.
 const slotCount = 16384
 
