@@ -47,6 +47,6 @@
 // hits need in ascending order, decides, and unlocks, with no allocation and
 // no I/O.
 //
-// This package imports only bucket among sluice packages; it must never
-// import service, config or another backend.
+// Of sluice it imports only the bucket contract (integration/layout_test.go
+// pins that).
 package memory

@@ -34,6 +34,6 @@
 // node registry (nodes.go).
 //
 // The package imports the bucket contract, go-redis, clockwork and the
-// OpenTelemetry trace API; never another backend, service or config. A
+// OpenTelemetry trace API; of sluice, nothing but the contract. A
 // Limiter is safe for concurrent use.
 package redis
