@@ -11,10 +11,13 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluice-rls/sluice/backend/memory"
+	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/service"
 )
 
@@ -322,5 +325,34 @@ func TestRefusalsLoggedSampled(t *testing.T) {
 	}
 	if !strings.Contains(log, "rule=edge.user_id") || !strings.Contains(log, `descriptor="user_id=ivan"`) || !strings.Contains(log, "layer=global") {
 		t.Errorf("refusal line lacks rule, values or layer:\n%s", log)
+	}
+}
+
+// TestSharedBackendGetsSharedKeys: two nodes (two Servers, each with its
+// own node-local hash seeds) on one global backend share its buckets when
+// the backend says its buckets are shared, as Redis does; a backend that
+// keeps its buckets to itself gets node-local keys. The backend decides,
+// not a flag kept in step by hand.
+func TestSharedBackendGetsSharedKeys(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		global func(*memory.Limiter) bucket.Limiter
+		want   int // admitted of 6 over both nodes; user_id's burst is 3
+	}{
+		{"shared", func(m *memory.Limiter) bucket.Limiter { return sharedMemory{m} }, 3},
+		{"node-local", func(m *memory.Limiter) bucket.Limiter { return m }, 6},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := clockwork.NewFakeClockAt(harnessStart)
+			global := tt.global(memory.New(memory.Options{Clock: clock}))
+			node := func() *harness {
+				return newHarnessOn(t, clock, twoLayerRules, func(o *service.Options) { o.Global = global })
+			}
+			a, b := node(), node()
+			req := request("edge", desc("user_id=gil"))
+			if got := a.admitted(t, 3, req) + b.admitted(t, 3, req); got != tt.want {
+				t.Errorf("two nodes admitted %d, want %d", got, tt.want)
+			}
+		})
 	}
 }
