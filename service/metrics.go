@@ -22,6 +22,7 @@ const (
 	numResults
 )
 
+// String returns the result label value.
 func (r result) String() string {
 	switch r {
 	case resultOverLimit:

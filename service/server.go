@@ -36,6 +36,7 @@ const (
 	LayerNone                  // no layer decided (span attribute only)
 )
 
+// String returns the layer's name: local, global, fallback or none.
 func (l Layer) String() string {
 	switch l {
 	case LayerLocal:
