@@ -51,9 +51,12 @@ func TestServeEmbeddedDefault(t *testing.T) {
 	}
 
 	health := healthpb.NewHealthClient(p.Conn)
-	hr, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
-	if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Errorf("gRPC health = %v, %v; want SERVING", hr, err)
+	// The overall status, and envoyproxy/ratelimit's service name.
+	for _, svc := range []string{"", "ratelimit"} {
+		hr, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("gRPC health of %q = %v, %v; want SERVING", svc, hr, err)
+		}
 	}
 	if code, body := p.HTTPGet(t, "/healthcheck"); code != http.StatusOK || !strings.Contains(body, "OK") {
 		t.Errorf("/healthcheck = %d %q", code, body)

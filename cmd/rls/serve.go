@@ -35,6 +35,10 @@ import (
 	"github.com/sluice-rls/sluice/tracing"
 )
 
+// healthServiceName is the grpc.health.v1 service name envoyproxy/ratelimit
+// reports, so that health checks written for it keep working.
+const healthServiceName = "ratelimit"
+
 // serve runs the service until ctx is done, then drains and returns nil.
 func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
 	st, err := flags.ParseServe(args, getenv, stderr)
@@ -138,6 +142,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	grpcServer := grpc.NewServer(grpcOpts...)
 	rlsv3.RegisterRateLimitServiceServer(grpcServer, srv)
 	healthServer := health.NewServer()
+	// The overall status ("") and, as envoyproxy/ratelimit reports it, the
+	// service "ratelimit"; Shutdown turns both NOT_SERVING at the drain.
+	healthServer.SetServingStatus(healthServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(grpcServer, healthServer)
 
 	grpcLis, err := net.Listen("tcp", st.GRPCAddr)
