@@ -222,3 +222,49 @@ func TestPprofProfileOutlivesWriteTimeout(t *testing.T) {
 		t.Errorf("profile answered after %v, before its 2 s", d)
 	}
 }
+
+// TestGRPCMaxConnAge: a connection older than --grpc-max-conn-age gets
+// GOAWAY, so that Envoy's long-lived
+// connections spread over replicas added since.
+func TestGRPCMaxConnAge(t *testing.T) {
+	p := startRLS(t, "--grpc-max-conn-age", "300ms", "--grpc-max-conn-age-grace", "200ms", "--grpc-max-conn-idle", "0")
+	c, err := net.Dial("tcp", p.GRPCAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	_ = c.SetDeadline(start.Add(30 * time.Second))
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, bufio.NewReader(c))
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("no GOAWAY before the connection ended: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				_ = fr.WritePing(true, f.Data)
+			}
+		case *http2.GoAwayFrame:
+			// grpc-go jitters the age by ±10%.
+			if age := time.Since(start); age < 270*time.Millisecond {
+				t.Errorf("GOAWAY after %v, before --grpc-max-conn-age 300ms", age)
+			}
+			if f.ErrCode != http2.ErrCodeNo || string(f.DebugData()) != "max_age" {
+				t.Errorf("GOAWAY %v %q, want NO_ERROR max_age", f.ErrCode, f.DebugData())
+			}
+			return
+		}
+	}
+}

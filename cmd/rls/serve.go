@@ -236,9 +236,11 @@ func grpcConnLimits(st flags.Serve) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ConnectionTimeout(st.GRPCHandshakeTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionIdle: st.GRPCMaxConnIdle, // 0: never
-			Time:              keepaliveTime,
-			Timeout:           keepaliveTimeout,
+			MaxConnectionIdle:     st.GRPCMaxConnIdle,     // 0: never
+			MaxConnectionAge:      st.GRPCMaxConnAge,      // 0: never (grpc-go's default)
+			MaxConnectionAgeGrace: st.GRPCMaxConnAgeGrace, // 0: no bound
+			Time:                  keepaliveTime,
+			Timeout:               keepaliveTimeout,
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             st.GRPCKeepaliveMinTime,

@@ -82,6 +82,8 @@ type Serve struct {
 	HTTPMaxConns         int           // open connections per HTTP listener (HTTP and admin)
 	GRPCHandshakeTimeout time.Duration // TLS and HTTP/2 preface of a new connection
 	GRPCMaxConnIdle      time.Duration // a connection without a call for this long gets GOAWAY; 0: never
+	GRPCMaxConnAge       time.Duration // a connection this old gets GOAWAY, so clients rebalance; 0: never
+	GRPCMaxConnAgeGrace  time.Duration // calls in flight at --grpc-max-conn-age may finish within this
 	GRPCKeepaliveMinTime time.Duration // clients pinging more often are disconnected
 
 	Redis         string
@@ -145,6 +147,8 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.IntVar(&s.HTTPMaxConns, "http-max-conns", 128, "HTTP and admin: most open connections per listener; more wait in the kernel's backlog (0: no cap)")
 	fs.DurationVar(&s.GRPCHandshakeTimeout, "grpc-handshake-timeout", 5*time.Second, "gRPC: longest time for a new connection's TLS handshake and HTTP/2 preface")
 	fs.DurationVar(&s.GRPCMaxConnIdle, "grpc-max-conn-idle", 2*time.Minute, "gRPC: close (GOAWAY) connections without a call for this long (0: never)")
+	fs.DurationVar(&s.GRPCMaxConnAge, "grpc-max-conn-age", time.Hour, "gRPC: close (GOAWAY) connections this old (±10%), so that clients such as Envoy reconnect and spread over new replicas (0: never)")
+	fs.DurationVar(&s.GRPCMaxConnAgeGrace, "grpc-max-conn-age-grace", 10*time.Second, "gRPC: how long calls in flight at --grpc-max-conn-age may still run before the connection is closed (0: no bound)")
 	fs.DurationVar(&s.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", 10*time.Second, "gRPC: clients may send keepalive pings this often, with or without calls; faster ones are disconnected")
 	s.Rules.register(fs)
 	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
@@ -290,8 +294,8 @@ func (s Serve) validate() error {
 	if s.TLSClientCA != "" && s.TLSCert == "" {
 		return fmt.Errorf("--tls-client-ca needs --tls-cert and --tls-key")
 	}
-	if s.HTTPReadTimeout < 0 || s.HTTPWriteTimeout < 0 || s.HTTPIdleTimeout < 0 || s.HTTPMaxConns < 0 || s.GRPCMaxConnIdle < 0 || s.GRPCKeepaliveMinTime < 0 {
-		return fmt.Errorf("--http-*-timeout, --http-max-conns, --grpc-max-conn-idle and --grpc-keepalive-min-time must be ≥ 0")
+	if s.HTTPReadTimeout < 0 || s.HTTPWriteTimeout < 0 || s.HTTPIdleTimeout < 0 || s.HTTPMaxConns < 0 || s.GRPCMaxConnIdle < 0 || s.GRPCKeepaliveMinTime < 0 || s.GRPCMaxConnAge < 0 || s.GRPCMaxConnAgeGrace < 0 {
+		return fmt.Errorf("--http-*-timeout, --http-max-conns, --grpc-max-conn-idle, --grpc-max-conn-age(-grace) and --grpc-keepalive-min-time must be ≥ 0")
 	}
 	if s.GRPCHandshakeTimeout <= 0 {
 		return fmt.Errorf("--grpc-handshake-timeout must be positive, not %v", s.GRPCHandshakeTimeout)
