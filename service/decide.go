@@ -191,6 +191,9 @@ func (s *Server) giveGlobal(ctx context.Context, sc *scratch) {
 
 // isGray reports whether any descriptor carries the gray marker.
 func (s *Server) isGray(req *rlsv3.RateLimitRequest) bool {
+	if s.opts.GrayKey == "" {
+		return false
+	}
 	for _, d := range req.GetDescriptors() {
 		for _, e := range d.GetEntries() {
 			if e.GetKey() == s.opts.GrayKey && e.GetValue() == "true" {
@@ -209,7 +212,7 @@ func (s *Server) match(sc *scratch, dom *descriptors.Domain, req *rlsv3.RateLimi
 	for _, d := range req.GetDescriptors() {
 		ds := descState{start: len(sc.entries), local: none, global: none}
 		for _, e := range d.GetEntries() {
-			if e.GetKey() != s.opts.GrayKey {
+			if e.GetKey() != s.opts.GrayKey || s.opts.GrayKey == "" {
 				sc.entries = append(sc.entries, descriptors.Entry{Key: e.GetKey(), Value: e.GetValue()})
 			}
 		}

@@ -65,6 +65,7 @@ func newHarnessOn(t testing.TB, clock *clockwork.FakeClock, rules string, opts .
 		Local:   h.local,
 		Global:  h.global,
 		Clock:   h.clock,
+		GrayKey: service.DefaultGrayKey,
 		Metrics: service.NewMetrics(h.reg),
 	}
 	for _, f := range opts {

@@ -64,10 +64,14 @@ type Options struct {
 	Logger  *slog.Logger    // nil = discard
 	Metrics *Metrics        // nil = no metrics
 
-	GrayKey          string // default "gray"
-	Shadow           bool   // every rule in shadow mode: decide and count, answer OK
-	RateLimitHeaders bool   // add draft-03 RateLimit-* headers to every response
-	RefusalLogEvery  int    // log one refused request in N (0 = none)
+	// GrayKey is the descriptor key whose value "true" marks a request gray
+	// (doubled local limits); its entries are stripped before matching.
+	// Empty: no gray marker, and every entry is matched. rls serve's
+	// --gray-key defaults to DefaultGrayKey.
+	GrayKey          string
+	Shadow           bool // every rule in shadow mode: decide and count, answer OK
+	RateLimitHeaders bool // add draft-03 RateLimit-* headers to every response
+	RefusalLogEvery  int  // log one refused request in N (0 = none)
 
 	MaxDescriptors int // per request; default 256
 	MaxEntries     int // per descriptor; default 32
@@ -103,9 +107,6 @@ type Server struct {
 
 // New returns a Server deciding with opts.
 func New(opts Options) *Server {
-	if opts.GrayKey == "" {
-		opts.GrayKey = DefaultGrayKey
-	}
 	if opts.MaxDescriptors <= 0 {
 		opts.MaxDescriptors = DefaultMaxDescriptors
 	}

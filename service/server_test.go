@@ -356,3 +356,27 @@ func TestSharedBackendGetsSharedKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestGrayKeyEmptyTurnsMarkerOff: with GrayKey empty (rls serve --gray-key
+// "") a descriptor key "gray" is an ordinary key, matched by rules, and
+// marks nothing; with the default it is stripped as the marker.
+func TestGrayKeyEmptyTurnsMarkerOff(t *testing.T) {
+	const rules = `
+domain: edge
+descriptors:
+  - key: gray
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`
+	req := request("edge", desc("gray=true"))
+	off := newHarness(t, rules, func(o *service.Options) { o.GrayKey = "" })
+	if got := off.admitted(t, 3, req); got != 1 {
+		t.Errorf("gray key off: admitted %d of 3, want 1 (the rule on key gray applies)", got)
+	}
+	if got := headerValue(off.call(t, req), "x-ratelimit-gray"); got != "" {
+		t.Errorf("gray key off: x-ratelimit-gray %q, want none", got)
+	}
+	on := newHarness(t, rules)
+	if got := on.admitted(t, 3, req); got != 3 {
+		t.Errorf("default gray key: admitted %d of 3, want 3 (the marker is stripped: no rule)", got)
+	}
+}

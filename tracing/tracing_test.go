@@ -148,10 +148,11 @@ func TestSpansOverGRPC(t *testing.T) {
 	})
 	t.Cleanup(fo.Close)
 	srv := service.New(service.Options{
-		Rules:  rules(t, ruleUserLimit),
-		Local:  memory.New(memory.Options{}),
-		Global: fo,
-		Tracer: p.Tracer(),
+		GrayKey: service.DefaultGrayKey,
+		Rules:   rules(t, ruleUserLimit),
+		Local:   memory.New(memory.Options{}),
+		Global:  fo,
+		Tracer:  p.Tracer(),
 	})
 	client := serveGRPC(t, srv)
 
@@ -221,10 +222,11 @@ func TestRedisScriptSpan(t *testing.T) {
 	lim := redisbackend.New(redisbackend.Options{Client: client, Timeout: time.Second, Tracer: p.Tracer()})
 	t.Cleanup(lim.Close)
 	srv := service.New(service.Options{
-		Rules:  rules(t, ruleUserLimit),
-		Local:  memory.New(memory.Options{}),
-		Global: lim,
-		Tracer: p.Tracer(),
+		GrayKey: service.DefaultGrayKey,
+		Rules:   rules(t, ruleUserLimit),
+		Local:   memory.New(memory.Options{}),
+		Global:  lim,
+		Tracer:  p.Tracer(),
 	})
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("traceparent", sampledA))
 	resp, err := srv.ShouldRateLimit(ctx, userRequest("bob-"+time.Now().Format(time.RFC3339Nano)))
@@ -271,8 +273,9 @@ func TestOff(t *testing.T) {
 
 	var seen trace.SpanContext
 	srv := service.New(service.Options{
-		Rules: rules(t, ruleUserLimit),
-		Local: memory.New(memory.Options{}),
+		GrayKey: service.DefaultGrayKey,
+		Rules:   rules(t, ruleUserLimit),
+		Local:   memory.New(memory.Options{}),
 		Global: limiterFunc(func(ctx context.Context) {
 			seen = trace.SpanContextFromContext(ctx)
 		}),

@@ -158,7 +158,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.IntVar(&s.FallbackNodes, "fallback-nodes", 0, "node count N for the fallback share rate/N (0: live count from Redis heartbeats)")
 	fs.IntVar(&s.FallbackNodesInitial, "fallback-nodes-initial", 0, fmt.Sprintf("N for the fallback share until this node has read the node registry, e.g. the most replicas (0: %d)", DefaultFallbackNodesInitial))
 	fs.BoolVar(&s.Shadow, "shadow", false, "shadow mode for every rule: decide and count, always answer OK")
-	fs.StringVar(&s.GrayKey, "gray-key", service.DefaultGrayKey, "descriptor key whose value true marks a gray (canary) request")
+	fs.StringVar(&s.GrayKey, "gray-key", service.DefaultGrayKey, "descriptor key whose value true marks a gray (canary) request, which gets doubled local limits; empty: no gray marker")
 	fs.BoolVar(&s.RateLimitHeaders, "ratelimit-headers", false, "add draft-03 RateLimit-Limit/Remaining/Reset headers to every response")
 	fs.IntVar(&s.MaxDescriptors, "max-descriptors", service.DefaultMaxDescriptors, "most descriptors in one request")
 	fs.IntVar(&s.MaxEntries, "max-entries", service.DefaultMaxEntries, "most entries in one descriptor")
