@@ -27,6 +27,16 @@ type Limit struct {
 // others. A Give is never refused and never blocks the others, and it is
 // applied whatever the decision: returning tokens is not something to
 // refuse (a give to a Limit with Requests 0 does nothing).
+//
+// The order, which matters when several hits of one call name the same
+// Key: first the takes (hits neither Give nor Independent), in call order,
+// each against its bucket as the call's earlier takes leave it, and the
+// decision is made over them alone, against the buckets as they stood
+// before the call; then the Give and Independent hits, one by one in call
+// order, whatever that decision, each against its bucket as everything
+// before it left it. So a give never makes room for a take of its own call,
+// and an independent hit never takes tokens a take of its call needs,
+// wherever they stand in the call.
 type Hit struct {
 	Key         Key
 	Limit       Limit

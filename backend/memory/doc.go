@@ -3,8 +3,11 @@
 // as the fallback that keeps enforcing global rules while Redis is down.
 //
 // A Limiter holds one bucket per bucket.Key and decides a call's hits
-// all-or-nothing (see Limiter.HitAt). Buckets refill continuously: Requests
-// tokens per Period, up to Burst, starting full.
+// all-or-nothing, in the contract's order (bucket.Hit, Limiter.HitAt): the
+// takes first, applied as they are decided and undone when one is refused,
+// then the gives and independent hits, so that it answers a call that hits
+// one key several times as backend/redis does. Buckets refill continuously:
+// Requests tokens per Period, up to Burst, starting full.
 //
 // # Representation
 //

@@ -72,9 +72,9 @@ type Limiter struct {
 	refusals atomic.Uint64 // hits refused for want of room, for FullRefusals
 }
 
-// change is an undo-log entry: key's bucket before a call changed it. An
-// entry with noRoom set changed nothing: it records that hit idx was refused
-// for want of room (see refuseFull), so that settle keeps its state.
+// change is an undo-log entry: key's bucket before a take changed it. An
+// entry with noRoom set changed nothing: it records that take idx was
+// refused for want of room (see refuseFull), so that settle keeps its state.
 type change struct {
 	key     bucket.Key
 	old     cell
@@ -128,15 +128,16 @@ func (l *Limiter) Shared() bool { return false }
 // HitAt decides hits at time now, writes one state per hit into states, and
 // reports whether every hit that is neither Give nor Independent was allowed.
 //
-// The decision is all-or-nothing: tokens are taken only when every take
-// (neither Give nor Independent) is allowed; otherwise no take changes any
-// bucket. An Independent hit is decided on its own, takes its tokens when
-// they exist, and never blocks the others. A Give hit is always allowed,
-// adds Cost tokens (never above Burst) and is applied whatever the decision
-// (bucket.Hit). Hits apply in order, so a Key that appears twice sees its
-// first hit's effect; when the call is refused, its takes are undone and its
-// Give and Independent hits applied again, in order, to the buckets as they
-// were.
+// The hits are decided in two passes, in the order bucket.Hit documents
+// (backend/redis' script uses the same). First the takes (hits neither Give
+// nor Independent), in call order and all-or-nothing: each is decided
+// against its bucket as the call's earlier takes leave it, and tokens are
+// taken only when every take is allowed; otherwise no take changes any
+// bucket. Then the Give and Independent hits, one by one in call order,
+// whatever the takes' decision, each against its bucket as everything
+// before it left it: an Independent hit takes its tokens when they exist
+// and never blocks the others; a Give is always allowed and adds Cost
+// tokens (never above Burst).
 //
 // Cost 0 checks for at least one token and takes nothing. A Cost above
 // Burst, any take or check on a Limit with Requests 0, and a hit that needs
@@ -145,9 +146,12 @@ func (l *Limiter) Shared() bool { return false }
 // nothing.
 //
 // Each state's Allowed and RetryAfter give the hit's decision. Remaining and
-// ResetAfter describe its bucket as the call leaves it: after the hit when
-// the call is allowed; when it is refused, after the undoing of the takes
-// (and after any Give and Independent hits on the same key).
+// ResetAfter describe its bucket as the call leaves it: after the hit (and
+// the hits decided before it) when the call is allowed; when it is refused,
+// those of a take describe its bucket with every take undone and the call's
+// Give and Independent hits applied. (backend/redis reports them before the
+// Give and Independent hits, and a refused take as the call's earlier takes
+// left its bucket.)
 //
 // Times are kept as nanoseconds from the Limiter's creation, so now must lie
 // within ±292 years of it; times beyond saturate. HitAt panics if
@@ -175,12 +179,18 @@ func (l *Limiter) HitAt(now time.Time, hits []bucket.Hit, states []bucket.State)
 // with room for len(hits) changes. It does not retain log, which lets HitAt
 // keep small logs on its stack.
 func (l *Limiter) decide(hits []bucket.Hit, t int64, states []bucket.State, log []change) bool {
-	ok := true
-	noRoom := 0
+	// The takes, all-or-nothing: each is applied as it is decided, so that
+	// a later take on its key sees it, and logged to be undone.
+	ok, others := true, false
+	noRoom := uint64(0)
 	for i := range hits {
 		h := &hits[i]
+		if h.Give || h.Independent {
+			others = true
+			continue
+		}
 		old, existed, changed, full := l.apply(h, t, &states[i])
-		if !states[i].Allowed && !h.Independent {
+		if !states[i].Allowed {
 			ok = false
 		}
 		switch {
@@ -192,19 +202,25 @@ func (l *Limiter) decide(hits []bucket.Hit, t int64, states []bucket.State, log 
 		}
 	}
 	if !ok {
-		// settle applies the Give and Independent hits again, and counts
-		// those it refuses for room itself.
-		noRoom = 0
-		for i := range log {
-			if log[i].noRoom && !hits[log[i].idx].Independent {
-				noRoom++
+		l.rollback(log)
+	}
+	// Then the gives and independent hits, each on its own, whatever the
+	// takes' decision.
+	if others {
+		for i := range hits {
+			if h := &hits[i]; h.Give || h.Independent {
+				// A give never needs room: it leaves a new bucket full.
+				if _, _, _, full := l.apply(h, t, &states[i]); full {
+					noRoom++
+				}
 			}
 		}
-		l.rollback(log)
+	}
+	if !ok {
 		l.settle(hits, t, states, log)
 	}
 	if noRoom > 0 {
-		l.refusals.Add(uint64(noRoom))
+		l.refusals.Add(noRoom)
 	}
 	return ok
 }
@@ -262,25 +278,12 @@ func (l *Limiter) rollback(log []change) {
 	}
 }
 
-// settle finishes a refused call after rollback: it applies the Give and
-// Independent hits again, in order, to the buckets as they really are (a
-// give is applied whatever the decision), and refreshes the takes'
-// Remaining and ResetAfter, except for those log says were refused for want
-// of room, whose refusal stands (refuseFull). It counts the Independent hits
-// it refuses for room (a give never needs room: it leaves a new bucket
-// full). The caller holds the shards' locks.
+// settle finishes a refused call once its takes are undone and its Give and
+// Independent hits applied: it refreshes the takes' Remaining and
+// ResetAfter to their buckets as the call leaves them, except for those log
+// says were refused for want of room, whose refusal stands (refuseFull).
+// The caller holds the shards' locks.
 func (l *Limiter) settle(hits []bucket.Hit, t int64, states []bucket.State, log []change) {
-	noRoom := uint64(0)
-	for i := range hits {
-		if h := &hits[i]; h.Independent || h.Give {
-			if _, _, _, full := l.apply(h, t, &states[i]); full {
-				noRoom++
-			}
-		}
-	}
-	if noRoom > 0 {
-		l.refusals.Add(noRoom)
-	}
 	for i := range hits {
 		h := &hits[i]
 		if h.Independent || h.Give {
@@ -294,7 +297,7 @@ func (l *Limiter) settle(hits []bucket.Hit, t int64, states []bucket.State, log 
 		states[i].Remaining, states[i].ResetAfter = now.Remaining, now.ResetAfter
 	}
 	for i := range log {
-		if c := &log[i]; c.noRoom && !hits[c.idx].Independent {
+		if c := &log[i]; c.noRoom {
 			st := &states[c.idx]
 			st.Remaining, st.ResetAfter = 0, st.RetryAfter // as refuseFull left it
 		}

@@ -164,10 +164,10 @@ func TestHitAtAllOrNothing(t *testing.T) {
 			remaining: map[bucket.Key]uint64{a: 8, b: 10},
 		},
 		{
-			name: "a give on a key the refused call also took is applied again",
+			name: "a give on a key the refused call also took applies after the undo",
 			calls: []call{
 				{hits: []bucket.Hit{take(a, 5)}, want: true},
-				// Tentatively a goes 5 → 1 → 4; undone and given again, 5 → 8.
+				// The take of 4 (5 → 1) is undone, then the give applies: 5 → 8.
 				{hits: []bucket.Hit{take(a, 4), give(a, 3), take(b, 11)}, want: false,
 					wantStates: []bucket.State{ok(8, 200*time.Millisecond), ok(8, 200*time.Millisecond), refused(10, 0, 0)}},
 			},
@@ -198,12 +198,34 @@ func TestHitAtAllOrNothing(t *testing.T) {
 			remaining: map[bucket.Key]uint64{a: 10, b: 10},
 		},
 		{
-			name: "same key: give back then take",
+			// The takes are decided before the gives, whatever the order
+			// in the call (bucket.Hit), so a give cannot make room for a
+			// take of the same call; it is applied anyway.
+			name: "same key: a give back does not help a take",
 			calls: []call{
 				{hits: []bucket.Hit{take(a, 10)}, want: true},
-				{hits: []bucket.Hit{give(a, 4), take(a, 4)}, want: true},
+				{hits: []bucket.Hit{give(a, 4), take(a, 4)}, want: false,
+					wantStates: []bucket.State{ok(4, 600*time.Millisecond), refused(4, 400*time.Millisecond, 600*time.Millisecond)}},
 			},
-			remaining: map[bucket.Key]uint64{a: 0},
+			remaining: map[bucket.Key]uint64{a: 4},
+		},
+		{
+			// ... and on a full bucket it returns the take's tokens rather
+			// than spilling over the burst.
+			name: "same key: a give back before a take on a full bucket",
+			calls: []call{
+				{hits: []bucket.Hit{give(a, 2), take(a, 3)}, want: true,
+					wantStates: []bucket.State{ok(9, 100*time.Millisecond), ok(7, 300*time.Millisecond)}},
+			},
+			remaining: map[bucket.Key]uint64{a: 9},
+		},
+		{
+			name: "same key: an independent hit never blocks a later take",
+			calls: []call{
+				{hits: []bucket.Hit{shadow(take(a, 5)), take(a, 8)}, want: true,
+					wantStates: []bucket.State{refused(2, 300*time.Millisecond, 800*time.Millisecond), ok(2, 800*time.Millisecond)}},
+			},
+			remaining: map[bucket.Key]uint64{a: 2},
 		},
 		{
 			name: "an independent refusal does not block the others",
@@ -223,10 +245,10 @@ func TestHitAtAllOrNothing(t *testing.T) {
 			remaining: map[bucket.Key]uint64{a: 7, b: 10, c: 10},
 		},
 		{
-			name: "an independent hit on a key the refused call also took is decided again",
+			name: "an independent hit on a key the refused call also took is decided after the undo",
 			calls: []call{
-				// Tentatively the take of 8 leaves 2, so the shadow hit of
-				// 5 is refused; after the rollback it is allowed.
+				// The take of 8 is undone before the shadow hit of 5 is
+				// decided, so the shadow hit finds 10 tokens.
 				{hits: []bucket.Hit{take(a, 8), shadow(take(a, 5)), take(b, 11)}, want: false,
 					wantStates: []bucket.State{ok(5, 500*time.Millisecond), ok(5, 500*time.Millisecond), refused(10, 0, 0)}},
 			},

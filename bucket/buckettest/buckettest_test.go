@@ -35,6 +35,17 @@ func TestDurationOK(t *testing.T) {
 	}
 }
 
+// TestRemainingOK pins that Remaining is exact unless a scenario leaves it
+// unasserted.
+func TestRemainingOK(t *testing.T) {
+	if !remainingOK(3, 3) || remainingOK(2, 3) || remainingOK(4, 3) {
+		t.Errorf("remainingOK is not exact")
+	}
+	if !remainingOK(0, anyRemaining) || !remainingOK(7, anyRemaining) {
+		t.Errorf("anyRemaining did not accept an arbitrary Remaining")
+	}
+}
+
 // TestScenarioTable checks the table itself: unique names, one wanted state
 // per hit, and a scenario for each rule of the contract.
 func TestScenarioTable(t *testing.T) {
@@ -56,7 +67,9 @@ func TestScenarioTable(t *testing.T) {
 	for _, name := range []string{
 		"take", "all-or-nothing refusal", "gives on an allowed call", "gives on a refused call",
 		"check only", "independent hits", "cost above burst", "Requests 0", "refill over time",
-		"same key twice in one call", "limit changes for the same key",
+		"same key twice in one call", "same key: a give does not help a take of the same call",
+		"same key: an independent hit does not block a later take",
+		"same key: a give before a take returns the take's tokens", "limit changes for the same key",
 	} {
 		if !seen[name] {
 			t.Errorf("no scenario %q", name)

@@ -211,7 +211,41 @@ var scenarios = []scenario{
 		},
 	},
 	{
-		// Hits apply in order: a key's second hit sees its first.
+		// The takes are decided first, all-or-nothing, against the buckets
+		// as they stood before the call; a give on their key comes after
+		// them, so it cannot make room for them.
+		//
+		// The backends report the refused take differently (memory: its
+		// bucket as the call leaves it, after the give; backend/redis: as
+		// the takes found it), so only its decision and RetryAfter are
+		// asserted; the check that follows asserts the bucket.
+		name: "same key: a give does not help a take of the same call",
+		calls: []call{
+			{hits: []hit{take(0, perMinute, 10)}, allowed: true, states: []bucket.State{ok(0, 10*minute)}},
+			{hits: []hit{give(0, perMinute, 4), take(0, perMinute, 4)}, allowed: false, states: []bucket.State{ok(4, 6*minute), no(anyRemaining, 4*minute, anyDuration)}},
+			{hits: []hit{check(0, perMinute)}, allowed: true, states: []bucket.State{ok(4, 6*minute)}},
+		},
+	},
+	{
+		// An independent hit is decided after the takes, so it never blocks
+		// a take on its key, whatever their order in the call.
+		name: "same key: an independent hit does not block a later take",
+		calls: []call{
+			{hits: []hit{shadow(take(0, perMinute, 5)), take(0, perMinute, 8)}, allowed: true, states: []bucket.State{no(2, 3*minute, 8*minute), ok(2, 8*minute)}},
+			{hits: []hit{check(0, perMinute)}, allowed: true, states: []bucket.State{ok(2, 8*minute)}},
+		},
+	},
+	{
+		// A give before a take on a full bucket is applied after it, so it
+		// returns tokens the take took instead of spilling over the burst.
+		name: "same key: a give before a take returns the take's tokens",
+		calls: []call{
+			{hits: []hit{give(0, perMinute, 2), take(0, perMinute, 3)}, allowed: true, states: []bucket.State{ok(9, minute), ok(7, 3*minute)}},
+			{hits: []hit{check(0, perMinute)}, allowed: true, states: []bucket.State{ok(9, minute)}},
+		},
+	},
+	{
+		// A key's second take sees its first.
 		name: "same key twice in one call",
 		calls: []call{
 			{hits: []hit{take(0, perMinute, 6), take(0, perMinute, 4)}, allowed: true, states: []bucket.State{ok(4, 6*minute), ok(0, 10*minute)}},
