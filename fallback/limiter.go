@@ -113,9 +113,6 @@ func (l *Limiter) Close() {
 // Active reports whether the node is answering from its fallback.
 func (l *Limiter) Active() bool { return l.inFallback.Load() }
 
-// Mode returns the failure mode.
-func (l *Limiter) Mode() Mode { return l.opts.Mode }
-
 // State describes who answers global rules: "redis", or "fallback (<mode>)"
 // while the primary is failing (the /healthcheck body).
 func (l *Limiter) State() string {
