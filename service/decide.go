@@ -212,7 +212,7 @@ func (s *Server) match(sc *scratch, dom *descriptors.Domain, req *rlsv3.RateLimi
 	for _, d := range req.GetDescriptors() {
 		ds := descState{start: len(sc.entries), local: none, global: none}
 		for _, e := range d.GetEntries() {
-			if e.GetKey() != s.opts.GrayKey || s.opts.GrayKey == "" {
+			if s.opts.GrayKey == "" || e.GetKey() != s.opts.GrayKey {
 				sc.entries = append(sc.entries, descriptors.Entry{Key: e.GetKey(), Value: e.GetValue()})
 			}
 		}
