@@ -71,6 +71,19 @@ func newProvider(t *testing.T, c *otlptest.Collector) *tracing.Provider {
 	return p
 }
 
+// newServer is a Server on ruleUserLimit, with a memory local layer, the
+// given global layer, and tracer (nil: no tracing).
+func newServer(t *testing.T, global bucket.Limiter, tracer trace.Tracer) *service.Server {
+	t.Helper()
+	return service.New(service.Options{
+		GrayKey: service.DefaultGrayKey, // userRequest carries gray=false
+		Rules:   rules(t, ruleUserLimit),
+		Local:   memory.New(memory.Options{}),
+		Global:  global,
+		Tracer:  tracer,
+	})
+}
+
 // brokenRedis fails every call, as a Redis that is down does.
 type brokenRedis struct{}
 
@@ -147,13 +160,7 @@ func TestSpansOverGRPC(t *testing.T) {
 		Tracer:  p.Tracer(),
 	})
 	t.Cleanup(fo.Close)
-	srv := service.New(service.Options{
-		GrayKey: service.DefaultGrayKey,
-		Rules:   rules(t, ruleUserLimit),
-		Local:   memory.New(memory.Options{}),
-		Global:  fo,
-		Tracer:  p.Tracer(),
-	})
+	srv := newServer(t, fo, p.Tracer())
 	client := serveGRPC(t, srv)
 
 	call(t, client, sampledA, rlsv3.RateLimitResponse_OK)
@@ -221,13 +228,7 @@ func TestRedisScriptSpan(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	lim := redisbackend.New(redisbackend.Options{Client: client, Timeout: time.Second, Tracer: p.Tracer()})
 	t.Cleanup(lim.Close)
-	srv := service.New(service.Options{
-		GrayKey: service.DefaultGrayKey,
-		Rules:   rules(t, ruleUserLimit),
-		Local:   memory.New(memory.Options{}),
-		Global:  lim,
-		Tracer:  p.Tracer(),
-	})
+	srv := newServer(t, lim, p.Tracer())
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("traceparent", sampledA))
 	resp, err := srv.ShouldRateLimit(ctx, userRequest("bob-"+time.Now().Format(time.RFC3339Nano)))
 	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
@@ -272,14 +273,9 @@ func TestOff(t *testing.T) {
 	}
 
 	var seen trace.SpanContext
-	srv := service.New(service.Options{
-		GrayKey: service.DefaultGrayKey,
-		Rules:   rules(t, ruleUserLimit),
-		Local:   memory.New(memory.Options{}),
-		Global: limiterFunc(func(ctx context.Context) {
-			seen = trace.SpanContextFromContext(ctx)
-		}),
-	})
+	srv := newServer(t, limiterFunc(func(ctx context.Context) {
+		seen = trace.SpanContextFromContext(ctx)
+	}), nil)
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("traceparent", sampledA))
 	if _, err := srv.ShouldRateLimit(ctx, userRequest("carol")); err != nil {
 		t.Fatal(err)
