@@ -124,6 +124,34 @@ func TestQuotaModeRule(t *testing.T) {
 	}
 }
 
+// TestQuotaModeShadowRule: a quota rule in shadow mode answers OK, so it
+// never counts as a refusing quota: the request is allowed and takes its
+// other tokens.
+func TestQuotaModeShadowRule(t *testing.T) {
+	const rules = `
+domain: ai
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: pool
+    quota_mode: true
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
+	h := newHarness(t, rules)
+	c := rlsClient(t, h)
+	req := request("ai", desc("user=u"), desc("pool=x"))
+	var resp *rlsv3.RateLimitResponse
+	for i := range 3 {
+		if resp = rpc(t, c, req); codesOf(resp) != "OK: OK OK" {
+			t.Errorf("request %d: %s, want OK: OK OK", i+1, codesOf(resp))
+		}
+	}
+	if got := resp.GetStatuses()[0].GetLimitRemaining(); got != 7 {
+		t.Errorf("user remaining %d after 3 allowed requests, want 7", got)
+	}
+}
+
 // TestQuotaModeServerWide: Options.QuotaMode (rls serve --quota-mode, the
 // peer's global quota mode) makes every rule a quota; a descriptor no rule
 // matches is a quota that is never refused.

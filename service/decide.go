@@ -132,7 +132,8 @@ func (s *Server) bypass(req *rlsv3.RateLimitRequest, domain string, note *traceN
 // quotaRefused reports whether every quota descriptor of an allowed
 // request was refused, which refuses the request (envoyproxy/ratelimit's
 // quota mode), and marks out so. A quota descriptor without a decided
-// bucket (no rule, or its layer skipped) is not refused.
+// bucket (no rule, or its layer skipped) is not refused, nor is one whose
+// rule is in shadow mode: its status says OK.
 func (s *Server) quotaRefused(sc *scratch, out *outcome) bool {
 	layer := LayerNone
 	for i := range sc.descs {
@@ -141,7 +142,7 @@ func (s *Server) quotaRefused(sc *scratch, out *outcome) bool {
 			continue
 		}
 		c, ok := pick(sc, ds, out)
-		if !ok || c.state.Allowed {
+		if !ok || c.state.Allowed || ds.shadow {
 			return false
 		}
 		if layer == LayerNone {
