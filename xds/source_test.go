@@ -2,6 +2,7 @@ package xds_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -247,4 +248,59 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, kv ...string) fl
 		}
 	}
 	return -1
+}
+
+// TestUpdateIsAtomic: while an update changes two domains, a reader of the
+// store never sees one changed and the other not.
+func TestUpdateIsAtomic(t *testing.T) {
+	mgmt := xdstest.Start(t, "")
+	mgmt.Set(t, node, "v1", limit("a", "k", "v", 1), limit("b", "k", "v", 1))
+	h := startSource(t, mgmt.Addr)
+	waitReady(t, h.src)
+	mgmt.WaitRequest(t, xdstest.ACK("v1"))
+
+	stop := make(chan struct{})
+	result := make(chan string, 1)
+	go func() {
+		reads, mixed := 0, 0
+		for {
+			select {
+			case <-stop:
+				result <- fmt.Sprintf("%d reads, %d mixed", reads, mixed)
+				return
+			default:
+			}
+			cfg := h.store.Rules()
+			if requestsOf(cfg, "a", "k", "v") != requestsOf(cfg, "b", "k", "v") {
+				mixed++
+			}
+			reads++
+		}
+	}()
+	for i := 2; i <= 20; i++ {
+		v := fmt.Sprintf("v%d", i)
+		mgmt.Set(t, node, v, limit("a", "k", "v", uint32(i)), limit("b", "k", "v", uint32(i)))
+		mgmt.WaitRequest(t, xdstest.ACK(v))
+	}
+	close(stop)
+	if got := <-result; !strings.HasSuffix(got, " 0 mixed") {
+		t.Errorf("reader: %s, want none mixed", got)
+	}
+	if got := requestsOf(h.store.Rules(), "b", "k", "v"); got != 20 {
+		t.Errorf("after v20 b allows %d/min, want 20", got)
+	}
+}
+
+// TestEmptyUpdate: an update without resources is a rule set without rules,
+// as in State of the World: every request is allowed.
+func TestEmptyUpdate(t *testing.T) {
+	mgmt := xdstest.Start(t, "")
+	mgmt.Set(t, node, "v1", limit("edge", "user", "alice", 10))
+	h := startSource(t, mgmt.Addr)
+	mgmt.WaitRequest(t, xdstest.ACK("v1"))
+	mgmt.Set(t, node, "v2")
+	mgmt.WaitRequest(t, xdstest.ACK("v2"))
+	if n := h.store.Rules().Len(); n != 0 || h.version(t) != "v2" {
+		t.Errorf("after an empty update: %d rules, version %q; want 0 and v2", n, h.version(t))
+	}
 }
