@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"math"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -54,7 +55,12 @@ func startXDS(ctx context.Context, st flags.Serve, store *ruleset.Store, log *sl
 		Server:      st.XDS.Server,
 		NodeID:      st.XDS.NodeID,
 		NodeCluster: st.XDS.NodeCluster,
-		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(creds)},
+		DialOptions: []grpc.DialOption{
+			grpc.WithTransportCredentials(creds),
+			// An update is a rule set: --max-rule-bytes bounds it as it
+			// bounds rule files (gRPC's default would be 4 MiB).
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(min(st.MaxRuleBytes, math.MaxInt32)))),
+		},
 		Store:       store,
 		RuleOptions: ruleOptions(st.Rules),
 		Log:         log,

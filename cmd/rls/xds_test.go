@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -195,4 +196,47 @@ func grep(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestServeXDSUpdateOverMaxRuleBytes: an xDS response larger than
+// --max-rule-bytes is refused by gRPC (the stream fails and sluice
+// reconnects, keeping its rules), and a smaller update is then applied.
+func TestServeXDSUpdateOverMaxRuleBytes(t *testing.T) {
+	mgmt := xdstest.Start(t, "")
+	big := egConfig(1, rlsconfv3.RateLimitUnit_SECOND)
+	for i := range 100 {
+		v := fmt.Sprintf("value-%03d-%s", i, strings.Repeat("x", 40))
+		big.Descriptors = append(big.Descriptors, &rlsconfv3.RateLimitDescriptor{Key: "k", Value: v,
+			RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 1}})
+	}
+	mgmt.Set(t, "default", "big", big)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "", "--log-format", "json",
+			"--xds-server", mgmt.Addr, "--max-rule-bytes", "2000", "--xds-backoff-min", "10ms", "--xds-backoff-max", "20ms",
+		}, &stderr, &stderr, noEnv)
+	}()
+	httpBase := "http://" + servingLine(t, &stderr)["http_addr"].(string)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stderr.String(), "larger than max") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no refusal of the large update:\n%s", stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if code, _ := httpGet(t, httpBase+"/healthcheck"); code != http.StatusServiceUnavailable {
+		t.Errorf("/healthcheck after the large update only: %d, want 503", code)
+	}
+	mgmt.Set(t, "default", "small", egConfig(1, rlsconfv3.RateLimitUnit_SECOND))
+	mgmt.WaitRequest(t, xdstest.ACK("small"))
+	if _, rlconfig := httpGet(t, httpBase+"/rlconfig"); !strings.HasPrefix(rlconfig, "# version: small source: xds\n") {
+		t.Errorf("/rlconfig:\n%s\nwant version small", rlconfig)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("serve returned %v after cancel, want nil", err)
+	}
 }
