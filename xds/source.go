@@ -17,6 +17,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sluice-rls/sluice/descriptors"
@@ -95,6 +96,9 @@ func New(opts Options) (*Source, error) {
 	if opts.BackoffMax < opts.BackoffMin {
 		return nil, fmt.Errorf("xds: backoff max %v is below min %v", opts.BackoffMax, opts.BackoffMin)
 	}
+	// Plaintext unless opts.DialOptions set credentials (a later option
+	// wins).
+	opts.DialOptions = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts.DialOptions...)
 	// A target or option grpc refuses fails here, once, not on every
 	// reconnect.
 	conn, err := grpc.NewClient(opts.Server, opts.DialOptions...)

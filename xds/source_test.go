@@ -14,8 +14,6 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluice-rls/sluice/descriptors"
 	"github.com/sluice-rls/sluice/internal/xdstest"
@@ -67,16 +65,16 @@ func startSource(t *testing.T, addr string) *harness {
 	}
 	h := &harness{store: ruleset.NewStore(empty), reg: prometheus.NewRegistry(), clock: clockwork.NewFakeClock(), stopped: make(chan struct{})}
 	h.src, err = xds.New(xds.Options{
-		Server:      addr,
-		NodeID:      node,
-		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
-		Store:       h.store,
-		Log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Reloads:     ruleset.NewReloadMetrics(h.reg),
-		Metrics:     xds.NewMetrics(h.reg),
-		Clock:       h.clock,
-		BackoffMin:  time.Second,
-		BackoffMax:  4 * time.Second,
+		Server: addr,
+		NodeID: node,
+		// No DialOptions: plaintext.
+		Store:      h.store,
+		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Reloads:    ruleset.NewReloadMetrics(h.reg),
+		Metrics:    xds.NewMetrics(h.reg),
+		Clock:      h.clock,
+		BackoffMin: time.Second,
+		BackoffMax: 4 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
