@@ -1,11 +1,14 @@
 package xds_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -301,4 +304,104 @@ func TestEmptyUpdate(t *testing.T) {
 	if n := h.store.Rules().Len(); n != 0 || h.version(t) != "v2" {
 		t.Errorf("after an empty update: %d rules, version %q; want 0 and v2", n, h.version(t))
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the source's goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// lastWait is the wait of the last "reconnecting" log line, and how many
+// there are.
+func lastWait(t *testing.T, logs string) (time.Duration, int) {
+	t.Helper()
+	var wait time.Duration
+	n := 0
+	for _, line := range strings.Split(logs, "\n") {
+		var m struct {
+			Msg string        `json:"msg"`
+			In  time.Duration `json:"in"`
+		}
+		if json.Unmarshal([]byte(line), &m) == nil && strings.Contains(m.Msg, "reconnecting") {
+			wait, n = m.In, n+1
+		}
+	}
+	return wait, n
+}
+
+// TestBackoff: the wait before a reconnect doubles from BackoffMin to
+// BackoffMax while attempts fail, is jittered to half to all of that, and
+// starts again from BackoffMin once a stream got an update.
+func TestBackoff(t *testing.T) {
+	mgmt := xdstest.Start(t, "")
+	addr := mgmt.Addr
+	mgmt.Stop() // nothing listens there now: every attempt fails
+	empty, err := descriptors.New(nil, descriptors.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	clock := clockwork.NewFakeClock()
+	src, err := xds.New(xds.Options{
+		Server: addr, NodeID: node, Store: ruleset.NewStore(empty),
+		Log:   slog.New(slog.NewJSONHandler(&logs, nil)),
+		Clock: clock, BackoffMin: time.Second, BackoffMax: 8 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = src.Run(ctx)
+	}()
+	defer func() { cancel(); <-stopped }()
+
+	// sleeping waits for the source to sleep and checks the wait of its
+	// latest attempt against the backoff d; the caller advances the clock.
+	attempts := 0
+	sleeping := func(d time.Duration) time.Duration {
+		t.Helper()
+		bctx, bcancel := context.WithTimeout(context.Background(), xdstest.Wait)
+		defer bcancel()
+		if err := clock.BlockUntilContext(bctx, 1); err != nil {
+			t.Fatalf("the source does not wait: %v", err)
+		}
+		wait, n := lastWait(t, logs.String())
+		if attempts++; n != attempts {
+			t.Fatalf("%d reconnect lines, want %d", n, attempts)
+		}
+		if wait < d/2 || wait > d {
+			t.Errorf("attempt %d waits %v, want within [%v, %v]", attempts, wait, d/2, d)
+		}
+		return wait
+	}
+	for _, d := range []time.Duration{1, 2, 4, 8} {
+		clock.Advance(sleeping(d * time.Second))
+	}
+	// A server on that port again before the next attempt: it gets an
+	// update; when the server goes, the backoff starts over.
+	wait := sleeping(8 * time.Second)
+	mgmt = xdstest.Start(t, addr)
+	mgmt.Set(t, node, "v1", limit("edge", "user", "alice", 10))
+	clock.Advance(wait)
+	waitReady(t, src)
+	mgmt.WaitRequest(t, xdstest.ACK("v1"))
+	mgmt.Stop()
+	clock.Advance(sleeping(time.Second))
+	sleeping(2 * time.Second)
 }
