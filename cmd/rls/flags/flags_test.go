@@ -71,6 +71,12 @@ func TestServeDefaultsAreTheOwners(t *testing.T) {
 		{"--redis-timeout", st.RedisTimeout, redisbackend.DefaultTimeout},
 		{"--redis-failure", st.RedisFailure, fallback.Share},
 		{"--gray-key", st.GrayKey, service.DefaultGrayKey},
+		{"--ratelimit-header-limit", st.HeaderLimit, service.DefaultHeaderLimit},
+		{"--ratelimit-header-remaining", st.HeaderRemaining, service.DefaultHeaderRemaining},
+		{"--ratelimit-header-reset", st.HeaderReset, service.DefaultHeaderReset},
+		{"--refusal-details", st.RefusalDetails, true},
+		{"--quota-mode", st.QuotaMode, false},
+		{"--response-metadata", st.ResponseMetadata, false},
 		{"--max-descriptors", st.MaxDescriptors, service.DefaultMaxDescriptors},
 		{"--max-entries", st.MaxEntries, service.DefaultMaxEntries},
 		{"--max-value-bytes", st.MaxValueBytes, service.DefaultMaxValueBytes},
@@ -134,6 +140,8 @@ func TestParseServeErrors(t *testing.T) {
 		{"xds cert without key", []string{"--xds-server", "cp:18001", "--xds-tls-ca", "ca.pem", "--xds-tls-cert", "c.pem"}, nil, []string{"--xds-tls-cert and --xds-tls-key go together"}},
 		{"xds empty node id", []string{"--xds-server", "cp:18001", "--xds-node-id", ""}, nil, []string{"--xds-node-id must not be empty"}},
 		{"xds backoff inverted", []string{"--xds-server", "cp:18001", "--xds-backoff-min", "10s", "--xds-backoff-max", "1s"}, nil, []string{"--xds-backoff-max at least as long"}},
+		{"bad header name", []string{"--ratelimit-header-limit", "Rate Limit"}, nil, []string{"--ratelimit-header-limit", "not a valid HTTP header name"}},
+		{"empty header name", []string{"--ratelimit-header-reset="}, nil, []string{"--ratelimit-header-reset"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
