@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 
@@ -120,5 +121,37 @@ descriptors:
 	got := h.admitted(t, 10, normal) + h.admitted(t, 20, gray)
 	if got != 12 {
 		t.Errorf("one client, normal then self-marked gray: admitted %d, want 12 (3 × the local burst 4)", got)
+	}
+}
+
+// TestGrayLabelAllocatesNothing: a gray request costs no more allocations
+// than any other (1, its response, without -race): the gray label's
+// counters are built once per rule, not per request.
+func TestGrayLabelAllocatesNothing(t *testing.T) {
+	if raceDetector {
+		t.Skip("the race detector allocates")
+	}
+	h := newHarness(t, `
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: second
+      requests_per_unit: 4000000000
+      local: {unit: second, requests_per_unit: 4000000000}
+`)
+	ctx := context.Background()
+	allocs := func(req *rlsv3.RateLimitRequest) float64 {
+		return testing.AllocsPerRun(200, func() {
+			if _, err := h.srv.ShouldRateLimit(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	// Two descriptors each, so that both responses are the same size.
+	normal := allocs(request("edge", desc("remote_address=1.2.3.4"), desc("plan=none")))
+	gray := allocs(request("edge", desc("remote_address=1.2.3.4"), desc("gray=true")))
+	if gray != 1 || normal != 1 {
+		t.Errorf("allocations per request: gray %v, normal %v; want 1 each (the response)", gray, normal)
 	}
 }
