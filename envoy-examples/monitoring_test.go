@@ -178,6 +178,9 @@ func TestPrometheusRules(t *testing.T) {
 		{"SluiceInvalidRequests", "ratelimit_invalid_requests_total"},
 		{"SluiceMalformedRequests", "ratelimit_malformed_parts_total"},
 		{"SluiceMemoryTableFull", "ratelimit_memory_full_refusals_total"},
+		{"SluiceEmergencyChannelUsed", `ratelimit_emergency_requests_total{result="allowed"}`},
+		{"SluiceEmergencySecretGuessing", `ratelimit_emergency_requests_total{result="rejected"}`},
+		{"SluiceEmergencySecretsFileRejected", `ratelimit_emergency_secret_loads_total{result="error"}`},
 	} {
 		if expr, ok := alerts[want.alert]; !ok || !strings.Contains(expr, want.uses) {
 			t.Errorf("alert %s missing or not on %s: %q", want.alert, want.uses, expr)
