@@ -165,11 +165,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		gateHealth(ctx, healthServer, xsrc)
 	}
 
-	grpcLis, err := net.Listen("tcp", st.GRPCAddr)
+	grpcLis, err := listen(st.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("gRPC listener: %w", err)
 	}
-	httpLis, err := net.Listen("tcp", st.HTTPAddr)
+	httpLis, err := listen(st.HTTPAddr)
 	if err != nil {
 		grpcLis.Close()
 		return fmt.Errorf("HTTP listener: %w", err)
@@ -177,7 +177,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	var adminLis net.Listener
 	adminAddr := "off"
 	if st.AdminAddr != "" {
-		adminLis, err = net.Listen("tcp", st.AdminAddr)
+		adminLis, err = listen(st.AdminAddr)
 		if err != nil {
 			grpcLis.Close()
 			httpLis.Close()
@@ -378,10 +378,16 @@ func shutdownTracing(p *tracing.Provider, timeout time.Duration, log *slog.Logge
 	}
 }
 
-// isLoopback reports whether addr is a TCP address on a loopback IP.
+// isLoopback reports whether addr is reachable from this host alone: a
+// TCP address on a loopback IP, or a unix socket.
 func isLoopback(addr net.Addr) bool {
-	tcp, ok := addr.(*net.TCPAddr)
-	return ok && tcp.IP.IsLoopback()
+	switch a := addr.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	return false
 }
 
 func ruleSource(path string) string {

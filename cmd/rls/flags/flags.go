@@ -147,9 +147,9 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 		fmt.Fprint(out, "usage: rls serve [flags]\n\nEvery flag has an environment variable RLS_<FLAG> (--redis-timeout: RLS_REDIS_TIMEOUT);\na flag on the command line wins.\n\n")
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&s.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService v3 and grpc.health.v1)")
-	fs.StringVar(&s.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /metrics, /rlconfig)")
-	fs.StringVar(&s.AdminAddr, "admin-addr", "127.0.0.1:8082", "admin listen address (/json, and /debug/pprof/ with --pprof); TLS/mTLS as gRPC when --tls-cert is set; empty: off")
+	fs.StringVar(&s.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService v3 and grpc.health.v1): host:port, or a unix socket unix:path or unix:///absolute/path")
+	fs.StringVar(&s.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /metrics, /rlconfig): host:port or unix:path")
+	fs.StringVar(&s.AdminAddr, "admin-addr", "127.0.0.1:8082", "admin listen address (/json, and /debug/pprof/ with --pprof): host:port or unix:path; TLS/mTLS as gRPC when --tls-cert is set; empty: off")
 	fs.BoolVar(&s.JSONNegativeHits, "json-negative-hits", false, "accept is_negative_hits (token refunds) on /json; refused with 403 otherwise")
 	fs.DurationVar(&s.HTTPReadTimeout, "http-read-timeout", 5*time.Second, "HTTP and admin: longest time to read a request, headers and body (0: none)")
 	fs.DurationVar(&s.HTTPWriteTimeout, "http-write-timeout", 10*time.Second, "HTTP and admin: longest time to answer a request (0: none; pprof profiles and traces get their duration on top)")
