@@ -162,7 +162,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.DurationVar(&s.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", 10*time.Second, "gRPC: clients may send keepalive pings this often, with or without calls; faster ones are disconnected")
 	s.Rules.register(fs)
 	s.XDS.register(fs)
-	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
+	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, unix:///path/redis.sock, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
 	fs.StringVar(&s.RedisCA, "redis-ca", "", "CA bundle (PEM) to verify Redis' TLS certificate with rediss:// (default: the system roots)")
 	fs.DurationVar(&s.RedisTimeout, "redis-timeout", redisbackend.DefaultTimeout, "deadline of every Redis call")
 	fs.TextVar(&s.RedisFailure, "redis-failure", fallback.Share, "`mode` of the global layer while Redis fails: "+modeList())
