@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"net"
 	"net/http"
@@ -123,6 +124,11 @@ func TestServeOverUnixSockets(t *testing.T) {
 	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), req)
 	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Errorf("ShouldRateLimit over %s: %v, %v; want OVER_LIMIT", grpcSock, resp.GetOverallCode(), err)
+	}
+	// rls check reaches it too (grpc-go takes the unix: address as is).
+	var out lockedBuffer
+	if err := run(context.Background(), []string{"check", "--addr", "unix:" + grpcSock, "remote_address=50.0.0.5"}, &out, &out, noEnv); !errors.Is(err, errOverLimit) {
+		t.Errorf("rls check --addr unix:%s: %v, want OVER_LIMIT\n%s", grpcSock, err, out.String())
 	}
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", httpSock)
