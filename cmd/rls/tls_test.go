@@ -263,7 +263,9 @@ func TestClientSAN(t *testing.T) {
 	p := pkitest.New(t)
 	st := flags.Serve{TLSCert: p.ServerCert, TLSKey: p.ServerKey, TLSClientCA: p.CA,
 		TLSClientSAN: "envoy.edge.svc.cluster.local, spiffe://cluster.local/ns/edge/sa/envoy,10.0.0.7"}
-	s, err := newServerTLS(st, clockwork.NewFakeClock(), discardLogger(), prometheus.NewRegistry())
+	var logs lockedBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s, err := newServerTLS(st, clockwork.NewFakeClock(), log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,6 +292,9 @@ func TestClientSAN(t *testing.T) {
 				t.Errorf("call with %s: error %v, want accepted %v", tt.name, err, tt.wantOK)
 			}
 		})
+	}
+	if !strings.Contains(logs.String(), "TLS client refused: no accepted SAN") || !strings.Contains(logs.String(), "attacker.edge.svc.cluster.local.evil") {
+		t.Errorf("debug log does not name the refused certificate's SANs:\n%s", logs.String())
 	}
 }
 
@@ -334,8 +339,8 @@ func TestServerTLSFlagsErrors(t *testing.T) {
 
 // TestServeRedisClientCert runs serve against a real redis-server that
 // requires client certificates (tls-auth-clients yes): with --redis-tls-cert
-// and --redis-tls-key the node reaches Redis (its heartbeat and the
-// request's bucket are written there); without them Redis refuses it.
+// and --redis-tls-key the node decides in Redis (the request's bucket is
+// there); without a certificate Redis refuses a client.
 func TestServeRedisClientCert(t *testing.T) {
 	p := pkitest.New(t)
 	srv := redistest.Start(t, redistest.WithTLS(p, true))
@@ -368,9 +373,10 @@ func TestServeRedisClientCert(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	// The example rules limit remote_address 50.0.0.5 globally: decided in Redis.
+	// The example rules limit user_id globally: the decision leaves its
+	// bucket in Redis before the answer, unless the node is in fallback.
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{{
-		Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "50.0.0.5"}},
+		Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user_id", Value: "tls-client"}},
 	}}}
 	if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), req); err != nil {
 		t.Fatal(err)
@@ -380,7 +386,7 @@ func TestServeRedisClientCert(t *testing.T) {
 	defer withCert.Close()
 	keys, err := withCert.Keys(context.Background(), "*").Result()
 	if err != nil || len(keys) == 0 {
-		t.Errorf("keys in Redis after a decision: %q, %v; want the node's heartbeat and bucket\nlog:\n%s", keys, err, stderr.String())
+		t.Errorf("keys in Redis after a decision: %q, %v; want the bucket\nlog:\n%s", keys, err, stderr.String())
 	}
 	if strings.Contains(stderr.String(), "fallback") {
 		t.Errorf("the node went to fallback:\n%s", stderr.String())
