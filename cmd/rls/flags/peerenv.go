@@ -116,6 +116,9 @@ type peerVar struct {
 	// variable is refused naming it. Remove it to map the variable.
 	soon string
 	ok   []string // values accepted as they are (they change nothing)
+	// anyOK accepts every value of the kind: sluice always does what the
+	// variable turns on.
+	anyOK bool
 	// inert reports, when the peer itself would not read the variable in
 	// this environment, why (USE_STATSD=false, ...); such a variable is
 	// accepted with any value.
@@ -208,7 +211,7 @@ const (
 	whyNoMemcache  = "sluice has no memcache backend: a token bucket needs an atomic read-modify-write (a Lua script on Redis), which memcache's increments cannot do"
 	whyPipelining  = "sluice has no pipelining settings: calls that arrive together share Redis round trips on their own (a batch per Redis node)"
 	whyXDSBackoff  = "sluice's xDS client reconnects with its own backoff"
-	whyTracingName = "sluice names its traces' service rls, with its version"
+	whyTracingName = "sluice names its traces' service sluice, with its version (service.version)"
 )
 
 // peerVars is every environment variable of envoyproxy/ratelimit's
@@ -274,7 +277,7 @@ var peerVars = []peerVar{
 
 	// Counting.
 	{name: "EXPIRATION_JITTER_MAX_SECONDS", def: "300", kind: kNumber, how: hAccepted, ok: []string{"300"}, why: "sluice sets no jitter: a bucket's key expires when the bucket would be full again"},
-	{name: "LOCAL_CACHE_SIZE_IN_BYTES", def: "0", kind: kNumber, how: hAccepted, ok: []string{"0"}, why: "sluice has no over-limit cache to size: buckets Redis reported empty are remembered, within --max-buckets, until their next token is due"},
+	{name: "LOCAL_CACHE_SIZE_IN_BYTES", def: "0", kind: kNumber, how: hAccepted, anyOK: true, why: "sluice always remembers buckets Redis reported empty until their next token is due (at most 65536 per node), whatever this size"},
 	{name: "NEAR_LIMIT_RATIO", def: "0.8", kind: kNumber, how: hAccepted, ok: []string{"0.8"}, why: "sluice's near_limit is fixed: allowed with less than 20% of the burst left"},
 	{name: "CACHE_KEY_PREFIX", def: "", how: hAccepted, ok: []string{""}, why: "sluice's keys are sluice:{<hash>}; separate deployments by Redis database (/db in --redis) or by Redis"},
 	{name: "BACKEND_TYPE", def: "redis", kind: kWord, how: hAccepted, ok: []string{"redis"}, why: whyNoMemcache},
@@ -705,7 +708,7 @@ func applyPeerEnv(fs *flag.FlagSet, mode PeerEnvMode, getenv func(string) string
 				continue
 			}
 		}
-		if slices.ContainsFunc(p.ok, func(ok string) bool { return sameValue(p.kind, v, ok) }) {
+		if p.anyOK || slices.ContainsFunc(p.ok, func(ok string) bool { return sameValue(p.kind, v, ok) }) {
 			msg := "envoyproxy/ratelimit setting accepted: it changes nothing"
 			if p.why != "" {
 				msg = "envoyproxy/ratelimit setting accepted: " + p.why

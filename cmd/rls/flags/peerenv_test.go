@@ -81,7 +81,7 @@ func TestPeerEnvMaps(t *testing.T) {
 			"STATSD_HOST": "statsd", "STATSD_PORT": "9125", "EXTRA_TAGS": "a:b", "REDIS_PERSECOND": "false", "REDIS_PERSECOND_URL": "x:1",
 			"BACKEND_TYPE": "REDIS", "MEMCACHE_HOST_PORT": "m:11211", "CONFIG_TYPE": "file", "CONFIG_GRPC_XDS_SERVER_URL": "xds:18000",
 			"LIMIT_LIMIT_HEADER": "X-Limit", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "EXPIRATION_JITTER_MAX_SECONDS": "300",
-			"TRACING_SERVICE_NAME": "mine", "RESPONSE_DYNAMIC_METADATA": "false", "GRPC_SERVER_USE_TLS": "false",
+			"TRACING_SERVICE_NAME": "mine", "LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "RESPONSE_DYNAMIC_METADATA": "false", "GRPC_SERVER_USE_TLS": "false",
 		}, nil, func(s flags.Serve) error { return nil }},
 		// Kubernetes sets STATSD_PORT=tcp://... for a Service named statsd.
 		{"Kubernetes Service links", map[string]string{"STATSD_PORT": "tcp://10.0.0.7:8125", "GRPC_PORT": "tcp://10.0.0.8:8081"}, nil, func(s flags.Serve) error {
