@@ -493,9 +493,13 @@ func runtimePath(getenv func(string) string) (string, error) {
 // (CLUSTER), or a socket path with REDIS_SOCKET_TYPE=unix; REDIS_AUTH is
 // password or user:password; REDIS_TLS picks rediss:// (sentinels://).
 func redisURL(getenv func(string) string) (string, error) {
-	socket := orDefault(getenv, "REDIS_SOCKET_TYPE", "unix")
 	typ := strings.ToUpper(orDefault(getenv, "REDIS_TYPE", "SINGLE"))
 	addr := orDefault(getenv, "REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
+	defSocket := "unix"
+	if strings.Contains(addr, "://") {
+		defSocket = "tcp" // redis://host:port is no socket path, whatever the default
+	}
+	socket := orDefault(getenv, "REDIS_SOCKET_TYPE", defSocket)
 	tls := peerBool(getenv, "REDIS_TLS", "false")
 	userinfo := ""
 	if auth := getenv("REDIS_AUTH"); auth != "" {

@@ -161,6 +161,9 @@ func TestPeerEnvRedis(t *testing.T) {
 			"sentinels://:pw@mymaster@s1:26379?sentinel_password=s%26pw", []string{"s1:26379"}, "", "pw", true, "mymaster"},
 		{"a URL already", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis://redis:6379/2"},
 			"redis://redis:6379/2", []string{"redis:6379"}, "", "", false, ""},
+		// A URL is no socket path: REDIS_SOCKET_TYPE's default unix does not apply.
+		{"a URL without REDIS_SOCKET_TYPE", map[string]string{"REDIS_URL": "rediss://:pw@redis:6380"},
+			"rediss://:pw@redis:6380", []string{"redis:6380"}, "", "pw", true, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
