@@ -753,15 +753,15 @@ func applyPeerEnv(fs *flag.FlagSet, mode PeerEnvMode, getenv func(string) string
 		if val == "" {
 			continue
 		}
-		if err := fs.Set(m.flag, val); err != nil {
-			refuse("%s: --%s=%q: %v", strings.Join(from, ", "), m.flag, val, err)
-			continue
-		}
 		shownVal := strconv.Quote(val)
 		for _, name := range from {
 			if byName[name].secret {
 				shownVal = "(not shown)"
 			}
+		}
+		if err := fs.Set(m.flag, val); err != nil {
+			refuse("%s: --%s=%s: %v", strings.Join(from, ", "), m.flag, shownVal, err)
+			continue
 		}
 		note(slog.LevelInfo, "envoyproxy/ratelimit setting mapped", "vars", strings.Join(from, ","), "flag", "--"+m.flag, "value", shownVal)
 	}
