@@ -285,9 +285,9 @@ var peerVars = []peerVar{
 
 	// Responses.
 	{name: "LIMIT_RESPONSE_HEADERS_ENABLED", def: "false", kind: kBool, how: hMapped, flag: "ratelimit-headers"},
-	{name: "LIMIT_LIMIT_HEADER", def: "RateLimit-Limit", how: hMapped, flag: "ratelimit-header-limit", soon: "--ratelimit-header-limit", ok: []string{"RateLimit-Limit"}, inert: headersOff},
-	{name: "LIMIT_REMAINING_HEADER", def: "RateLimit-Remaining", how: hMapped, flag: "ratelimit-header-remaining", soon: "--ratelimit-header-remaining", ok: []string{"RateLimit-Remaining"}, inert: headersOff},
-	{name: "LIMIT_RESET_HEADER", def: "RateLimit-Reset", how: hMapped, flag: "ratelimit-header-reset", soon: "--ratelimit-header-reset", ok: []string{"RateLimit-Reset"}, inert: headersOff},
+	{name: "LIMIT_LIMIT_HEADER", def: "RateLimit-Limit", how: hMapped, flag: "ratelimit-header-limit", ok: []string{"RateLimit-Limit"}, inert: headersOff},
+	{name: "LIMIT_REMAINING_HEADER", def: "RateLimit-Remaining", how: hMapped, flag: "ratelimit-header-remaining", ok: []string{"RateLimit-Remaining"}, inert: headersOff},
+	{name: "LIMIT_RESET_HEADER", def: "RateLimit-Reset", how: hMapped, flag: "ratelimit-header-reset", ok: []string{"RateLimit-Reset"}, inert: headersOff},
 
 	// Health.
 	{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", def: "false", kind: kBool, how: hAccepted, ok: []string{"false", "true"}, why: "rls serve reports healthy only once it has loaded its rules"},
@@ -337,7 +337,7 @@ var peerVars = []peerVar{
 
 	// Service behaviour.
 	{name: "SHADOW_MODE", def: "false", kind: kBool, how: hMapped, flag: "shadow"},
-	{name: "RESPONSE_DYNAMIC_METADATA", def: "false", kind: kBool, how: hMapped, flag: "response-metadata", soon: "--response-metadata", ok: []string{"false"}},
+	{name: "RESPONSE_DYNAMIC_METADATA", def: "false", kind: kBool, how: hMapped, flag: "response-metadata", ok: []string{"false"}},
 	{name: "MERGE_DOMAIN_CONFIG", def: "false", kind: kBool, how: hMapped, flag: "merge-domains"},
 
 	// Tracing.

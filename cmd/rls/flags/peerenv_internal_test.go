@@ -102,9 +102,8 @@ func TestPeerVarsAreConsistent(t *testing.T) {
 	// entries naming them drop their soon.
 	soonFlags := map[string]bool{
 		"tls-client-san": true, "xds-server": true, "xds-node-id": true, "xds-tls-ca": true, "xds-tls-cert": true,
-		"xds-tls-key": true, "xds-tls-server-name": true, "ratelimit-header-limit": true,
-		"ratelimit-header-remaining": true, "ratelimit-header-reset": true, "redis-tls-cert": true,
-		"redis-tls-key": true, "response-metadata": true,
+		"xds-tls-key": true, "xds-tls-server-name": true, "redis-tls-cert": true,
+		"redis-tls-key": true,
 	}
 	exists := serveFlags(t)
 

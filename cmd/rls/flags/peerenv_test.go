@@ -58,6 +58,13 @@ func TestPeerEnvMaps(t *testing.T) {
 		{"Redis CA", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "/ca.pem"}, nil, func(s flags.Serve) error {
 			return errors.Join(want("--redis", s.Redis, "rediss://redis:6379"), want("--redis-ca", s.RedisCA, "/ca.pem"))
 		}},
+		{"response metadata", map[string]string{"RESPONSE_DYNAMIC_METADATA": "true"}, nil, func(s flags.Serve) error {
+			return want("--response-metadata", s.ResponseMetadata, true)
+		}},
+		{"header names", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_LIMIT_HEADER": "X-RateLimit-Limit", "LIMIT_REMAINING_HEADER": "X-RateLimit-Remaining", "LIMIT_RESET_HEADER": "RateLimit-Reset"}, nil, func(s flags.Serve) error {
+			return errors.Join(want("--ratelimit-header-limit", s.HeaderLimit, "X-RateLimit-Limit"), want("--ratelimit-header-remaining", s.HeaderRemaining, "X-RateLimit-Remaining"),
+				want("--ratelimit-header-reset", s.HeaderReset, "RateLimit-Reset"), want("--ratelimit-headers", s.RateLimitHeaders, true))
+		}},
 		{"tracing sample rate", map[string]string{"TRACING_ENABLED": "true", "TRACING_SAMPLING_RATE": "0.25", "TRACING_EXPORTER_PROTOCOL": "grpc"}, []string{"--tracing-endpoint", "otel:4317"}, func(s flags.Serve) error {
 			return want("--tracing-sample-ratio", s.TracingSampleRatio, 0.25)
 		}},
@@ -234,12 +241,6 @@ func TestPeerEnvRefusals(t *testing.T) {
 			`CONFIG_TYPE="GRPC_XDS_SOTW": needs --xds-server, which this build of rls does not have`,
 			`CONFIG_GRPC_XDS_NODE_ID="rl": needs --xds-node-id, which this build of rls does not have`,
 			`CONFIG_GRPC_XDS_SERVER_URL="eg:18001": needs --xds-server, which this build of rls does not have`,
-		}},
-		{"response metadata", map[string]string{"RESPONSE_DYNAMIC_METADATA": "true"}, nil, []string{
-			`RESPONSE_DYNAMIC_METADATA="true": needs --response-metadata, which this build of rls does not have`,
-		}},
-		{"header names", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_LIMIT_HEADER": "X-RateLimit-Limit", "LIMIT_RESET_HEADER": "RateLimit-Reset"}, nil, []string{
-			`LIMIT_LIMIT_HEADER="X-RateLimit-Limit": needs --ratelimit-header-limit, which this build of rls does not have`,
 		}},
 		{"unix sockets", map[string]string{"GRPC_UDS": "/run/rl.sock", "REDIS_URL": "/run/redis.sock"}, nil, []string{
 			`GRPC_UDS="/run/rl.sock": needs unix: addresses in --grpc-addr, which this build of rls does not have`,
