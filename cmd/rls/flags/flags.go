@@ -213,7 +213,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	} else if s.PeerNotes, err = applyPeerEnv(fs, s.PeerEnv, getenv, explicitFlags(fs, getenv)); err == nil {
 		err = s.validate()
 	}
-	if err == nil && s.Config == "" && !s.ExampleRules && getenv("KUBERNETES_SERVICE_HOST") != "" {
+	if err == nil && s.Config == "" && s.XDS.Server == "" && !s.ExampleRules && getenv("KUBERNETES_SERVICE_HOST") != "" {
 		err = errExampleRulesInKubernetes
 	}
 	if err != nil {
@@ -225,7 +225,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 // errExampleRulesInKubernetes refuses the embedded example rules in a
 // Kubernetes pod: there, a missing --config is a mistake in the manifest,
 // and the examples would limit real traffic by rules nobody wrote for it.
-var errExampleRulesInKubernetes = errors.New("no --config (nor RUNTIME_ROOT): rls serve would serve its embedded example rules, and KUBERNETES_SERVICE_HOST says this is a Kubernetes pod; give --config, or --example-rules to serve the examples anyway")
+var errExampleRulesInKubernetes = errors.New("no --config nor --xds-server (nor RUNTIME_ROOT or CONFIG_TYPE): rls serve would serve its embedded example rules, and KUBERNETES_SERVICE_HOST says this is a Kubernetes pod; give --config or --xds-server, or --example-rules to serve the examples anyway")
 
 // explicitFlags are the flags of fs given on the command line or by their
 // RLS_<FLAG> variable: settings envoyproxy/ratelimit's variables never

@@ -210,7 +210,7 @@ const (
 	whyNoPerSecond = "sluice has no second Redis for per-second limits: one Redis, Sentinel or Redis Cluster holds every bucket (a token bucket is one key per limit, not one per window), and a per-second rule can carry a per-node local bucket that never calls Redis"
 	whyNoMemcache  = "sluice has no memcache backend: a token bucket needs an atomic read-modify-write (a Lua script on Redis), which memcache's increments cannot do"
 	whyPipelining  = "sluice has no pipelining settings: calls that arrive together share Redis round trips on their own (a batch per Redis node)"
-	whyXDSBackoff  = "sluice's xDS client reconnects with its own backoff"
+	whyXDSBackoff  = "sluice's xDS client retries after --xds-backoff-min, doubling up to --xds-backoff-max"
 	whyTracingName = "sluice names its traces' service sluice, with its version (service.version)"
 )
 
@@ -236,23 +236,23 @@ var peerVars = []peerVar{
 	{name: "LOG_FORMAT", def: "text", kind: kWord, how: hMapped, flag: "log-format"},
 
 	// Where the rules come from.
-	{name: "CONFIG_TYPE", def: "FILE", kind: kWord, how: hMapped, flag: "xds-server", soon: "--xds-server", ok: []string{"FILE"}},
-	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG", def: "false", kind: kBool, how: hAccepted, ok: []string{"false"}, why: "sluice serves only once it has loaded rules"},
-	{name: "CONFIG_GRPC_XDS_NODE_ID", def: "default", how: hMapped, flag: "xds-node-id", soon: "--xds-node-id", inert: xdsOff},
+	{name: "CONFIG_TYPE", def: "FILE", kind: kWord, how: hMapped, flag: "xds-server", ok: []string{"FILE"}},
+	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG", def: "false", kind: kBool, how: hAccepted, ok: []string{"false", "true"}, why: "with rule files sluice starts only once it has loaded them; with --xds-server it starts not ready, answering OK, until the first update (as the peer with true)"},
+	{name: "CONFIG_GRPC_XDS_NODE_ID", def: "default", how: hMapped, flag: "xds-node-id", inert: xdsOff},
 	{name: "CONFIG_GRPC_XDS_NODE_METADATA", def: "", how: hRefused, inert: xdsOff, why: "sluice's xDS client sends no node metadata (--xds-node-id and --xds-node-cluster name the node)"},
-	{name: "CONFIG_GRPC_XDS_SERVER_URL", def: "localhost:18000", how: hMapped, flag: "xds-server", soon: "--xds-server", inert: xdsOff},
-	{name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", def: "3s", kind: kDuration, how: hAccepted, ok: []string{"3s"}, inert: xdsOff, why: whyXDSBackoff},
+	{name: "CONFIG_GRPC_XDS_SERVER_URL", def: "localhost:18000", how: hMapped, flag: "xds-server", inert: xdsOff},
+	{name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", def: "3s", kind: kDuration, how: hAccepted, flag: "xds-backoff-min", ok: []string{"3s"}, inert: xdsOff, why: whyXDSBackoff},
 	{name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", def: "", how: hRefused, inert: xdsOff, secret: true, why: "sluice's xDS client sends no extra headers"},
-	{name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", def: "false", kind: kBool, how: hRefused, flag: "xds-tls-ca", soon: "--xds-tls-ca", ok: []string{"false"}, inert: xdsOff, why: "sluice's xDS client uses TLS with --xds-tls-ca"},
-	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", def: "", how: hMapped, flag: "xds-tls-cert", soon: "--xds-tls-cert", inert: xdsTLSOff},
-	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", def: "", how: hMapped, flag: "xds-tls-key", soon: "--xds-tls-key", inert: xdsTLSOff},
-	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", def: "", how: hMapped, flag: "xds-tls-ca", soon: "--xds-tls-ca", inert: xdsTLSOff},
-	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", def: "", how: hMapped, flag: "xds-tls-server-name", soon: "--xds-tls-server-name", inert: xdsTLSOff},
-	{name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", def: "10s", kind: kDuration, how: hAccepted, ok: []string{"10s"}, inert: xdsOff, why: whyXDSBackoff},
-	{name: "XDS_CLIENT_BACKOFF_MAX_INTERVAL", def: "60s", kind: kDuration, how: hAccepted, ok: []string{"60s"}, inert: xdsOff, why: whyXDSBackoff},
-	{name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", def: "0.5", kind: kNumber, how: hAccepted, ok: []string{"0.5"}, inert: xdsOff, why: whyXDSBackoff},
-	{name: "XDS_CLIENT_BACKOFF_JITTER", def: "true", kind: kBool, how: hAccepted, ok: []string{"true"}, inert: xdsOff, why: whyXDSBackoff},
-	{name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", def: "", kind: kNumber, how: hRefused, inert: xdsOff, why: "sluice's xDS client takes gRPC's default message size"},
+	{name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", def: "false", kind: kBool, how: hMapped, flag: "xds-tls-ca", ok: []string{"false"}, inert: xdsOff, why: "no TLS to the xDS server, as without --xds-tls-ca"},
+	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", def: "", how: hMapped, flag: "xds-tls-cert", inert: xdsTLSOff},
+	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", def: "", how: hMapped, flag: "xds-tls-key", inert: xdsTLSOff},
+	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", def: "", how: hMapped, flag: "xds-tls-ca", inert: xdsTLSOff},
+	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", def: "", how: hMapped, flag: "xds-tls-server-name", inert: xdsTLSOff},
+	{name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", def: "10s", kind: kDuration, how: hMapped, flag: "xds-backoff-min", inert: xdsOff},
+	{name: "XDS_CLIENT_BACKOFF_MAX_INTERVAL", def: "60s", kind: kDuration, how: hMapped, flag: "xds-backoff-max", inert: xdsOff},
+	{name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", def: "0.5", kind: kNumber, how: hAccepted, ok: []string{"0.5"}, inert: xdsOff, why: "sluice jitters each wait to half to all of it, as this factor 0.5"},
+	{name: "XDS_CLIENT_BACKOFF_JITTER", def: "true", kind: kBool, how: hAccepted, ok: []string{"true"}, inert: xdsOff, why: "sluice jitters each wait to half to all of it"},
+	{name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", def: "", kind: kNumber, how: hMapped, flag: "max-rule-bytes", inert: xdsOff},
 
 	// Stats.
 	{name: "USE_DOG_STATSD", def: "false", kind: kBool, how: hAccepted, ok: []string{"false"}, why: whyNoStatsd},
@@ -402,7 +402,10 @@ var peerMaps = []peerMap{
 	{flag: "xds-node-id", vars: []string{"CONFIG_GRPC_XDS_NODE_ID"}, convert: same("CONFIG_GRPC_XDS_NODE_ID")},
 	{flag: "xds-tls-cert", vars: []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT"}, convert: same("CONFIG_GRPC_XDS_CLIENT_TLS_CERT")},
 	{flag: "xds-tls-key", vars: []string{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY"}, convert: same("CONFIG_GRPC_XDS_CLIENT_TLS_KEY")},
-	{flag: "xds-tls-ca", vars: []string{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT"}, convert: same("CONFIG_GRPC_XDS_SERVER_TLS_CACERT")},
+	{flag: "xds-tls-ca", vars: []string{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT"}, convert: xdsTLSCA},
+	{flag: "max-rule-bytes", vars: []string{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"}, convert: same("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")},
+	{flag: "xds-backoff-min", vars: []string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"}, convert: same("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL")},
+	{flag: "xds-backoff-max", vars: []string{"XDS_CLIENT_BACKOFF_MAX_INTERVAL"}, convert: same("XDS_CLIENT_BACKOFF_MAX_INTERVAL")},
 	{flag: "xds-tls-server-name", vars: []string{"CONFIG_GRPC_XDS_SERVER_TLS_SAN"}, convert: same("CONFIG_GRPC_XDS_SERVER_TLS_SAN")},
 	{flag: "config", vars: []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"}, convert: runtimePath},
 	{flag: "ratelimit-headers", vars: []string{"LIMIT_RESPONSE_HEADERS_ENABLED"}, convert: boolean("LIMIT_RESPONSE_HEADERS_ENABLED")},
@@ -479,6 +482,19 @@ func xdsServer(getenv func(string) string) (string, error) {
 		return "", nil
 	}
 	return orDefault(getenv, "CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"), nil
+}
+
+// xdsTLSCA is --xds-tls-ca from CONFIG_GRPC_XDS_SERVER_USE_TLS and
+// CONFIG_GRPC_XDS_SERVER_TLS_CACERT: sluice's xDS client uses TLS only with
+// a CA bundle, where the peer could verify with the system roots.
+func xdsTLSCA(getenv func(string) string) (string, error) {
+	if !peerBool(getenv, "CONFIG_GRPC_XDS_SERVER_USE_TLS", "false") {
+		return "", nil
+	}
+	if getenv("CONFIG_GRPC_XDS_SERVER_TLS_CACERT") == "" {
+		return "", fmt.Errorf("CONFIG_GRPC_XDS_SERVER_USE_TLS=true without CONFIG_GRPC_XDS_SERVER_TLS_CACERT: sluice's xDS client uses TLS only with a CA bundle; give --xds-tls-ca")
+	}
+	return getenv("CONFIG_GRPC_XDS_SERVER_TLS_CACERT"), nil
 }
 
 // runtimePath is --config: the peer loads

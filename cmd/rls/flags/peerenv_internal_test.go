@@ -100,11 +100,7 @@ func TestMigrationDocListsEveryPeerVar(t *testing.T) {
 func TestPeerVarsAreConsistent(t *testing.T) {
 	// Flags other branches are adding; once merged, they exist and the
 	// entries naming them drop their soon.
-	soonFlags := map[string]bool{
-		"tls-client-san": true, "xds-server": true, "xds-node-id": true, "xds-tls-ca": true, "xds-tls-cert": true,
-		"xds-tls-key": true, "xds-tls-server-name": true, "redis-tls-cert": true,
-		"redis-tls-key": true,
-	}
+	soonFlags := map[string]bool{"tls-client-san": true, "redis-tls-cert": true, "redis-tls-key": true}
 	exists := serveFlags(t)
 
 	converters := map[string][]string{} // variable → flags of its peerMaps entries

@@ -65,6 +65,21 @@ func TestPeerEnvMaps(t *testing.T) {
 			return errors.Join(want("--ratelimit-header-limit", s.HeaderLimit, "X-RateLimit-Limit"), want("--ratelimit-header-remaining", s.HeaderRemaining, "X-RateLimit-Remaining"),
 				want("--ratelimit-header-reset", s.HeaderReset, "RateLimit-Reset"), want("--ratelimit-headers", s.RateLimitHeaders, true))
 		}},
+		{"xDS", map[string]string{
+			"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "eg:18001", "CONFIG_GRPC_XDS_NODE_ID": "rl",
+			"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "ca.pem", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "c.pem",
+			"CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "k.pem", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "eg.local", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "2s",
+			"XDS_CLIENT_BACKOFF_MAX_INTERVAL": "1m", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "RUNTIME_ROOT": "/unused",
+			"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "8388608",
+		}, nil, func(s flags.Serve) error {
+			return errors.Join(want("--xds-server", s.XDS.Server, "eg:18001"), want("--xds-node-id", s.XDS.NodeID, "rl"),
+				want("--xds-tls-ca", s.XDS.TLSCA, "ca.pem"), want("--xds-tls-cert", s.XDS.TLSCert, "c.pem"), want("--xds-tls-key", s.XDS.TLSKey, "k.pem"),
+				want("--xds-tls-server-name", s.XDS.TLSServerName, "eg.local"), want("--xds-backoff-min", s.XDS.BackoffMin, 2*time.Second),
+				want("--xds-backoff-max", s.XDS.BackoffMax, time.Minute), want("--config", s.Config, ""), want("--max-rule-bytes", s.MaxRuleBytes, int64(8388608)))
+		}},
+		{"xDS at the peer's default address", map[string]string{"CONFIG_TYPE": "grpc_xds_sotw"}, nil, func(s flags.Serve) error {
+			return want("--xds-server", s.XDS.Server, "localhost:18000")
+		}},
 		{"tracing sample rate", map[string]string{"TRACING_ENABLED": "true", "TRACING_SAMPLING_RATE": "0.25", "TRACING_EXPORTER_PROTOCOL": "grpc"}, []string{"--tracing-endpoint", "otel:4317"}, func(s flags.Serve) error {
 			return want("--tracing-sample-ratio", s.TracingSampleRatio, 0.25)
 		}},
@@ -237,10 +252,9 @@ func TestPeerEnvRefusals(t *testing.T) {
 		{"near limit ratio", map[string]string{"NEAR_LIMIT_RATIO": "0.9"}, nil, []string{
 			`NEAR_LIMIT_RATIO="0.9": not supported: sluice's near_limit is fixed: allowed with less than 20% of the burst left`,
 		}},
-		{"xDS", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "eg:18001", "CONFIG_GRPC_XDS_NODE_ID": "rl"}, nil, []string{
-			`CONFIG_TYPE="GRPC_XDS_SOTW": needs --xds-server, which this build of rls does not have`,
-			`CONFIG_GRPC_XDS_NODE_ID="rl": needs --xds-node-id, which this build of rls does not have`,
-			`CONFIG_GRPC_XDS_SERVER_URL="eg:18001": needs --xds-server, which this build of rls does not have`,
+		{"xDS TLS without a CA", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_NODE_METADATA": "a:b"}, nil, []string{
+			`CONFIG_GRPC_XDS_NODE_METADATA="a:b": not supported: sluice's xDS client sends no node metadata (--xds-node-id and --xds-node-cluster name the node)`,
+			`CONFIG_GRPC_XDS_SERVER_USE_TLS=true without CONFIG_GRPC_XDS_SERVER_TLS_CACERT: sluice's xDS client uses TLS only with a CA bundle; give --xds-tls-ca`,
 		}},
 		{"unix sockets", map[string]string{"GRPC_UDS": "/run/rl.sock", "REDIS_URL": "/run/redis.sock"}, nil, []string{
 			`GRPC_UDS="/run/rl.sock": needs unix: addresses in --grpc-addr, which this build of rls does not have`,
@@ -315,7 +329,7 @@ func TestPeerEnvRefusals(t *testing.T) {
 func TestExampleRulesInKubernetes(t *testing.T) {
 	k8s := map[string]string{"KUBERNETES_SERVICE_HOST": "10.96.0.1"}
 	var out bytes.Buffer
-	if _, err := flags.ParseServe(nil, envOf(k8s), &out); err == nil || !strings.Contains(out.String(), "give --config, or --example-rules to serve the examples anyway") {
+	if _, err := flags.ParseServe(nil, envOf(k8s), &out); err == nil || !strings.Contains(out.String(), "give --config or --xds-server, or --example-rules to serve the examples anyway") {
 		t.Errorf("no --config in Kubernetes: %v, printed %q; want a refusal naming --config and --example-rules", err, out.String())
 	}
 	for _, tc := range []struct {
@@ -327,6 +341,8 @@ func TestExampleRulesInKubernetes(t *testing.T) {
 		{[]string{"--config", "rules"}, k8s},
 		{nil, map[string]string{"KUBERNETES_SERVICE_HOST": "10.96.0.1", "RLS_EXAMPLE_RULES": "true"}},
 		{nil, map[string]string{"KUBERNETES_SERVICE_HOST": "10.96.0.1", "RUNTIME_ROOT": "/srv/runtime_data/current"}},
+		{[]string{"--xds-server", "eg:18000"}, k8s},
+		{nil, map[string]string{"KUBERNETES_SERVICE_HOST": "10.96.0.1", "CONFIG_TYPE": "GRPC_XDS_SOTW"}},
 	} {
 		if _, err := flags.ParseServe(tc.args, envOf(tc.env), &out); err != nil {
 			t.Errorf("args %q env %v: %v", tc.args, tc.env, err)
