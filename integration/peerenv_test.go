@@ -34,6 +34,9 @@ func TestPeerEnvDeployment(t *testing.T) {
 		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit",
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redis.Addr(), "REDIS_AUTH=" + password,
 		"USE_STATSD=false", "LOG_LEVEL=info",
+		// Not a peer setting: a busy machine must not send the node to its
+		// fallback (10ms by default), whose share refuses the second request.
+		"RLS_REDIS_TIMEOUT=2s",
 	})
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
 		resp, err := p.Client.ShouldRateLimit(context.Background(), request("peer", "user=alice"))
