@@ -206,3 +206,23 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestReloadLogsWarnings: a reload of a file envoyproxy/ratelimit loads
+// but sluice finds suspect applies it and logs each warning with its
+// position.
+func TestReloadLogsWarnings(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	must(t, os.WriteFile(file, []byte(rulesYAML(10)), 0o644))
+	f := newFixture(t, file)
+	must(t, os.WriteFile(file, []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"), 0o644))
+	if err := f.r.Reload(); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if got := limitOf(t, f.store); got != 0 {
+		t.Errorf("limit after reload = %d, want 0 (a unit without requests_per_unit)", got)
+	}
+	want := `level=WARN msg="rule file warning" at=` + file + `:5:13 reason="rate_limit has a unit but no requests_per_unit`
+	if !strings.Contains(f.log.String(), want) {
+		t.Errorf("log =\n%s\nwant a line containing\n%s", f.log, want)
+	}
+}
