@@ -29,6 +29,7 @@ type decoder struct {
 	merging   int // depth of merge-key expansion
 	errs      []*Error
 	warns     []*Error
+	moreWarns int // warnings beyond maxErrors, counted, not kept
 	// combined holds the mappings fields builds from a duplicated field
 	// whose values are both mappings: their own repeated fields are the
 	// file's one duplicate, already warned about.
@@ -62,8 +63,12 @@ func (d *decoder) errorf(n *yaml.Node, format string, args ...any) {
 
 // warnf records a warning: something envoyproxy/ratelimit loads, loaded
 // with its meaning, that sluice finds suspect. At most maxErrors are kept
-// per file (sortCapped counts the rest when a Config is built).
+// per file; the rest are counted (Parse adds one line saying how many).
 func (d *decoder) warnf(n *yaml.Node, format string, args ...any) {
+	if len(d.warns) >= maxErrors-1 { // one place left for the count
+		d.moreWarns++
+		return
+	}
 	d.warns = append(d.warns, newError(d.file, at(n), format, args...))
 }
 
@@ -155,12 +160,18 @@ func (d *decoder) duplicate(n *yaml.Node, out []field, f field, first *yaml.Node
 		if !d.combined[n] {
 			d.warnf(f.key, "duplicate field %q in %s (first at %s): the two are combined, this one's fields winning, as envoyproxy/ratelimit does; write it once", f.name, what, at(first))
 		}
-		both := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: prev.Line, Column: prev.Column,
-			Content: append(slices.Clip(prev.Content), cur.Content...)}
-		if d.combined == nil {
-			d.combined = make(map[*yaml.Node]bool)
+		// A mapping built here grows in place, so that a field repeated n
+		// times costs O(n), not O(n²).
+		both := prev
+		if !d.combined[prev] {
+			both = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: prev.Line, Column: prev.Column,
+				Content: slices.Clone(prev.Content)}
+			if d.combined == nil {
+				d.combined = make(map[*yaml.Node]bool)
+			}
+			d.combined[both] = true
 		}
-		d.combined[both] = true
+		both.Content = append(both.Content, cur.Content...)
 		out[i].value = both
 		return out
 	}

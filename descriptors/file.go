@@ -112,6 +112,9 @@ func Parse(filename string, data []byte) (*File, error) {
 	if len(d.errs) > 0 {
 		return nil, joinErrors(d.errs)
 	}
+	if d.moreWarns > 0 {
+		d.warns = append(d.warns, &Error{File: filename, Reason: fmt.Sprintf("%d more warnings not shown", d.moreWarns)})
+	}
 	f.warns = d.warns
 	return f, nil
 }

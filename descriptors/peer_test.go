@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -127,5 +128,26 @@ func TestPeerFiles(t *testing.T) {
 		if !seen[name] {
 			t.Errorf("table entry %q has no testdata/peer/%s.yaml", name, name)
 		}
+	}
+}
+
+// TestManyDuplicatesCapped: a field repeated many times costs linear time
+// (repeated mappings are combined in place) and at most 100 warnings are
+// kept, one of them counting the rest.
+func TestManyDuplicatesCapped(t *testing.T) {
+	t.Parallel()
+	const n = 20000
+	data := "domain: d\ndescriptors:\n  - key: k\n" + strings.Repeat("    rate_limit: {unit: second, requests_per_unit: 1}\n", n)
+	f, err := Parse("many.yaml", []byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New([]*File{f}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := c.Warnings()
+	if len(w) != maxErrors || w[0].Reason != fmt.Sprintf("%d more warnings not shown", n-maxErrors) || w[len(w)-1].Line == 0 {
+		t.Errorf("Warnings() = %d lines, first %v; want %d with a count of the rest first", len(w), w[0], maxErrors)
 	}
 }
