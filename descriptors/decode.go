@@ -305,7 +305,16 @@ func (d *decoder) rateLimit(n *yaml.Node) *RateLimit {
 	}
 	r := &RateLimit{pos: at(n)}
 	before, inLocal := len(d.errs), 0
-	defer func() { r.bad = len(d.errs)-before > inLocal }()
+	var badUnit *yaml.Node
+	defer func() {
+		// envoyproxy/ratelimit checks the unit only of a limited rule.
+		if badUnit != nil && r.Unlimited {
+			d.warnf(badUnit, "unit %q is not a unit; ignored: the rate_limit is unlimited (as in envoyproxy/ratelimit); remove it", badUnit.Value)
+		} else if badUnit != nil {
+			d.unit(badUnit) // reports it
+		}
+		r.bad = len(d.errs)-before > inLocal
+	}()
 	for _, fl := range d.fields(n, "rate_limit", rateLimitFields) {
 		v := d.resolve(fl.value)
 		if v == nil {
@@ -314,7 +323,11 @@ func (d *decoder) rateLimit(n *yaml.Node) *RateLimit {
 		switch fl.name {
 		case "unit":
 			r.unitPos = at(v)
-			r.Unit = d.unit(v)
+			if _, ok := ParseUnit(v.Value); v.Kind == yaml.ScalarNode && !ok {
+				badUnit = v // an error, unless the rule is unlimited: decided below
+			} else {
+				r.Unit = d.unit(v)
+			}
 		case "requests_per_unit":
 			r.rpuPos = at(v)
 			r.RequestsPerUnit = d.u32(v, fl.name)

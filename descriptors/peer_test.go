@@ -31,6 +31,10 @@ func TestPeerFiles(t *testing.T) {
 			warnings: []string{"unlimited_with_rpu.yaml:6:26: requests_per_unit is ignored: the rate_limit is unlimited (as in envoyproxy/ratelimit); remove one of them"},
 			requests: []request{{"x a=1", "x.a: unlimited"}},
 		},
+		"unlimited_bad_unit": {
+			warnings: []string{`unlimited_bad_unit.yaml:5:13: unit "fortnight" is not a unit; ignored: the rate_limit is unlimited (as in envoyproxy/ratelimit); remove it`},
+			requests: []request{{"x a=1", "x.a: unlimited"}},
+		},
 		"replaces_unknown": {
 			warnings: []string{`replaces_unknown.yaml:13:17: replaces "a_limt", but no rate_limit in domain "x" has that name, so it replaces nothing (as in envoyproxy/ratelimit)`},
 			requests: []request{{"x b=1", "x.b: global 5/second burst 5, replaces a_limt"}},
