@@ -35,6 +35,13 @@ func TestPeerFiles(t *testing.T) {
 			warnings: []string{`unlimited_bad_unit.yaml:5:13: unit "fortnight" is not a unit; ignored: the rate_limit is unlimited (as in envoyproxy/ratelimit); remove it`},
 			requests: []request{{"x a=1", "x.a: unlimited"}},
 		},
+		"path_dots": {
+			warnings: []string{`path_dots.yaml:7:14: rule path "x.a.b" is also the path of the rule at path_dots.yaml:3:10: metrics, /rlconfig and reload logs cannot tell them apart; rename a key or value`},
+			requests: []request{
+				{"x a.b=1", "x.a.b: global 1/second burst 1"},
+				{"x a=1 b=2", "x.a.b: global 2/second burst 2"},
+			},
+		},
 		"replaces_unknown": {
 			warnings: []string{`replaces_unknown.yaml:13:17: replaces "a_limt", but no rate_limit in domain "x" has that name, so it replaces nothing (as in envoyproxy/ratelimit)`},
 			requests: []request{{"x b=1", "x.b: global 5/second burst 5, replaces a_limt"}},

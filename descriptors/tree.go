@@ -205,8 +205,9 @@ func rateOf(u Unit, rpu, mult uint32, burst *uint32) *Rate {
 	return r
 }
 
-// finish checks what needs the whole domain: replaces naming no rule, and
-// two rules with one Path.
+// finish checks what needs the whole domain: replaces naming no rule
+// (a warning), and two rules with one Path (an error when they collide
+// level by level, else a warning).
 func (b *builder) finish() {
 	names := make(map[string]bool)
 	paths := make(map[string]*Rule)
@@ -215,6 +216,17 @@ func (b *builder) finish() {
 			names[r.Name] = true
 		}
 		if first, dup := paths[r.Path]; dup {
+			if !slices.EqualFunc(first.levels, r.levels, func(a, b level) bool { return a.pathElem() == b.pathElem() }) {
+				// The '.' of a key or value shifts the levels ("a.b" beside
+				// "a" → "b"): envoyproxy/ratelimit loads these, and no
+				// request can reach the one through the other.
+				b.warns = append(b.warns, newError(r.file, r.pos,
+					"rule path %q is also the path of the rule at %s: metrics, /rlconfig and reload logs cannot tell them apart; rename a key or value", r.Path, first.Source()))
+				continue
+			}
+			// The same key_value at one level: envoyproxy/ratelimit refuses
+			// it too, and where it loads its lookup by key + "_" + value
+			// lets a request reach a rule written for another key.
 			b.addError(r.file, r.pos, "rule path %q is also the path of the rule at %s; rename a key or value", r.Path, first.Source())
 			continue
 		}
