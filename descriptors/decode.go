@@ -38,7 +38,7 @@ type decoder struct {
 
 var (
 	rootFields       = []string{"domain", "descriptors"}
-	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold"}
+	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "metadata", "detailed_metric", "value_to_metric", "share_threshold"}
 	rateLimitFields  = []string{"unit", "requests_per_unit", "unit_multiplier", "burst", "name", "replaces", "unlimited", "local"}
 	localFields      = []string{"unit", "requests_per_unit", "unit_multiplier", "burst"}
 	replaceFields    = []string{"name"}
@@ -287,6 +287,10 @@ func (d *decoder) descriptor(n *yaml.Node, depth int) Descriptor {
 			desc.Descriptors = d.descriptors(v, depth+1)
 		case "shadow_mode":
 			desc.ShadowMode = d.boolean(v, fl.name)
+		case "quota_mode":
+			desc.QuotaMode = d.boolean(v, fl.name)
+		case "metadata":
+			desc.Metadata = d.metadata(v)
 		case "detailed_metric":
 			desc.DetailedMetric = d.boolean(v, fl.name)
 		case "value_to_metric":
@@ -297,6 +301,87 @@ func (d *decoder) descriptor(n *yaml.Node, depth int) Descriptor {
 		}
 	}
 	return desc
+}
+
+// metadata decodes a descriptor's metadata: a mapping of the values
+// protobuf's Struct can hold, since it is sent as the response's
+// dynamic_metadata. Null is no metadata.
+func (d *decoder) metadata(n *yaml.Node) map[string]any {
+	if n.ShortTag() == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, "metadata must be a mapping, got %s", describe(n))
+		return nil
+	}
+	m, _ := d.metaValue(n, 1).(map[string]any)
+	return m
+}
+
+// metaValue decodes one metadata value: a map[string]any, []any, string,
+// bool, int64, float64 or nil. Integers outside int64 and non-finite
+// numbers are errors: a Struct holds doubles, and JSON (the /json
+// endpoint) cannot carry NaN or infinities.
+func (d *decoder) metaValue(n *yaml.Node, depth int) any {
+	if depth > maxDepth {
+		d.errorf(n, "metadata nested more than %d levels deep", maxDepth)
+		return nil
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		seen := make(map[string]*yaml.Node, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := d.resolve(n.Content[i]), d.resolve(n.Content[i+1])
+			if k == nil || v == nil {
+				continue
+			}
+			switch {
+			case k.Kind != yaml.ScalarNode:
+				d.errorf(k, "metadata keys must be strings, got %s", describe(k))
+				continue
+			case k.ShortTag() == "!!merge":
+				d.errorf(k, "merge keys (<<) are not supported in metadata")
+				continue
+			}
+			if first, dup := seen[k.Value]; dup {
+				// envoyproxy/ratelimit's yaml.v2 keeps the last.
+				d.warnf(k, "duplicate key %q in metadata (first at %s): this one counts, as in envoyproxy/ratelimit; write it once", k.Value, at(first))
+			}
+			seen[k.Value] = k
+			m[k.Value] = d.metaValue(v, depth+1)
+		}
+		return m
+	case yaml.SequenceNode:
+		l := make([]any, 0, len(n.Content))
+		for _, c := range n.Content {
+			if c = d.resolve(c); c != nil {
+				l = append(l, d.metaValue(c, depth+1))
+			}
+		}
+		return l
+	}
+	switch n.ShortTag() {
+	case "!!null":
+		return nil
+	case "!!bool":
+		return d.boolean(n, "a metadata value")
+	case "!!int":
+		var i int64
+		if err := n.Decode(&i); err != nil {
+			d.errorf(n, "metadata number %s is out of range", describe(n))
+			return nil
+		}
+		return i
+	case "!!float":
+		var f float64
+		if err := n.Decode(&f); err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			d.errorf(n, "metadata numbers must be finite, got %s", describe(n))
+			return nil
+		}
+		return f
+	}
+	return n.Value // strings, and timestamps or binary as written
 }
 
 func (d *decoder) rateLimit(n *yaml.Node) *RateLimit {

@@ -32,6 +32,16 @@ type Descriptor struct {
 	RateLimit *RateLimit `yaml:"rate_limit,omitempty"`
 	// ShadowMode makes the rule report OK whatever it decides.
 	ShadowMode bool `yaml:"shadow_mode,omitempty"`
+	// QuotaMode makes the rule a quota (envoyproxy/ratelimit's quota_mode):
+	// its refusal alone does not refuse the request, which is refused when
+	// a rule without quota_mode refuses it or every quota rule of the
+	// request does. Its status still says OVER_LIMIT.
+	QuotaMode bool `yaml:"quota_mode,omitempty"`
+	// Metadata is sent back in the response's dynamic metadata (rls serve
+	// --response-metadata) when the rule matched and did not refuse: a
+	// mapping of JSON-like values (mappings with string keys, lists,
+	// strings, numbers, booleans, null), as protobuf's Struct holds them.
+	Metadata map[string]any `yaml:"metadata,omitempty"`
 	// DetailedMetric puts every request value of the rule's levels in its
 	// metric label.
 	DetailedMetric bool `yaml:"detailed_metric,omitempty"`

@@ -61,6 +61,10 @@ func TestPeerFiles(t *testing.T) {
 				{"x b=one", ""},
 			},
 		},
+		"duplicate_metadata_key": {
+			warnings: []string{`duplicate_metadata_key.yaml:4:29: duplicate key "pool" in metadata (first at 4:16): this one counts, as in envoyproxy/ratelimit; write it once`},
+			requests: []request{{"x a=1", "x.a: global 1/second burst 1"}}, // Metadata: TestPeerDuplicateMetadataKey
+		},
 		"misplaced_field": {
 			warnings: []string{
 				`misplaced_field.yaml:4:5: "unit" is not a field of a descriptor: ignored, as envoyproxy/ratelimit ignores a field it knows in the wrong place`,
@@ -160,5 +164,19 @@ func TestManyDuplicatesCapped(t *testing.T) {
 	w := c.Warnings()
 	if len(w) != maxErrors || w[0].Reason != fmt.Sprintf("%d more warnings not shown", n-maxErrors) || w[len(w)-1].Line == 0 {
 		t.Errorf("Warnings() = %d lines, first %v; want %d with a count of the rest first", len(w), w[0], maxErrors)
+	}
+}
+
+// TestPeerDuplicateMetadataKey: a key repeated in metadata keeps its last
+// value, as envoyproxy/ratelimit's yaml.v2 decoding of a map does.
+func TestPeerDuplicateMetadataKey(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("testdata/peer/duplicate_metadata_key.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mustConfig(t, string(data))
+	if got := c.Domain("x").Match(entries("a=1")).Metadata["pool"]; got != "second" {
+		t.Errorf("metadata pool = %v, want second (the last)", got)
 	}
 }

@@ -41,6 +41,12 @@ type Rule struct {
 	GlobalRate, LocalRate *Rate
 	// ShadowMode: decide and count, but answer OK.
 	ShadowMode bool
+	// QuotaMode: the rule's refusal refuses the request only when every
+	// quota rule of the request refuses (Descriptor.QuotaMode).
+	QuotaMode bool
+	// Metadata is the rule's metadata as decoded (Descriptor.Metadata);
+	// nil when none. Shared by every request: never modify it.
+	Metadata map[string]any
 	// DetailedMetric: the metric label carries every request value.
 	DetailedMetric bool
 
@@ -148,6 +154,9 @@ func (r *Rule) String() string {
 	}
 	if r.ShadowMode {
 		b.WriteString(", shadow_mode")
+	}
+	if r.QuotaMode {
+		b.WriteString(", quota_mode")
 	}
 	if r.Name != "" {
 		b.WriteString(", name ")

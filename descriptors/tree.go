@@ -159,6 +159,8 @@ func (b *builder) rule(d *Descriptor, levels []level, file string) *Rule {
 		Name:           rl.Name,
 		Unlimited:      rl.Unlimited,
 		ShadowMode:     d.ShadowMode,
+		QuotaMode:      d.QuotaMode,
+		Metadata:       d.Metadata,
 		DetailedMetric: d.DetailedMetric,
 		levels:         levels,
 		file:           file,

@@ -25,6 +25,9 @@ type descState struct {
 	limit      bucket.Limit
 	name       string // current_limit.name
 	unlimited  bool   // matched an unlimited rule
+	shadow     bool   // its rule's shadow_mode applies: a refusal answers OK
+	quota      bool   // a quota: refuses the request only with every other quota
+	override   bool   // limited by Envoy's limit override, not by its rule
 }
 
 // scratch holds one request's working buffers. Servers pool them so that a
@@ -38,6 +41,7 @@ type scratch struct {
 	globalStates []bucket.State
 	refund       []bucket.Hit
 	keyBuf       []byte
+	quotas       int // descriptors with ds.quota
 }
 
 func (sc *scratch) reset() {
@@ -46,6 +50,7 @@ func (sc *scratch) reset() {
 	sc.local = sc.local[:0]
 	sc.global = sc.global[:0]
 	sc.refund = sc.refund[:0]
+	sc.quotas = 0
 }
 
 // outcome is the decision of both layers for a request.
@@ -56,6 +61,7 @@ type outcome struct {
 	localDone   bool  // local states are valid
 	globalDone  bool  // global states are valid
 	gray        bool
+	quota       bool // refused because every quota descriptor refused
 	cfg         *descriptors.Config
 	domain      string
 }
@@ -67,7 +73,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, note *
 	dom := cfg.Domain(req.GetDomain())
 	if dom == nil {
 		s.opts.Metrics.unknownDomain()
-		return allOK(len(req.GetDescriptors())), nil
+		return s.allOK(req), nil
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
@@ -85,7 +91,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, note *
 			// rather than failing the request.
 			s.log.Warn("local layer failed; not enforcing it", "err", err)
 		case d.Answer == bucket.Bypassed:
-			return s.bypass(dom.Name, len(req.GetDescriptors()), note), nil
+			return s.bypass(req, dom.Name, note), nil
 		case d.Answer != bucket.Skipped:
 			out.localDone = true
 			if !d.Allowed {
@@ -96,11 +102,14 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, note *
 	if len(sc.global) > 0 && s.opts.Global != nil {
 		if out.allowed {
 			if s.decideGlobal(ctx, sc, &out) {
-				return s.bypass(dom.Name, len(req.GetDescriptors()), note), nil
+				return s.bypass(req, dom.Name, note), nil
 			}
 		} else {
 			s.giveGlobal(ctx, sc)
 		}
+	}
+	if out.allowed && sc.quotas > 0 && !s.opts.Shadow && s.quotaRefused(sc, &out) {
+		s.giveBackTakes(ctx, sc, &out)
 	}
 	resp := s.respond(sc, req, &out)
 	if note != nil {
@@ -112,12 +121,71 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, note *
 
 // bypass answers OK to a request a layer said to let through whatever the
 // others say (--redis-failure allow while Redis is failing).
-func (s *Server) bypass(domain string, descs int, note *traceNote) *rlsv3.RateLimitResponse {
+func (s *Server) bypass(req *rlsv3.RateLimitRequest, domain string, note *traceNote) *rlsv3.RateLimitResponse {
 	s.opts.Metrics.request(domain, true)
 	if note != nil {
 		note.layer = LayerFallback
 	}
-	return allOK(descs)
+	return s.allOK(req)
+}
+
+// quotaRefused reports whether every quota descriptor of an allowed
+// request was refused, which refuses the request (envoyproxy/ratelimit's
+// quota mode), and marks out so. A quota descriptor without a decided
+// bucket (no rule, or its layer skipped) is not refused, nor is one whose
+// rule is in shadow mode: its status says OK.
+func (s *Server) quotaRefused(sc *scratch, out *outcome) bool {
+	layer := LayerNone
+	for i := range sc.descs {
+		ds := &sc.descs[i]
+		if !ds.quota {
+			continue
+		}
+		c, ok := pick(sc, ds, out)
+		if !ok || c.state.Allowed || ds.shadow {
+			return false
+		}
+		if layer == LayerNone {
+			layer = c.layer
+		}
+	}
+	out.allowed, out.quota, out.layer = false, true, layer
+	return true
+}
+
+// giveBackTakes returns the tokens an allowed call of each layer took for
+// a request refused afterwards (by its quotas): a refused request takes
+// nothing, as when a layer refuses it. Quota and shadow hits are
+// independent and keep their effect, as they do in a refused call.
+func (s *Server) giveBackTakes(ctx context.Context, sc *scratch, out *outcome) {
+	if out.localDone {
+		sc.refund = appendTakesAsGives(sc.refund[:0], sc.local)
+		if len(sc.refund) > 0 {
+			sc.localStates = grow(sc.localStates, len(sc.local)+len(sc.refund))
+			_, _ = s.opts.Local.Hit(ctx, sc.refund, sc.localStates[len(sc.local):])
+		}
+	}
+	if out.globalDone {
+		sc.refund = appendTakesAsGives(sc.refund[:0], sc.global)
+		if len(sc.refund) > 0 {
+			sc.globalStates = grow(sc.globalStates, len(sc.global)+len(sc.refund))
+			if _, err := s.opts.Global.Hit(ctx, sc.refund, sc.globalStates[len(sc.global):]); err != nil && ctx.Err() == nil {
+				s.log.Warn("global layer failed to take back tokens", "err", err)
+			}
+		}
+	}
+	sc.refund = sc.refund[:0]
+}
+
+// appendTakesAsGives appends to dst a give for every take of hits.
+func appendTakesAsGives(dst, hits []bucket.Hit) []bucket.Hit {
+	for _, h := range hits {
+		if h.Cost > 0 && !h.Give && !h.Independent {
+			h.Give = true
+			dst = append(dst, h)
+		}
+	}
+	return dst
 }
 
 // decideGlobal asks the global layer for every global hit at once and gives
@@ -287,6 +355,10 @@ func (s *Server) buildHits(sc *scratch, req *rlsv3.RateLimitRequest, gray bool) 
 	for i, d := range req.GetDescriptors() {
 		ds := &sc.descs[i]
 		if ds.end == ds.start {
+			if s.opts.QuotaMode { // a quota without a rule, never refused
+				ds.quota = true
+				sc.quotas++
+			}
 			continue
 		}
 		entries := sc.entries[ds.start:ds.end]
@@ -302,11 +374,20 @@ func (s *Server) buildHits(sc *scratch, req *rlsv3.RateLimitRequest, gray bool) 
 			ds.unlimited = true
 			continue
 		}
+		// Envoy's limit override is enforced as the limit it names, as
+		// envoyproxy/ratelimit does: the rule's shadow_mode and quota_mode
+		// do not carry over to it.
+		ds.override = hasOverride
+		ds.shadow = rule != nil && rule.ShadowMode && !hasOverride
+		if s.opts.QuotaMode || (rule != nil && rule.QuotaMode && !hasOverride) {
+			ds.quota = true
+			sc.quotas++
+		}
 		if rule == nil && !hasOverride {
 			continue
 		}
 		hit := bucket.Hit{Cost: cost(req, d), Give: d.GetIsNegativeHits()}
-		hit.Independent = s.opts.Shadow || (rule != nil && rule.ShadowMode)
+		hit.Independent = s.opts.Shadow || ds.shadow || ds.quota
 		if rule != nil {
 			ds.name = rule.Name
 		}

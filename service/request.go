@@ -23,6 +23,11 @@ func (s *Server) checkRequest(req *rlsv3.RateLimitRequest) error {
 	if len(req.GetDomain()) > s.opts.MaxValueBytes {
 		return fmt.Errorf("domain is %d bytes, more than the limit of %d", len(req.GetDomain()), s.opts.MaxValueBytes)
 	}
+	// As envoyproxy/ratelimit. A request without descriptors has nothing
+	// to limit, so Envoy letting it through on this error loses nothing.
+	if len(req.GetDescriptors()) == 0 {
+		return errors.New("rate limit descriptor list must not be empty")
+	}
 	if n := len(req.GetDescriptors()); n > s.opts.MaxDescriptors {
 		return fmt.Errorf("request has %d descriptors, more than the limit of %d", n, s.opts.MaxDescriptors)
 	}

@@ -75,9 +75,13 @@ func newResponse(n int) (*rlsv3.RateLimitResponse, []statusParts) {
 	return resp, parts
 }
 
-// allOK answers a request whose domain has no rules.
-func allOK(n int) *rlsv3.RateLimitResponse {
-	resp, _ := newResponse(n)
+// allOK answers a request whose domain has no rules, or that a layer let
+// through whatever the rules say.
+func (s *Server) allOK(req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
+	resp, _ := newResponse(len(req.GetDescriptors()))
+	if s.opts.ResponseMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, nil, resp)
+	}
 	return resp
 }
 
@@ -123,6 +127,11 @@ func (s *Server) respond(sc *scratch, req *rlsv3.RateLimitRequest, out *outcome)
 		retry      time.Duration
 		tightest   chosen
 		limited    bool
+		// The quota refusal to report: the one whose wait is shortest,
+		// since the request passes once any quota has tokens again.
+		quota      chosen
+		quotaIdx   = none
+		quotaRetry time.Duration
 	)
 	for i := range sc.descs {
 		ds := &sc.descs[i]
@@ -139,17 +148,24 @@ func (s *Server) respond(sc *scratch, req *rlsv3.RateLimitRequest, out *outcome)
 		fillStatus(p, c, ds.name)
 		result := resultOK
 		switch {
-		case !c.state.Allowed && c.hit.Independent:
+		case !c.state.Allowed && ds.shadow:
 			result = resultShadow
+		case !c.state.Allowed && s.opts.Shadow:
+			// As envoyproxy/ratelimit's SHADOW_MODE: the status tells the
+			// truth, the overall code is OK.
+			result = resultShadow
+			p.status.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		case !c.state.Allowed && ds.quota:
+			result = resultOverLimit
+			p.status.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			if wait := retryAfter(c); quotaIdx == none || wait < quotaRetry {
+				quota, quotaIdx, quotaRetry = c, i, wait
+			}
 		case !c.state.Allowed:
 			result = resultOverLimit
 			p.status.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			wait := c.state.RetryAfter
-			if c.hit.Limit.Requests > 0 && c.hit.Cost > c.hit.Limit.Burst {
-				wait = never // no wait refills more than the burst
-			}
-			if wait >= retry {
+			if wait := retryAfter(c); wait >= retry {
 				refused, refusedIdx, retry = c, i, wait
 			}
 		case c.state.Remaining*5 < c.hit.Limit.Burst:
@@ -160,14 +176,32 @@ func (s *Server) respond(sc *scratch, req *rlsv3.RateLimitRequest, out *outcome)
 		}
 		s.opts.Metrics.decision(out.cfg, out.domain, ds.rule, sc.entries[ds.start:ds.end], c.layer, result)
 	}
+	if out.quota && quotaIdx != none && resp.OverallCode == rlsv3.RateLimitResponse_OK {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		refused, refusedIdx, retry = quota, quotaIdx, quotaRetry
+	}
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		s.addRefusal(resp, refused, retry, out.gray)
+		if !s.opts.NoRefusalDetails {
+			s.addRefusal(resp, refused, retry, out.gray)
+		}
 		s.logRefusal(sc, refusedIdx, refused, out)
 	}
 	if s.opts.RateLimitHeaders && limited {
-		addDraftHeaders(resp, tightest)
+		s.addDraftHeaders(resp, tightest)
+	}
+	if s.opts.ResponseMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, sc, resp)
 	}
 	return resp
+}
+
+// retryAfter is the wait until a refused descriptor's bucket has the
+// tokens again; never when no wait refills more than the burst.
+func retryAfter(c chosen) time.Duration {
+	if c.hit.Limit.Requests > 0 && c.hit.Cost > c.hit.Limit.Burst {
+		return never
+	}
+	return c.state.RetryAfter
 }
 
 // fillStatus describes the chosen layer's bucket in a status.
@@ -252,12 +286,12 @@ func (s *Server) logRefusal(sc *scratch, i int, c chosen, out *outcome) {
 }
 
 // addDraftHeaders adds draft-03 RateLimit-* headers describing the bucket
-// closest to refusing.
-func addDraftHeaders(resp *rlsv3.RateLimitResponse, c chosen) {
+// closest to refusing, under the names Options give.
+func (s *Server) addDraftHeaders(resp *rlsv3.RateLimitResponse, c chosen) {
 	resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-		header("RateLimit-Limit", strconv.FormatUint(c.hit.Limit.Requests, 10)),
-		header("RateLimit-Remaining", strconv.FormatUint(c.state.Remaining, 10)),
-		header("RateLimit-Reset", strconv.FormatInt(ceilDiv(c.state.ResetAfter, time.Second), 10)),
+		header(s.opts.HeaderLimit, strconv.FormatUint(c.hit.Limit.Requests, 10)),
+		header(s.opts.HeaderRemaining, strconv.FormatUint(c.state.Remaining, 10)),
+		header(s.opts.HeaderReset, strconv.FormatInt(ceilDiv(c.state.ResetAfter, time.Second), 10)),
 	)
 }
 

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"sync"
@@ -22,6 +23,14 @@ const (
 	DefaultMaxEntries     = 32
 	DefaultMaxValueBytes  = 1024
 	DefaultGrayKey        = "gray"
+)
+
+// Default names of the draft-03 headers (Options.RateLimitHeaders), as
+// envoyproxy/ratelimit names them by default.
+const (
+	DefaultHeaderLimit     = "RateLimit-Limit"
+	DefaultHeaderRemaining = "RateLimit-Remaining"
+	DefaultHeaderReset     = "RateLimit-Reset"
 )
 
 // Layer is the layer that decided. Its String is the value of the
@@ -68,10 +77,31 @@ type Options struct {
 	// (doubled local limits); its entries are stripped before matching.
 	// Empty: no gray marker, and every entry is matched. rls serve's
 	// --gray-key defaults to DefaultGrayKey.
-	GrayKey          string
-	Shadow           bool // every rule in shadow mode: decide and count, answer OK
+	GrayKey string
+	// Shadow puts every rule in shadow mode, as envoyproxy/ratelimit's
+	// SHADOW_MODE: decide and count, answer OK overall, while each
+	// refused descriptor's status still says OVER_LIMIT.
+	Shadow bool
+	// QuotaMode makes every rule a quota (descriptors.Rule.QuotaMode): a
+	// request is refused only when every descriptor of it, unlimited ones
+	// aside, is refused.
+	QuotaMode bool
+	// ResponseMetadata sets the response's dynamic_metadata, as
+	// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA: the domain, the
+	// descriptors as sent (entries "key=value", limit override, hits_addend),
+	// the request's hits_addend, and the metadata of the rules that matched
+	// and did not refuse (rule file field metadata).
+	ResponseMetadata bool
 	RateLimitHeaders bool // add draft-03 RateLimit-* headers to every response
-	RefusalLogEvery  int  // log one refused request in N (0 = none)
+	// HeaderLimit, HeaderRemaining and HeaderReset name the draft-03
+	// headers; empty: DefaultHeaderLimit, DefaultHeaderRemaining,
+	// DefaultHeaderReset.
+	HeaderLimit, HeaderRemaining, HeaderReset string
+	// NoRefusalDetails leaves out what sluice adds to a refusal beyond
+	// envoyproxy/ratelimit's answer: the retry-after and x-ratelimit-*
+	// headers and the JSON body.
+	NoRefusalDetails bool
+	RefusalLogEvery  int // log one refused request in N (0 = none)
 
 	MaxDescriptors int // per request; default 256
 	MaxEntries     int // per descriptor; default 32
@@ -119,6 +149,9 @@ func New(opts Options) *Server {
 	if opts.MaxMetricValues <= 0 {
 		opts.MaxMetricValues = DefaultMaxMetricValues
 	}
+	opts.HeaderLimit = cmp.Or(opts.HeaderLimit, DefaultHeaderLimit)
+	opts.HeaderRemaining = cmp.Or(opts.HeaderRemaining, DefaultHeaderRemaining)
+	opts.HeaderReset = cmp.Or(opts.HeaderReset, DefaultHeaderReset)
 	opts.Metrics.capValues(opts.MaxMetricValues)
 	s := &Server{opts: opts, log: opts.Logger, clock: opts.Clock, nodeKeys: bucket.NewNodeHasher()}
 	s.sharedKeys = opts.Global != nil && opts.Global.Shared()

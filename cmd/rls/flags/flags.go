@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/fallback"
@@ -101,7 +103,14 @@ type Serve struct {
 	FallbackNodesInitial int
 
 	Shadow           bool
+	QuotaMode        bool // every rule a quota (envoyproxy/ratelimit's quota mode)
+	ResponseMetadata bool // the response's dynamic_metadata, as the peer's RESPONSE_DYNAMIC_METADATA
 	RateLimitHeaders bool
+	// Names of the draft-03 headers of --ratelimit-headers.
+	HeaderLimit, HeaderRemaining, HeaderReset string
+	// RefusalDetails adds retry-after, x-ratelimit-* and the JSON body to
+	// refusals; off, a refusal is answered as envoyproxy/ratelimit's.
+	RefusalDetails bool
 
 	MaxDescriptors int
 	MaxEntries     int
@@ -162,7 +171,13 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.IntVar(&s.FallbackNodes, "fallback-nodes", 0, "node count N for the fallback share rate/N (0: live count from Redis heartbeats)")
 	fs.IntVar(&s.FallbackNodesInitial, "fallback-nodes-initial", 0, fmt.Sprintf("N for the fallback share until this node has read the node registry, e.g. the most replicas (0: %d)", DefaultFallbackNodesInitial))
 	fs.BoolVar(&s.Shadow, "shadow", false, "shadow mode for every rule: decide and count, always answer OK")
+	fs.BoolVar(&s.QuotaMode, "quota-mode", false, "quota mode for every rule: a request is refused only when all its limited descriptors are (as a rule's quota_mode)")
+	fs.BoolVar(&s.ResponseMetadata, "response-metadata", false, "set the response's dynamic metadata: domain, descriptors, hits_addend and the metadata of the rules answered OK")
 	fs.BoolVar(&s.RateLimitHeaders, "ratelimit-headers", false, "add draft-03 RateLimit-Limit/Remaining/Reset headers to every response")
+	fs.StringVar(&s.HeaderLimit, "ratelimit-header-limit", service.DefaultHeaderLimit, "name of the limit header of --ratelimit-headers")
+	fs.StringVar(&s.HeaderRemaining, "ratelimit-header-remaining", service.DefaultHeaderRemaining, "name of the remaining header of --ratelimit-headers")
+	fs.StringVar(&s.HeaderReset, "ratelimit-header-reset", service.DefaultHeaderReset, "name of the reset header of --ratelimit-headers")
+	fs.BoolVar(&s.RefusalDetails, "refusal-details", true, "add retry-after, x-ratelimit-retry-after-ms, -layer, -gray and a JSON body to refusals (false: envoyproxy/ratelimit's bare refusal)")
 	fs.IntVar(&s.MaxDescriptors, "max-descriptors", service.DefaultMaxDescriptors, "most descriptors in one request")
 	fs.IntVar(&s.MaxEntries, "max-entries", service.DefaultMaxEntries, "most entries in one descriptor")
 	fs.IntVar(&s.MaxValueBytes, "max-value-bytes", service.DefaultMaxValueBytes, "keys and values longer than this (bytes) are limited by their SHA-256 digest")
@@ -295,6 +310,15 @@ func (s Serve) validate() error {
 	}
 	if s.RedisTimeout <= 0 {
 		return fmt.Errorf("--redis-timeout must be positive, not %v", s.RedisTimeout)
+	}
+	for _, h := range []struct{ flag, name string }{
+		{"--ratelimit-header-limit", s.HeaderLimit},
+		{"--ratelimit-header-remaining", s.HeaderRemaining},
+		{"--ratelimit-header-reset", s.HeaderReset},
+	} {
+		if !httpguts.ValidHeaderFieldName(h.name) {
+			return fmt.Errorf("%s: %q is not a valid HTTP header name", h.flag, h.name)
+		}
 	}
 	if (s.TLSCert == "") != (s.TLSKey == "") {
 		return fmt.Errorf("--tls-cert and --tls-key go together")

@@ -70,6 +70,12 @@ func TestServeDefaultsAreTheOwners(t *testing.T) {
 		{"--redis-timeout", st.RedisTimeout, redisbackend.DefaultTimeout},
 		{"--redis-failure", st.RedisFailure, fallback.Share},
 		{"--gray-key", st.GrayKey, service.DefaultGrayKey},
+		{"--ratelimit-header-limit", st.HeaderLimit, service.DefaultHeaderLimit},
+		{"--ratelimit-header-remaining", st.HeaderRemaining, service.DefaultHeaderRemaining},
+		{"--ratelimit-header-reset", st.HeaderReset, service.DefaultHeaderReset},
+		{"--refusal-details", st.RefusalDetails, true},
+		{"--quota-mode", st.QuotaMode, false},
+		{"--response-metadata", st.ResponseMetadata, false},
 		{"--max-descriptors", st.MaxDescriptors, service.DefaultMaxDescriptors},
 		{"--max-entries", st.MaxEntries, service.DefaultMaxEntries},
 		{"--max-value-bytes", st.MaxValueBytes, service.DefaultMaxValueBytes},
@@ -124,6 +130,8 @@ func TestParseServeErrors(t *testing.T) {
 		{"negative conn cap", []string{"--http-max-conns", "-1"}, nil, []string{"--http-max-conns"}},
 		{"no handshake timeout", []string{"--grpc-handshake-timeout", "0"}, nil, []string{"--grpc-handshake-timeout"}},
 		{"no redis timeout", []string{"--redis-timeout", "0s"}, nil, []string{"--redis-timeout must be positive"}},
+		{"bad header name", []string{"--ratelimit-header-limit", "Rate Limit"}, nil, []string{"--ratelimit-header-limit", "not a valid HTTP header name"}},
+		{"empty header name", []string{"--ratelimit-header-reset="}, nil, []string{"--ratelimit-header-reset"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// TestServeCompatFlags: --quota-mode, --response-metadata,
+// --ratelimit-header-limit and --refusal-details=false (here through their
+// RLS_* variables) reach the server, on the embedded example rules.
+func TestServeCompatFlags(t *testing.T) {
+	env := map[string]string{
+		"RLS_QUOTA_MODE":             "true",
+		"RLS_RESPONSE_METADATA":      "true",
+		"RLS_RATELIMIT_HEADERS":      "true",
+		"RLS_RATELIMIT_HEADER_LIMIT": "X-Limit",
+		"RLS_REFUSAL_DETAILS":        "false",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "", "--log-format", "json"},
+			&stderr, &stderr, func(k string) string { return env[k] })
+	}()
+	conn, err := grpc.NewClient(grpcAddr(t, &stderr), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	call := func(pairs ...[2]string) *rlsv3.RateLimitResponse {
+		t.Helper()
+		req := &rlsv3.RateLimitRequest{Domain: "edge"}
+		for _, p := range pairs {
+			req.Descriptors = append(req.Descriptors, &commonv3.RateLimitDescriptor{
+				Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: p[0], Value: p[1]}},
+			})
+		}
+		resp, err := client.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	header := func(resp *rlsv3.RateLimitResponse, key string) string {
+		for _, h := range resp.GetResponseHeadersToAdd() {
+			if h.GetKey() == key {
+				return h.GetValue()
+			}
+		}
+		return ""
+	}
+
+	// 50.0.0.5 is always over its limit; as a quota it refuses the request
+	// only with user_id's quota.
+	resp := call([2]string{"remote_address", "50.0.0.5"}, [2]string{"user_id", "alice"})
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || resp.GetStatuses()[0].GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("quota mode: %v, statuses %v; want OK with the first OVER_LIMIT", resp.GetOverallCode(), resp.GetStatuses())
+	}
+	if got := resp.GetDynamicMetadata().GetFields()["domain"].GetStringValue(); got != "edge" {
+		t.Errorf("dynamic metadata domain %q, want edge", got)
+	}
+	if header(resp, "X-Limit") == "" || header(resp, "RateLimit-Limit") != "" {
+		t.Errorf("headers %v, want X-Limit and no RateLimit-Limit", resp.GetResponseHeadersToAdd())
+	}
+	resp = call([2]string{"remote_address", "50.0.0.5"})
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("every quota refused: %v, want OVER_LIMIT", resp.GetOverallCode())
+	}
+	if header(resp, "retry-after") != "" || header(resp, "x-ratelimit-layer") != "" || len(resp.GetRawBody()) != 0 {
+		t.Errorf("--refusal-details=false: headers %v body %q, want neither", resp.GetResponseHeadersToAdd(), resp.GetRawBody())
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop after cancel")
+	}
+}
