@@ -17,6 +17,10 @@ type Options struct {
 	// before matching (--gray-key); empty when the gray marker is off. A
 	// rule level with this key can never match, so New warns about it.
 	GrayKey string
+	// LoaderWarnings are warnings the caller found outside the files'
+	// content (ruleset: files of the rules directory it did not read),
+	// reported by Config.Warnings with New's own.
+	LoaderWarnings []*Error
 }
 
 // Config is an immutable, validated rule set: every domain of every file.
@@ -38,7 +42,8 @@ type Config struct {
 // What envoyproxy/ratelimit loads but sluice finds suspect is loaded with
 // the peer's meaning and reported as a warning instead (Config.Warnings).
 func New(files []*File, opts Options) (*Config, error) {
-	var errs, warns []*Error
+	var errs []*Error
+	warns := slices.Clone(opts.LoaderWarnings)
 	builders := make(map[string]*builder)
 	firstFile := make(map[string]*File)
 	var order []*builder

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -82,6 +83,10 @@ func LoadPaths(paths []string, opts descriptors.Options, maxBytes int64) (*descr
 type ruleSet struct {
 	names []string
 	data  [][]byte
+	// skipped are the files of the rules directories not named *.yaml or
+	// *.yml: not read, but reported as warnings (envoyproxy/ratelimit
+	// reads every file of its runtime directory).
+	skipped []string
 }
 
 // readRuleSet reads every rule file the paths stand for, at most maxBytes
@@ -90,20 +95,21 @@ func readRuleSet(paths []string, maxBytes int64) (*ruleSet, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxRuleBytes
 	}
-	var names []string
+	var names, skipped []string
 	var errs []error
 	for _, path := range paths {
-		n, err := RuleFiles(path)
+		n, sk, err := ruleFiles(path)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		names = append(names, n...)
+		skipped = append(skipped, sk...)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	set := &ruleSet{names: names}
+	set := &ruleSet{names: names, skipped: skipped}
 	left := maxBytes
 	for _, name := range names {
 		data, err := readRuleFile(name, left, maxBytes)
@@ -207,6 +213,10 @@ func (s *ruleSet) build(opts descriptors.Options) (*descriptors.Config, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	for _, name := range s.skipped {
+		opts.LoaderWarnings = append(slices.Clip(opts.LoaderWarnings), &descriptors.Error{File: name,
+			Reason: "not named *.yaml or *.yml, so not read (envoyproxy/ratelimit reads every file of its runtime directory); rename it, or move it out of the rules directory"})
+	}
 	return descriptors.New(files, opts)
 }
 
@@ -249,22 +259,30 @@ const (
 // deeper than MaxRuleDepth, or with more than MaxRuleDirs directories or
 // MaxRuleFiles rule files, is an error.
 func RuleFiles(path string) ([]string, error) {
+	names, _, err := ruleFiles(path)
+	return names, err
+}
+
+// ruleFiles is RuleFiles, also returning the files of the rules
+// directories it skipped for their names (dot names aside), sorted.
+func ruleFiles(path string) (names, skipped []string, err error) {
 	info, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("rule config: %w", err)
+		return nil, nil, fmt.Errorf("rule config: %w", err)
 	}
 	if !info.IsDir() {
-		return []string{path}, nil
+		return []string{path}, nil, nil
 	}
 	w := ruleWalk{seen: map[fileID]bool{}}
 	if err := w.dir(path, info, 0); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sort.Strings(w.names)
+	sort.Strings(w.skipped)
 	if len(w.names) == 0 {
-		return nil, fmt.Errorf("rule config: no *.yaml files in %s or its subdirectories", path)
+		return nil, nil, fmt.Errorf("rule config: no *.yaml files in %s or its subdirectories", path)
 	}
-	return w.names, nil
+	return w.names, w.skipped, nil
 }
 
 // fileID identifies a directory whatever the path it is reached by.
@@ -280,9 +298,10 @@ func idOf(st fs.FileInfo) (fileID, bool) {
 
 // ruleWalk is one bounded walk of a rules directory tree.
 type ruleWalk struct {
-	names []string
-	seen  map[fileID]bool
-	dirs  int
+	names   []string
+	skipped []string // other files, not read; at most MaxRuleFiles kept
+	seen    map[fileID]bool
+	dirs    int
 }
 
 // dir lists the rule files of dir (depth levels below --config) and
@@ -312,6 +331,8 @@ func (w *ruleWalk) dir(dir string, st fs.FileInfo, depth int) error {
 				if err := w.add(full); err != nil {
 					return err
 				}
+			} else if e.Type().IsRegular() {
+				w.skip(full)
 			}
 			continue
 		}
@@ -337,9 +358,17 @@ func (w *ruleWalk) dir(dir string, st fs.FileInfo, depth int) error {
 			if err := w.add(full); err != nil {
 				return err
 			}
+		case st.Mode().IsRegular():
+			w.skip(full)
 		}
 	}
 	return nil
+}
+
+func (w *ruleWalk) skip(name string) {
+	if len(w.skipped) < MaxRuleFiles {
+		w.skipped = append(w.skipped, name)
+	}
 }
 
 func (w *ruleWalk) add(name string) error {

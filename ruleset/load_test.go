@@ -221,7 +221,17 @@ func TestRuleFilesWalksSubdirectories(t *testing.T) {
 	}
 	c, err := ruleset.Load(dir, descriptors.Options{})
 	if err != nil || len(c.Domains()) != 2 {
-		t.Errorf("Load(%s) = %v domains, %v; want a.yaml's and b.yml's", dir, c.Domains(), err)
+		t.Fatalf("Load(%s) = %v domains, %v; want a.yaml's and b.yml's", dir, c.Domains(), err)
+	}
+	// The peer reads every file of its runtime directory: the one not
+	// read says so.
+	var warns []string
+	for _, w := range c.Warnings() {
+		warns = append(warns, w.Error())
+	}
+	want = []string{filepath.Join(cfg, "notes.txt") + ": not named *.yaml or *.yml, so not read (envoyproxy/ratelimit reads every file of its runtime directory); rename it, or move it out of the rules directory"}
+	if !slices.Equal(warns, want) {
+		t.Errorf("Load(%s).Warnings() = %q, want %q", dir, warns, want)
 	}
 }
 

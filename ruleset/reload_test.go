@@ -192,8 +192,14 @@ func TestWatchConfigMapSymlinkSwap(t *testing.T) {
 	if got := f.loads(t, "success"); got != 1 {
 		t.Errorf("%v successful loads for one ConfigMap update, want 1", got)
 	}
-	if strings.Contains(f.log.String(), "sluice.log") {
-		t.Errorf("sluice.log was taken for a rule file change:\n%s", f.log)
+	for _, line := range strings.Split(f.log.String(), "\n") {
+		if strings.Contains(line, "rule files changed") && strings.Contains(line, "sluice.log") {
+			t.Errorf("sluice.log was taken for a rule file change:\n%s", f.log)
+		}
+	}
+	// It is not read, and each load says so (envoyproxy/ratelimit would read it).
+	if !strings.Contains(f.log.String(), `msg="rule file warning" at=`+filepath.Join(dir, "sluice.log")+` reason="not named *.yaml or *.yml, so not read`) {
+		t.Errorf("the load does not warn that sluice.log is not read:\n%s", f.log)
 	}
 	if got, want := f.gauge(t, "ratelimit_config_last_success_timestamp_seconds"), float64(c.Now().UnixNano())/1e9; got != want {
 		t.Errorf("last success at %v, want the reloader's clock, %v", got, want)
