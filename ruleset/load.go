@@ -273,7 +273,7 @@ func ruleFiles(path string) (names, skipped []string, err error) {
 	if !info.IsDir() {
 		return []string{path}, nil, nil
 	}
-	w := ruleWalk{seen: map[fileID]bool{}}
+	w := ruleWalk{seen: map[fileID]bool{}, bounds: defaultWalkBounds}
 	if err := w.dir(path, info, 0); err != nil {
 		return nil, nil, err
 	}
@@ -296,12 +296,19 @@ func idOf(st fs.FileInfo) (fileID, bool) {
 	return fileID{uint64(sys.Dev), uint64(sys.Ino)}, true
 }
 
+// walkBounds are the bounds of one walk: MaxRuleDepth, MaxRuleDirs and
+// MaxRuleFiles, smaller in tests.
+type walkBounds struct{ depth, dirs, files int }
+
+var defaultWalkBounds = walkBounds{MaxRuleDepth, MaxRuleDirs, MaxRuleFiles}
+
 // ruleWalk is one bounded walk of a rules directory tree.
 type ruleWalk struct {
 	names   []string
-	skipped []string // other files, not read; at most MaxRuleFiles kept
+	skipped []string // other files, not read; at most bounds.files kept
 	seen    map[fileID]bool
 	dirs    int
+	bounds  walkBounds
 }
 
 // dir lists the rule files of dir (depth levels below --config) and
@@ -313,8 +320,8 @@ func (w *ruleWalk) dir(dir string, st fs.FileInfo, depth int) error {
 		}
 		w.seen[id] = true
 	}
-	if w.dirs++; w.dirs > MaxRuleDirs {
-		return fmt.Errorf("rule config: more than %d directories below the rules directory (at %s)", MaxRuleDirs, dir)
+	if w.dirs++; w.dirs > w.bounds.dirs {
+		return fmt.Errorf("rule config: more than %d directories below the rules directory (at %s)", w.bounds.dirs, dir)
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -348,8 +355,8 @@ func (w *ruleWalk) dir(dir string, st fs.FileInfo, depth int) error {
 		case err != nil:
 			return fmt.Errorf("rule config: %w", err)
 		case st.IsDir():
-			if depth+1 > MaxRuleDepth {
-				return fmt.Errorf("rule config: %s is more than %d directory levels below the rules directory", full, MaxRuleDepth)
+			if depth+1 > w.bounds.depth {
+				return fmt.Errorf("rule config: %s is more than %d directory levels below the rules directory", full, w.bounds.depth)
 			}
 			if err := w.dir(full, st, depth+1); err != nil {
 				return err
@@ -366,14 +373,14 @@ func (w *ruleWalk) dir(dir string, st fs.FileInfo, depth int) error {
 }
 
 func (w *ruleWalk) skip(name string) {
-	if len(w.skipped) < MaxRuleFiles {
+	if len(w.skipped) < w.bounds.files {
 		w.skipped = append(w.skipped, name)
 	}
 }
 
 func (w *ruleWalk) add(name string) error {
-	if len(w.names) >= MaxRuleFiles {
-		return fmt.Errorf("rule config: more than %d rule files", MaxRuleFiles)
+	if len(w.names) >= w.bounds.files {
+		return fmt.Errorf("rule config: more than %d rule files", w.bounds.files)
 	}
 	w.names = append(w.names, name)
 	return nil

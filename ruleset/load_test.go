@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -250,5 +251,21 @@ func TestRuleFilesBounds(t *testing.T) {
 	}
 	if _, err := ruleset.RuleFiles(filepath.Join(dir, "d")); err != nil {
 		t.Errorf("RuleFiles of a tree 8 levels deep = %v, want it read", err)
+	}
+
+	// The same walk with small bounds for directories and files.
+	wide := t.TempDir()
+	for i := range 4 {
+		must(t, os.Mkdir(filepath.Join(wide, strconv.Itoa(i)), 0o755))
+		must(t, os.WriteFile(filepath.Join(wide, strconv.Itoa(i), "r.yaml"), nil, 0o644))
+	}
+	if _, err := ruleset.RuleFilesWithin(wide, 8, 4, 100); err == nil || !strings.Contains(err.Error(), "more than 4 directories") {
+		t.Errorf("RuleFiles of 5 directories, at most 4 = %v, want an error naming the bound", err)
+	}
+	if _, err := ruleset.RuleFilesWithin(wide, 8, 100, 3); err == nil || !strings.Contains(err.Error(), "more than 3 rule files") {
+		t.Errorf("RuleFiles of 4 files, at most 3 = %v, want an error naming the bound", err)
+	}
+	if names, err := ruleset.RuleFilesWithin(wide, 8, 5, 4); err != nil || len(names) != 4 {
+		t.Errorf("RuleFiles of 5 directories and 4 files within the bounds = %v, %v; want 4 files", names, err)
 	}
 }
