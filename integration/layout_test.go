@@ -26,13 +26,15 @@ var allowedImports = map[string][]string{
 	"bucket/buckettest": {"bucket"},
 	"descriptors":       {"bucket"},
 	"ruleset":           {"descriptors"},
+	"xds":               {"descriptors", "ruleset"},
 	"backend/memory":    {"bucket"},
 	"backend/redis":     {"bucket"},
 	"fallback":          {"bucket"},
 	"service":           {"bucket", "descriptors"},
 	"tracing":           {},
-	"cmd/rls":           {"backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "fallback", "ruleset", "service", "tracing"},
-	"cmd/rls/flags":     {"backend/memory", "backend/redis", "fallback", "ruleset", "service"},
+	"audit":             {},
+	"cmd/rls":           {"backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "fallback", "ruleset", "service", "tracing", "xds"},
+	"cmd/rls/flags":     {"backend/memory", "backend/redis", "fallback", "ruleset", "service", "xds"},
 	"cmd/rlsbench":      {},
 }
 

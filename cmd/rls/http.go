@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
+	"github.com/sluice-rls/sluice/xds"
 )
 
 // newHTTPMux serves the HTTP address (--http-addr): /healthcheck, /metrics
@@ -21,11 +22,18 @@ import (
 // /healthcheck answers 200 while serving — in fallback too, since the
 // service still works; its body says which layer answers global rules —
 // and 503 once SIGTERM started the drain.
-func newHTTPMux(globalState func() string, store *ruleset.Store, reg *prometheus.Registry, draining *atomic.Bool, adminAddr string) *http.ServeMux {
+//
+// With --xds-server (xsrc not nil) /healthcheck answers 503 until the first
+// xDS update is applied, and /rlconfig starts with the rules' version.
+func newHTTPMux(globalState func() string, store *ruleset.Store, reg *prometheus.Registry, draining *atomic.Bool, adminAddr string, xsrc *xds.Source, xdsServer string) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthcheck", func(w http.ResponseWriter, r *http.Request) {
 		if draining.Load() {
 			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		if why := xdsWaiting(xsrc, xdsServer); why != "" {
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintf(w, "OK\nglobal layer: %s\n", globalState())
@@ -33,6 +41,10 @@ func newHTTPMux(globalState func() string, store *ruleset.Store, reg *prometheus
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/rlconfig", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if xsrc != nil {
+			v, _ := xsrc.Version()
+			fmt.Fprintf(w, "# version: %s source: xds\n", v)
+		}
 		for _, rule := range store.Rules().Rules() {
 			fmt.Fprintln(w, rule.String())
 		}

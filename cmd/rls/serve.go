@@ -33,6 +33,7 @@ import (
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
 	"github.com/sluice-rls/sluice/tracing"
+	"github.com/sluice-rls/sluice/xds"
 )
 
 // healthServiceName is the grpc.health.v1 service name envoyproxy/ratelimit
@@ -49,11 +50,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	log := newLogger(st.LogLevel, st.LogFormat, stderr)
-	var paths []string // none: the embedded example
-	if st.Config != "" {
-		paths = []string{st.Config}
-	}
-	rules, err := loadRules(st.Rules, paths...)
+	rules, err := initialRules(st)
 	if err != nil {
 		return fmt.Errorf("loading rules: %w", err)
 	}
@@ -66,7 +63,17 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerBuildInfo(reg, currentBuild())
 	reloadMetrics := ruleset.NewReloadMetrics(reg)
-	reloadMetrics.Loaded(true, time.Now())
+	var xsrc *xds.Source // nil: rules from files
+	if st.XDS.Server != "" {
+		var stopXDS func()
+		xsrc, stopXDS, err = startXDS(ctx, st, store, log, reg, reloadMetrics)
+		if err != nil {
+			return err
+		}
+		defer stopXDS()
+	} else {
+		reloadMetrics.Loaded(true, time.Now())
+	}
 	reloader := &ruleset.Reloader{
 		Path:     st.Config,
 		Options:  ruleOptions(st.Rules),
@@ -80,7 +87,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	go reloadOn(ctx, hup, reloader)
+	if xsrc == nil { // with xDS, SIGHUP does nothing
+		go reloadOn(ctx, hup, reloader)
+	}
 	if st.Config != "" {
 		go func() {
 			if err := reloader.Watch(ctx); err != nil {
@@ -153,6 +162,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	// service "ratelimit"; Shutdown turns both NOT_SERVING at the drain.
 	healthServer.SetServingStatus(healthServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(grpcServer, healthServer)
+	if xsrc != nil {
+		gateHealth(ctx, healthServer, xsrc)
+	}
 
 	grpcLis, err := net.Listen("tcp", st.GRPCAddr)
 	if err != nil {
@@ -175,7 +187,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		adminAddr = adminLis.Addr().String()
 	}
 	var draining atomic.Bool
-	httpServer := newHTTPServer(newHTTPMux(global.state, store, reg, &draining, st.AdminAddr), st, log)
+	httpServer := newHTTPServer(newHTTPMux(global.state, store, reg, &draining, st.AdminAddr, xsrc, st.XDS.Server), st, log)
 
 	errc := make(chan error, 3)
 	go func() { errc <- grpcServer.Serve(grpcLis) }()
@@ -200,7 +212,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		"http_addr", httpLis.Addr().String(),
 		"admin_addr", adminAddr,
 		"backend", global.backend(),
-		"rules", ruleSource(st.Config),
+		"rules", rulesName(st),
 		"rule_count", rules.Len(),
 		"version", version())
 

@@ -73,7 +73,8 @@ func (r Rules) validate() error {
 type Serve struct {
 	GRPCAddr string
 	HTTPAddr string
-	Rules    // --config, --merge-domains, --max-rule-bytes, --gray-key
+	Rules        // --config, --merge-domains, --max-rule-bytes, --gray-key
+	XDS      XDS // --xds-*: the rules from an xDS management server instead of files
 
 	// The admin listener: /json and /debug/pprof/, which spend tokens or
 	// expose internals. Loopback by default; TLS (and mTLS) as gRPC when
@@ -164,6 +165,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.DurationVar(&s.GRPCMaxConnAgeGrace, "grpc-max-conn-age-grace", 10*time.Second, "gRPC: how long calls in flight at --grpc-max-conn-age may still run before the connection is closed (0: no bound)")
 	fs.DurationVar(&s.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", 10*time.Second, "gRPC: clients may send keepalive pings this often, with or without calls; faster ones are disconnected")
 	s.Rules.register(fs)
+	s.XDS.register(fs)
 	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
 	fs.StringVar(&s.RedisCA, "redis-ca", "", "CA bundle (PEM) to verify Redis' TLS certificate with rediss:// (default: the system roots)")
 	fs.DurationVar(&s.RedisTimeout, "redis-timeout", redisbackend.DefaultTimeout, "deadline of every Redis call")
@@ -306,6 +308,9 @@ func EnvName(flagName string) string {
 
 func (s Serve) validate() error {
 	if err := s.Rules.validate(); err != nil {
+		return err
+	}
+	if err := s.XDS.validate(s.Config); err != nil {
 		return err
 	}
 	if s.RedisTimeout <= 0 {

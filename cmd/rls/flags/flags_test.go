@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-rls/sluice/fallback"
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
+	"github.com/sluice-rls/sluice/xds"
 )
 
 func noEnv(string) string { return "" }
@@ -83,6 +84,9 @@ func TestServeDefaultsAreTheOwners(t *testing.T) {
 		{"--max-buckets", st.MaxBuckets, memory.DefaultMaxBuckets},
 		{"--log-level", st.LogLevel, slog.LevelInfo},
 		{"--log-format", st.LogFormat, flags.LogText},
+		{"--xds-node-id", st.XDS.NodeID, xds.DefaultNodeID},
+		{"--xds-backoff-min", st.XDS.BackoffMin, xds.DefaultBackoffMin},
+		{"--xds-backoff-max", st.XDS.BackoffMax, xds.DefaultBackoffMax},
 	} {
 		if d.got != d.want {
 			t.Errorf("%s defaults to %v, want %v", d.flag, d.got, d.want)
@@ -130,6 +134,12 @@ func TestParseServeErrors(t *testing.T) {
 		{"negative conn cap", []string{"--http-max-conns", "-1"}, nil, []string{"--http-max-conns"}},
 		{"no handshake timeout", []string{"--grpc-handshake-timeout", "0"}, nil, []string{"--grpc-handshake-timeout"}},
 		{"no redis timeout", []string{"--redis-timeout", "0s"}, nil, []string{"--redis-timeout must be positive"}},
+		{"config and xds", []string{"--xds-server", "cp:18001", "--config", "rules.yaml"}, nil, []string{"--config and --xds-server are two sources of rules"}},
+		{"config in env and xds", []string{"--xds-server", "cp:18001"}, map[string]string{"RLS_CONFIG": "rules.yaml"}, []string{"--config and --xds-server", "RLS_CONFIG"}},
+		{"xds client cert without CA", []string{"--xds-server", "cp:18001", "--xds-tls-cert", "c.pem", "--xds-tls-key", "k.pem"}, nil, []string{"--xds-tls-cert needs --xds-tls-ca"}},
+		{"xds cert without key", []string{"--xds-server", "cp:18001", "--xds-tls-ca", "ca.pem", "--xds-tls-cert", "c.pem"}, nil, []string{"--xds-tls-cert and --xds-tls-key go together"}},
+		{"xds empty node id", []string{"--xds-server", "cp:18001", "--xds-node-id", ""}, nil, []string{"--xds-node-id must not be empty"}},
+		{"xds backoff inverted", []string{"--xds-server", "cp:18001", "--xds-backoff-min", "10s", "--xds-backoff-max", "1s"}, nil, []string{"--xds-backoff-max at least as long"}},
 		{"bad header name", []string{"--ratelimit-header-limit", "Rate Limit"}, nil, []string{"--ratelimit-header-limit", "not a valid HTTP header name"}},
 		{"empty header name", []string{"--ratelimit-header-reset="}, nil, []string{"--ratelimit-header-reset"}},
 	}

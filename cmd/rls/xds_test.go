@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluice-rls/sluice/internal/pkitest"
+	"github.com/sluice-rls/sluice/internal/xdstest"
+)
+
+// Envoy Gateway's shape: one RateLimitConfig per listener, its domain the
+// listener's name, a route descriptor holding one descriptor per rule.
+const (
+	egDomain = "default/eg/http"
+	egRoute  = "httproute/default/backend/rule/0"
+	egRule   = "httproute/default/backend/rule/0/match/-1"
+)
+
+func egConfig(rpu uint32, unit rlsconfv3.RateLimitUnit) *rlsconfv3.RateLimitConfig {
+	return &rlsconfv3.RateLimitConfig{
+		Name:   egDomain,
+		Domain: egDomain,
+		Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+			Key: egRoute, Value: egRoute,
+			Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+				Key: egRule, Value: egRule,
+				RateLimit: &rlsconfv3.RateLimitPolicy{Unit: unit, RequestsPerUnit: rpu},
+			}},
+		}},
+	}
+}
+
+// servingLine waits for serve's "serving" log line and returns it.
+func servingLine(t *testing.T, stderr *lockedBuffer) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "serving" {
+				return m
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no serving line:\n%s", stderr.String())
+	return nil
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// TestServeFromXDS runs serve on rules from a real management server over
+// mTLS, as Envoy Gateway deploys it: no rules and not ready until the
+// first update, then the update decides, /rlconfig and the metrics show
+// its version, and a bad update is NACKed while the running rules keep
+// deciding.
+func TestServeFromXDS(t *testing.T) {
+	pki := pkitest.New(t)
+	mgmt := xdstest.Start(t, "", grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{pki.Server},
+		ClientCAs:    pki.Roots,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+	})))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "", "--log-format", "json",
+			"--xds-server", mgmt.Addr, "--xds-node-id", "envoy-ratelimit",
+			"--xds-tls-ca", pki.CA, "--xds-tls-cert", pki.ClientCert, "--xds-tls-key", pki.ClientKey, "--xds-tls-server-name", pkitest.ServerName,
+		}, &stderr, &stderr, noEnv)
+	}()
+	start := servingLine(t, &stderr)
+	httpBase := "http://" + start["http_addr"].(string)
+	if start["rules"] != "xds://"+mgmt.Addr || start["rule_count"] != float64(0) {
+		t.Errorf("serving line: rules %v, rule_count %v; want xds://%s and 0", start["rules"], start["rule_count"], mgmt.Addr)
+	}
+	conn, err := grpc.NewClient(start["grpc_addr"].(string), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rls := rlsv3.NewRateLimitServiceClient(conn)
+	decide := func() rlsv3.RateLimitResponse_Code {
+		t.Helper()
+		resp, err := rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: egDomain, Descriptors: []*commonv3.RateLimitDescriptor{{
+			Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: egRoute, Value: egRoute}, {Key: egRule, Value: egRule}},
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetOverallCode()
+	}
+	health := func() healthpb.HealthCheckResponse_ServingStatus {
+		t.Helper()
+		resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatus()
+	}
+
+	// Before the first update: no rules, not ready.
+	if code, body := httpGet(t, httpBase+"/healthcheck"); code != http.StatusServiceUnavailable || !strings.Contains(body, "waiting for the first rules from the xDS server") {
+		t.Errorf("/healthcheck before the first update: %d %q, want 503 waiting", code, body)
+	}
+	if got := health(); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("gRPC health before the first update: %v, want NOT_SERVING", got)
+	}
+	if got := decide(); got != rlsv3.RateLimitResponse_OK {
+		t.Errorf("decision before the first update: %v, want OK (no rules)", got)
+	}
+
+	// The first update: a limit of 0 refuses every request.
+	mgmt.Set(t, "envoy-ratelimit", "v1", egConfig(0, rlsconfv3.RateLimitUnit_SECOND))
+	mgmt.WaitRequest(t, xdstest.ACK("v1"))
+	if code, body := httpGet(t, httpBase+"/healthcheck"); code != http.StatusOK {
+		t.Errorf("/healthcheck after the first update: %d %q, want 200", code, body)
+	}
+	if got := health(); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("gRPC health after the first update: %v, want SERVING", got)
+	}
+	if got := decide(); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("decision on v1: %v, want OVER_LIMIT", got)
+	}
+	_, rlconfig := httpGet(t, httpBase+"/rlconfig")
+	if first, _, _ := strings.Cut(rlconfig, "\n"); first != "# version: v1 source: xds" {
+		t.Errorf("/rlconfig starts with %q, want the version line:\n%s", first, rlconfig)
+	}
+	if !strings.Contains(rlconfig, egRule) {
+		t.Errorf("/rlconfig lacks the rule %s:\n%s", egRule, rlconfig)
+	}
+	if _, metrics := httpGet(t, httpBase+"/metrics"); !strings.Contains(metrics, `ratelimit_config_info{source="xds",version="v1"} 1`) ||
+		!strings.Contains(metrics, "ratelimit_xds_connected 1") {
+		t.Errorf("/metrics lacks the xDS version or connection:\n%s", grep(metrics, "xds"))
+	}
+
+	// A bad update (no unit) is NACKed with its reason; v1 keeps deciding.
+	mgmt.Set(t, "envoy-ratelimit", "v2", egConfig(1000, rlsconfv3.RateLimitUnit_UNKNOWN))
+	nack := mgmt.WaitRequest(t, xdstest.NACK)
+	if msg := nack.GetErrorDetail().GetMessage(); !strings.Contains(msg, "xds:"+egDomain+":") || !strings.Contains(msg, "has requests_per_unit but no unit") {
+		t.Errorf("NACK error detail %q, want the resource and the reason", msg)
+	}
+	if got := decide(); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("decision after the bad update: %v, want v1's OVER_LIMIT", got)
+	}
+	if _, rlconfig := httpGet(t, httpBase+"/rlconfig"); !strings.HasPrefix(rlconfig, "# version: v1 source: xds\n") {
+		t.Errorf("/rlconfig after the bad update:\n%s\nwant version v1", rlconfig)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve returned %v after cancel, want nil", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop after cancel")
+	}
+}
+
+// grep returns the lines of s that contain sub.
+func grep(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestServeXDSUpdateOverMaxRuleBytes: an xDS response larger than
+// --max-rule-bytes is refused by gRPC (the stream fails and sluice
+// reconnects, keeping its rules), and a smaller update is then applied.
+func TestServeXDSUpdateOverMaxRuleBytes(t *testing.T) {
+	mgmt := xdstest.Start(t, "")
+	big := egConfig(1, rlsconfv3.RateLimitUnit_SECOND)
+	for i := range 100 {
+		v := fmt.Sprintf("value-%03d-%s", i, strings.Repeat("x", 40))
+		big.Descriptors = append(big.Descriptors, &rlsconfv3.RateLimitDescriptor{Key: "k", Value: v,
+			RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 1}})
+	}
+	mgmt.Set(t, "default", "big", big)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "", "--log-format", "json",
+			"--xds-server", mgmt.Addr, "--max-rule-bytes", "2000", "--xds-backoff-min", "10ms", "--xds-backoff-max", "20ms",
+		}, &stderr, &stderr, noEnv)
+	}()
+	httpBase := "http://" + servingLine(t, &stderr)["http_addr"].(string)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stderr.String(), "larger than max") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no refusal of the large update:\n%s", stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if code, _ := httpGet(t, httpBase+"/healthcheck"); code != http.StatusServiceUnavailable {
+		t.Errorf("/healthcheck after the large update only: %d, want 503", code)
+	}
+	mgmt.Set(t, "default", "small", egConfig(1, rlsconfv3.RateLimitUnit_SECOND))
+	mgmt.WaitRequest(t, xdstest.ACK("small"))
+	if _, rlconfig := httpGet(t, httpBase+"/rlconfig"); !strings.HasPrefix(rlconfig, "# version: small source: xds\n") {
+		t.Errorf("/rlconfig:\n%s\nwant version small", rlconfig)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("serve returned %v after cancel, want nil", err)
+	}
+}

@@ -1,0 +1,183 @@
+package xds
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-rls/sluice/descriptors"
+)
+
+func anyOf(t *testing.T, cfgs ...*rlsconfv3.RateLimitConfig) []*anypb.Any {
+	t.Helper()
+	out := make([]*anypb.Any, len(cfgs))
+	for i, c := range cfgs {
+		a, err := anypb.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// rulesOf builds an update and returns its /rlconfig lines.
+func rulesOf(t *testing.T, res []*anypb.Any) ([]string, error) {
+	t.Helper()
+	files, err := ruleFiles(res)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := build(files, descriptors.Options{})
+	if err != nil {
+		return nil, err
+	}
+	var lines []string
+	for _, r := range cfg.Rules() {
+		lines = append(lines, r.String())
+	}
+	return lines, nil
+}
+
+// TestConvert: every field of the proto reaches the rule set, as the same
+// rule file would give it.
+func TestConvert(t *testing.T) {
+	cfg := &rlsconfv3.RateLimitConfig{
+		Name:   "edge-config",
+		Domain: "edge",
+		Descriptors: []*rlsconfv3.RateLimitDescriptor{
+			{Key: "remote_address", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 100}},
+			{Key: "remote_address", Value: "50.0.0.5", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_DAY}},
+			{Key: "health", RateLimit: &rlsconfv3.RateLimitPolicy{Unlimited: true}},
+			{Key: "route", Value: "/api/*", Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+				Key: "user", ShadowMode: true, DetailedMetric: true,
+				RateLimit: &rlsconfv3.RateLimitPolicy{
+					Name: "per_user", Unit: rlsconfv3.RateLimitUnit_HOUR, RequestsPerUnit: 10,
+					Replaces: []*rlsconfv3.RateLimitReplace{{Name: "per_minute"}},
+				},
+			}}},
+			{Key: "minute", RateLimit: &rlsconfv3.RateLimitPolicy{Name: "per_minute", Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: 5}},
+		},
+	}
+	got, err := rulesOf(t, anyOf(t, cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	yamlRules := `domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 100}
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit: {unit: day, requests_per_unit: 0}
+  - key: health
+    rate_limit: {unlimited: true}
+  - key: route
+    value: /api/*
+    descriptors:
+      - key: user
+        shadow_mode: true
+        detailed_metric: true
+        rate_limit: {name: per_user, unit: hour, requests_per_unit: 10, replaces: [{name: per_minute}]}
+  - key: minute
+    rate_limit: {name: per_minute, unit: minute, requests_per_unit: 5}
+`
+	f, err := descriptors.Parse("edge.yaml", []byte(yamlRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := descriptors.New([]*descriptors.File{f}, descriptors.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantLines []string
+	for _, r := range want.Rules() {
+		wantLines = append(wantLines, r.String())
+	}
+	if strings.Join(got, "\n") != strings.Join(wantLines, "\n") {
+		t.Errorf("rules from the proto:\n%s\nwant, as the rule file gives them:\n%s", strings.Join(got, "\n"), strings.Join(wantLines, "\n"))
+	}
+}
+
+func TestConvertErrors(t *testing.T) {
+	unnamed := &rlsconfv3.RateLimitConfig{Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{RequestsPerUnit: 3}}}}
+	noDomain := &rlsconfv3.RateLimitConfig{Name: "nodomain"}
+	wrongType, err := anypb.New(durationpb.New(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbled := &anypb.Any{TypeUrl: TypeURL, Value: []byte{0xff, 0xff}}
+	tests := []struct {
+		name string
+		res  []*anypb.Any
+		want []string
+	}{
+		{"no unit, unnamed", anyOf(t, unnamed), []string{"xds:#0:", "rate_limit has requests_per_unit but no unit"}},
+		{"no domain", anyOf(t, noDomain), []string{"xds:nodomain:", "domain is required"}},
+		{"duplicate domain", anyOf(t, &rlsconfv3.RateLimitConfig{Name: "a", Domain: "d"}, &rlsconfv3.RateLimitConfig{Name: "b", Domain: "d"}), []string{"xds:b:", `duplicate domain "d"`}},
+		{"wrong type", []*anypb.Any{wrongType}, []string{"resource 0", "google.protobuf.Duration", TypeURL}},
+		{"garbled", []*anypb.Any{garbled}, []string{"resource 0:"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := rulesOf(t, tt.res)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestNackMessageIsCapped(t *testing.T) {
+	msg := nackMessage("v9", errString(strings.Repeat("é", maxNackBytes)))
+	if len(msg) > maxNackBytes+64 || !strings.Contains(msg, "more bytes)") || !strings.HasPrefix(msg, `sluice rejected RateLimitConfig version "v9"`) {
+		t.Errorf("capped message: %d bytes, ends %q", len(msg), msg[len(msg)-40:])
+	}
+	if !strings.Contains(nackMessage("v1", errString("short")), "short") {
+		t.Error("a short message is cut")
+	}
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+func TestJitterBounds(t *testing.T) {
+	for _, d := range []time.Duration{time.Second, 3 * time.Nanosecond, 30 * time.Second} {
+		for range 1000 {
+			if got := jitter(d); got < d/2 || got > d {
+				t.Fatalf("jitter(%v) = %v, want within [%v, %v]", d, got, d/2, d)
+			}
+		}
+	}
+}
+
+// TestConvertWarns: what envoyproxy/ratelimit loads, over xDS as from a
+// file, is applied with its meaning and a warning: here a rate beside
+// unlimited, which the peer ignores.
+func TestConvertWarns(t *testing.T) {
+	unlimitedRate := &rlsconfv3.RateLimitConfig{Name: "u", Domain: "u", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{Unlimited: true, RequestsPerUnit: 3}}}}
+	files, err := ruleFiles(anyOf(t, unlimitedRate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := build(files, descriptors.Options{})
+	if err != nil {
+		t.Fatalf("build: %v; want the peer's meaning, unlimited", err)
+	}
+	if r := cfg.Domain("u").Match([]descriptors.Entry{{Key: "k", Value: "v"}}); r == nil || !r.Unlimited {
+		t.Errorf("rule %v, want unlimited", r)
+	}
+	if w := cfg.Warnings(); len(w) != 1 || !strings.HasPrefix(w[0].Error(), "xds:u:") || !strings.Contains(w[0].Reason, "requests_per_unit is ignored: the rate_limit is unlimited") {
+		t.Errorf("Warnings() = %v, want one naming xds:u and the ignored requests_per_unit", w)
+	}
+}

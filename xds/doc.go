@@ -1,0 +1,16 @@
+// Package xds takes sluice's rules from an xDS management server: it
+// subscribes to ratelimit.config.ratelimit.v3.RateLimitConfig resources
+// (State of the World, over the Aggregated Discovery Service, as
+// envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW and Envoy Gateway do)
+// and swaps each update into a ruleset.Store, atomically, like a file
+// reload.
+//
+// Every update goes through the same parsing and validation as a rule
+// file (each resource is rendered as the rule file it stands for and read
+// by descriptors.Parse, then the set by descriptors.New), so a bad update
+// gets the same reasons, is refused with a NACK carrying them, and never
+// replaces the running rules.
+//
+// It imports descriptors and ruleset; never service or the backends.
+// Process flags are cmd/rls's (package cmd/rls/flags).
+package xds
