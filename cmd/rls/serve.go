@@ -17,6 +17,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
@@ -145,7 +146,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		Tracer:           traces.Tracer(), // nil when off: no tracing cost
 	})
 
-	tlsConfig, err := serverTLSConfig(st)
+	serverTLS, err := newServerTLS(st, clockwork.NewRealClock(), log, reg)
 	if err != nil {
 		return err
 	}
@@ -153,7 +154,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	// to what a decision with a Redis call needs; a fresh goroutine per
 	// call spent ~9% of the CPU growing its stack (profiled under load).
 	// srv.Codec decodes values that are not UTF-8 instead of refusing them.
-	grpcOpts := append(serverCredentials(tlsConfig), grpc.NumStreamWorkers(streamWorkers()), grpc.ForceServerCodecV2(srv.Codec()))
+	grpcOpts := append(serverCredentials(serverTLS), grpc.NumStreamWorkers(streamWorkers()), grpc.ForceServerCodecV2(srv.Codec()))
 	grpcOpts = append(grpcOpts, grpcConnLimits(st)...)
 	grpcServer := grpc.NewServer(grpcOpts...)
 	rlsv3.RegisterRateLimitServiceServer(grpcServer, srv)
@@ -166,11 +167,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		gateHealth(ctx, healthServer, xsrc)
 	}
 
-	grpcLis, err := net.Listen("tcp", st.GRPCAddr)
+	grpcLis, err := listen(st.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("gRPC listener: %w", err)
 	}
-	httpLis, err := net.Listen("tcp", st.HTTPAddr)
+	httpLis, err := listen(st.HTTPAddr)
 	if err != nil {
 		grpcLis.Close()
 		return fmt.Errorf("HTTP listener: %w", err)
@@ -178,7 +179,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	var adminLis net.Listener
 	adminAddr := "off"
 	if st.AdminAddr != "" {
-		adminLis, err = net.Listen("tcp", st.AdminAddr)
+		adminLis, err = listen(st.AdminAddr)
 		if err != nil {
 			grpcLis.Close()
 			httpLis.Close()
@@ -196,8 +197,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	if adminLis != nil {
 		adminServer = newHTTPServer(newAdminMux(srv, st), st, log)
 		adminLis = limitConns(adminLis, st.HTTPMaxConns)
-		if tlsConfig != nil {
-			adminServer.TLSConfig = tlsConfig.Clone()
+		if serverTLS != nil {
+			adminServer.TLSConfig = serverTLS.config("h2", "http/1.1")
 			go func() { errc <- adminServer.ServeTLS(adminLis, "", "") }()
 		} else {
 			go func() { errc <- adminServer.Serve(adminLis) }()
@@ -379,10 +380,16 @@ func shutdownTracing(p *tracing.Provider, timeout time.Duration, log *slog.Logge
 	}
 }
 
-// isLoopback reports whether addr is a TCP address on a loopback IP.
+// isLoopback reports whether addr is reachable from this host alone: a
+// TCP address on a loopback IP, or a unix socket.
 func isLoopback(addr net.Addr) bool {
-	tcp, ok := addr.(*net.TCPAddr)
-	return ok && tcp.IP.IsLoopback()
+	switch a := addr.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	return false
 }
 
 func ruleSource(path string) string {

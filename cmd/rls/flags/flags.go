@@ -96,6 +96,8 @@ type Serve struct {
 
 	Redis         string
 	RedisCA       string // PEM bundle trusted for rediss:// (default: the system roots)
+	RedisTLSCert  string // client certificate (PEM) presented to a TLS Redis
+	RedisTLSKey   string // its private key (PEM)
 	RedisTimeout  time.Duration
 	RedisFailure  fallback.Mode
 	FallbackNodes int
@@ -128,6 +130,9 @@ type Serve struct {
 	TLSCert     string
 	TLSKey      string
 	TLSClientCA string
+	// TLSClientSAN is a comma-separated list: with mTLS, a client
+	// certificate must carry one of these names (DNS, IP or URI SAN).
+	TLSClientSAN string
 
 	DrainTimeout time.Duration
 
@@ -151,9 +156,9 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 		fmt.Fprint(out, "usage: rls serve [flags]\n\nEvery flag has an environment variable RLS_<FLAG> (--redis-timeout: RLS_REDIS_TIMEOUT);\na flag on the command line wins.\n\n")
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&s.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService v3 and grpc.health.v1)")
-	fs.StringVar(&s.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /metrics, /rlconfig)")
-	fs.StringVar(&s.AdminAddr, "admin-addr", "127.0.0.1:8082", "admin listen address (/json, and /debug/pprof/ with --pprof); TLS/mTLS as gRPC when --tls-cert is set; empty: off")
+	fs.StringVar(&s.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService v3 and grpc.health.v1): host:port, or a unix socket unix:path or unix:///absolute/path")
+	fs.StringVar(&s.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /metrics, /rlconfig): host:port or unix:path")
+	fs.StringVar(&s.AdminAddr, "admin-addr", "127.0.0.1:8082", "admin listen address (/json, and /debug/pprof/ with --pprof): host:port or unix:path; TLS/mTLS as gRPC when --tls-cert is set; empty: off")
 	fs.BoolVar(&s.JSONNegativeHits, "json-negative-hits", false, "accept is_negative_hits (token refunds) on /json; refused with 403 otherwise")
 	fs.DurationVar(&s.HTTPReadTimeout, "http-read-timeout", 5*time.Second, "HTTP and admin: longest time to read a request, headers and body (0: none)")
 	fs.DurationVar(&s.HTTPWriteTimeout, "http-write-timeout", 10*time.Second, "HTTP and admin: longest time to answer a request (0: none; pprof profiles and traces get their duration on top)")
@@ -166,8 +171,10 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.DurationVar(&s.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", 10*time.Second, "gRPC: clients may send keepalive pings this often, with or without calls; faster ones are disconnected")
 	s.Rules.register(fs)
 	s.XDS.register(fs)
-	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
+	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, unix:///path/redis.sock, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
 	fs.StringVar(&s.RedisCA, "redis-ca", "", "CA bundle (PEM) to verify Redis' TLS certificate with rediss:// (default: the system roots)")
+	fs.StringVar(&s.RedisTLSCert, "redis-tls-cert", "", "client certificate (PEM) presented to Redis over TLS (Redis' tls-auth-clients); read again when the file changes")
+	fs.StringVar(&s.RedisTLSKey, "redis-tls-key", "", "private key (PEM) of --redis-tls-cert")
 	fs.DurationVar(&s.RedisTimeout, "redis-timeout", redisbackend.DefaultTimeout, "deadline of every Redis call")
 	fs.TextVar(&s.RedisFailure, "redis-failure", fallback.Share, "`mode` of the global layer while Redis fails: "+modeList())
 	fs.IntVar(&s.FallbackNodes, "fallback-nodes", 0, "node count N for the fallback share rate/N (0: live count from Redis heartbeats)")
@@ -189,9 +196,10 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.TextVar(&s.LogFormat, "log-format", LogText, "log line `format`: "+formatList())
 	fs.IntVar(&s.LogRefusals, "log-refusals", 100, "log one refused request in N, with domain, rule and descriptor values (0: none)")
 	fs.BoolVar(&s.Pprof, "pprof", false, "serve /debug/pprof/ on the admin address (--admin-addr)")
-	fs.StringVar(&s.TLSCert, "tls-cert", "", "gRPC server certificate (PEM); enables TLS")
+	fs.StringVar(&s.TLSCert, "tls-cert", "", "gRPC (and admin) server certificate (PEM); enables TLS; read again when the files change")
 	fs.StringVar(&s.TLSKey, "tls-key", "", "gRPC server private key (PEM)")
 	fs.StringVar(&s.TLSClientCA, "tls-client-ca", "", "CA bundle (PEM) for client certificates; enables mTLS")
+	fs.StringVar(&s.TLSClientSAN, "tls-client-san", "", "with mTLS, comma-separated names a client certificate must carry one of: DNS name (wildcard SANs match), IP, or URI with :// such as a SPIFFE ID (default: any certificate the CA signed)")
 	fs.DurationVar(&s.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
 	fs.StringVar(&s.TracingEndpoint, "tracing-endpoint", "", "OpenTelemetry collector (OTLP/gRPC) host:port to send traces to (default: tracing off)")
 	fs.Float64Var(&s.TracingSampleRatio, "tracing-sample-ratio", DefaultTracingSampleRatio, "share of requests traced when Envoy sent no trace context, in [0, 1]; Envoy's sampling decision wins when it sent one")
@@ -330,6 +338,15 @@ func (s Serve) validate() error {
 	}
 	if s.TLSClientCA != "" && s.TLSCert == "" {
 		return fmt.Errorf("--tls-client-ca needs --tls-cert and --tls-key")
+	}
+	if s.TLSClientSAN != "" && (s.TLSClientCA == "" || strings.Trim(s.TLSClientSAN, ", ") == "") {
+		return fmt.Errorf("--tls-client-san needs --tls-client-ca and at least one name")
+	}
+	if (s.RedisTLSCert == "") != (s.RedisTLSKey == "") {
+		return fmt.Errorf("--redis-tls-cert and --redis-tls-key go together")
+	}
+	if s.RedisTLSCert != "" && s.Redis == "" {
+		return fmt.Errorf("--redis-tls-cert needs --redis")
 	}
 	if s.HTTPReadTimeout < 0 || s.HTTPWriteTimeout < 0 || s.HTTPIdleTimeout < 0 || s.HTTPMaxConns < 0 || s.GRPCMaxConnIdle < 0 || s.GRPCKeepaliveMinTime < 0 || s.GRPCMaxConnAge < 0 || s.GRPCMaxConnAgeGrace < 0 {
 		return fmt.Errorf("--http-*-timeout, --http-max-conns, --grpc-max-conn-idle, --grpc-max-conn-age(-grace) and --grpc-keepalive-min-time must be ≥ 0")
