@@ -51,6 +51,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	log := newLogger(st.LogLevel, st.LogFormat, stderr)
+	for _, n := range st.PeerNotes {
+		log.Log(ctx, n.Level, n.Msg, n.Args...)
+	}
+	if embeddedRules(st) {
+		// README's first command; a deployment without --config is a mistake
+		// (refused in Kubernetes unless --example-rules): say so loudly, and
+		// in ratelimit_config_embedded.
+		log.Warn("no --config: serving the embedded EXAMPLE rules, which limit traffic by rules written for the README, not for this deployment; give --config", "rules", ruleset.DefaultRulesName)
+	}
 	rules, err := initialRules(st)
 	if err != nil {
 		return fmt.Errorf("loading rules: %w", err)
@@ -63,6 +72,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerBuildInfo(reg, currentBuild())
+	registerEmbeddedRules(reg, embeddedRules(st))
 	reloadMetrics := ruleset.NewReloadMetrics(reg)
 	var xsrc *xds.Source // nil: rules from files
 	if st.XDS.Server != "" {
@@ -397,6 +407,23 @@ func ruleSource(path string) string {
 		return ruleset.DefaultRulesName
 	}
 	return path
+}
+
+// embeddedRules reports whether serve runs the embedded example rules:
+// neither --config nor --xds-server.
+func embeddedRules(st flags.Serve) bool { return st.Config == "" && st.XDS.Server == "" }
+
+// registerEmbeddedRules exports ratelimit_config_embedded: 1 while the
+// embedded example rules are served (no --config), 0 otherwise.
+func registerEmbeddedRules(reg prometheus.Registerer, embedded bool) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ratelimit_config_embedded",
+		Help: "1 while rls serve runs its embedded example rules because no --config was given, 0 otherwise.",
+	})
+	if embedded {
+		g.Set(1)
+	}
+	reg.MustRegister(g)
 }
 
 // newLogger writes log lines at level and above to w, in format.

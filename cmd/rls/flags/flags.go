@@ -142,6 +142,14 @@ type Serve struct {
 	TracingEndpoint    string
 	TracingSampleRatio float64
 	TracingInsecure    bool
+
+	// ExampleRules lets rls serve run without --config in Kubernetes,
+	// serving the embedded example rules.
+	ExampleRules bool
+	// PeerEnv is what to do with envoyproxy/ratelimit's environment
+	// variables; PeerNotes are the lines to log about them at start.
+	PeerEnv   PeerEnvMode
+	PeerNotes []PeerNote
 }
 
 // ParseServe parses the flags of `rls serve` from args, taking defaults from
@@ -204,6 +212,8 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.StringVar(&s.TracingEndpoint, "tracing-endpoint", "", "OpenTelemetry collector (OTLP/gRPC) host:port to send traces to (default: tracing off)")
 	fs.Float64Var(&s.TracingSampleRatio, "tracing-sample-ratio", DefaultTracingSampleRatio, "share of requests traced when Envoy sent no trace context, in [0, 1]; Envoy's sampling decision wins when it sent one")
 	fs.BoolVar(&s.TracingInsecure, "tracing-insecure", false, "send traces without TLS (plaintext gRPC) to --tracing-endpoint")
+	fs.BoolVar(&s.ExampleRules, "example-rules", false, "without --config, serve the embedded example rules even in Kubernetes (KUBERNETES_SERVICE_HOST set), where rls serve refuses to otherwise")
+	fs.TextVar(&s.PeerEnv, "peer-env", PeerEnvMap, "`mode` for envoyproxy/ratelimit's environment variables (REDIS_URL, RUNTIME_ROOT, ...): map (use those that mean the same as a flag, refuse the others) | refuse (refuse to start while any is set) | ignore (log a warning for each)")
 
 	if err := parse(fs, args, getenv); err != nil {
 		return s, err
@@ -211,13 +221,31 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	var err error
 	if fs.NArg() > 0 {
 		err = fmt.Errorf("serve takes no arguments, got %q", fs.Args())
-	} else {
+	} else if s.PeerNotes, err = applyPeerEnv(fs, s.PeerEnv, getenv, explicitFlags(fs, getenv)); err == nil {
 		err = s.validate()
+	}
+	if err == nil && s.Config == "" && s.XDS.Server == "" && !s.ExampleRules && getenv("KUBERNETES_SERVICE_HOST") != "" {
+		err = errExampleRulesInKubernetes
 	}
 	if err != nil {
 		fmt.Fprintln(out, "rls serve:", err)
 	}
 	return s, err
+}
+
+// errExampleRulesInKubernetes refuses the embedded example rules in a
+// Kubernetes pod: there, a missing --config is a mistake in the manifest,
+// and the examples would limit real traffic by rules nobody wrote for it.
+var errExampleRulesInKubernetes = errors.New("no --config nor --xds-server (nor RUNTIME_ROOT or CONFIG_TYPE): rls serve would serve its embedded example rules, and KUBERNETES_SERVICE_HOST says this is a Kubernetes pod; give --config or --xds-server, or --example-rules to serve the examples anyway")
+
+// explicitFlags are the flags of fs given on the command line or by their
+// RLS_<FLAG> variable: settings envoyproxy/ratelimit's variables never
+// override.
+func explicitFlags(fs *flag.FlagSet, getenv func(string) string) map[string]bool {
+	given := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { given[f.Name] = getenv(EnvName(f.Name)) != "" })
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	return given
 }
 
 // Validate are the flags and arguments of `rls validate`.
