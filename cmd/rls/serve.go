@@ -64,6 +64,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	if err != nil {
 		return fmt.Errorf("loading rules: %w", err)
 	}
+	ruleset.LogWarnings(log, rules)
 	store := ruleset.NewStore(rules)
 
 	ctx, cancel := context.WithCancel(ctx)

@@ -47,12 +47,17 @@ type Rules struct {
 	Config       string // rule file or directory; empty: serve loads the embedded example
 	MergeDomains bool   // rule files sharing a domain are merged instead of refused
 	MaxRuleBytes int64  // most bytes read from all rule files of one load together
+	// GrayKey is the descriptor key whose value true marks a gray request;
+	// serve removes its entries before matching, and a load warns about
+	// rules keyed on it. Empty: no gray marker.
+	GrayKey string
 }
 
 func (r *Rules) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.Config, "config", "", "rule file or directory of *.yaml (rls serve without it: the embedded example rules)")
 	fs.BoolVar(&r.MergeDomains, "merge-domains", false, "merge rule files that share a domain instead of rejecting them")
 	fs.Int64Var(&r.MaxRuleBytes, "max-rule-bytes", ruleset.DefaultMaxRuleBytes, "most bytes read from all rule files together in one load; a larger rule set is refused")
+	fs.StringVar(&r.GrayKey, "gray-key", service.DefaultGrayKey, "descriptor key whose value true marks a gray (canary) request, which gets doubled local limits; empty: no gray marker")
 }
 
 func (r Rules) validate() error {
@@ -68,7 +73,7 @@ func (r Rules) validate() error {
 type Serve struct {
 	GRPCAddr string
 	HTTPAddr string
-	Rules        // --config, --merge-domains, --max-rule-bytes
+	Rules        // --config, --merge-domains, --max-rule-bytes, --gray-key
 	XDS      XDS // --xds-*: the rules from an xDS management server instead of files
 
 	// The admin listener: /json and /debug/pprof/, which spend tokens or
@@ -103,7 +108,6 @@ type Serve struct {
 	Shadow           bool
 	QuotaMode        bool // every rule a quota (envoyproxy/ratelimit's quota mode)
 	ResponseMetadata bool // the response's dynamic_metadata, as the peer's RESPONSE_DYNAMIC_METADATA
-	GrayKey          string
 	RateLimitHeaders bool
 	// Names of the draft-03 headers of --ratelimit-headers.
 	HeaderLimit, HeaderRemaining, HeaderReset string
@@ -184,7 +188,6 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.IntVar(&s.FallbackNodes, "fallback-nodes", 0, "node count N for the fallback share rate/N (0: live count from Redis heartbeats)")
 	fs.IntVar(&s.FallbackNodesInitial, "fallback-nodes-initial", 0, fmt.Sprintf("N for the fallback share until this node has read the node registry, e.g. the most replicas (0: %d)", DefaultFallbackNodesInitial))
 	fs.BoolVar(&s.Shadow, "shadow", false, "shadow mode for every rule: decide and count, always answer OK")
-	fs.StringVar(&s.GrayKey, "gray-key", service.DefaultGrayKey, "descriptor key whose value true marks a gray (canary) request, which gets doubled local limits; empty: no gray marker")
 	fs.BoolVar(&s.QuotaMode, "quota-mode", false, "quota mode for every rule: a request is refused only when all its limited descriptors are (as a rule's quota_mode)")
 	fs.BoolVar(&s.ResponseMetadata, "response-metadata", false, "set the response's dynamic metadata: domain, descriptors, hits_addend and the metadata of the rules answered OK")
 	fs.BoolVar(&s.RateLimitHeaders, "ratelimit-headers", false, "add draft-03 RateLimit-Limit/Remaining/Reset headers to every response")
@@ -248,6 +251,9 @@ func explicitFlags(fs *flag.FlagSet, getenv func(string) string) map[string]bool
 // Validate are the flags and arguments of `rls validate`.
 type Validate struct {
 	Rules // the same loading flags as rls serve
+	// Strict makes warnings failures: what envoyproxy/ratelimit loads but
+	// sluice finds suspect (descriptors.Config.Warnings), for CI.
+	Strict bool
 	// Paths are the rule files and directories checked together as one
 	// rule set: the PATH arguments, or --config when there are none.
 	Paths []string
@@ -259,9 +265,10 @@ Checks the rule files at PATH (each a file or a directory of *.yaml, as
 rls serve --config) together, as the one rule set rls serve would load from a
 directory holding them all: a domain defined in two files fails unless
 --merge-domains. Every problem is printed as file:line:column: reason.
-Without PATH it checks --config. The flags, which go before PATH, are rls
-serve's loading flags, with their RLS_<FLAG> variables; PATH arguments win over
-RLS_CONFIG.
+Without PATH it checks --config. Warnings (what envoyproxy/ratelimit loads
+but sluice finds suspect) are printed and do not fail, unless --strict. The
+flags, which go before PATH, are rls serve's loading flags, with their
+RLS_<FLAG> variables, and --strict; PATH arguments win over RLS_CONFIG.
 
 `
 
@@ -281,6 +288,7 @@ func ParseValidate(args []string, getenv func(string) string, out io.Writer) (Va
 		fs.PrintDefaults()
 	}
 	v.Rules.register(fs)
+	fs.BoolVar(&v.Strict, "strict", false, "fail (exit 1) on warnings too, not only on errors: for CI")
 	if err := parse(fs, args, getenv); err != nil {
 		return v, err
 	}
