@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/tap"
 
 	"github.com/sluice-rls/sluice/backend/memory"
 	"github.com/sluice-rls/sluice/service"
@@ -118,7 +119,11 @@ func BenchmarkTracing(b *testing.B) {
 					o.Tracer = benchTracer(b, bc.ratio)
 				}
 			})
-			ctx := envoyContext(b, bc.traceparent)
+			var tap tap.ServerInHandle // as rls serve: the tap with tracing on
+			if bc.ratio >= 0 {
+				tap = h.srv.TapHandle
+			}
+			ctx := envoyContext(b, tap, bc.traceparent)
 			req := request("edge", desc("remote_address=10.1.2.3"), desc("user_id=alice"), desc("route=/api/orders/42", "user_id=alice"))
 			b.ReportAllocs()
 			cpu0, gc0 := processCPU(), gcCycles()
@@ -146,16 +151,20 @@ func gcCycles() uint64 {
 
 // envoyContext is the context a gRPC handler gets for a call with the
 // metadata of Envoy's rate-limit client (and traceparent tp, unless
-// empty): taken from a real call to a server on 127.0.0.1, held open until
-// the benchmark ends.
-func envoyContext(b *testing.B, tp string) context.Context {
+// empty), through tap if not nil: taken from a real call to a server on
+// 127.0.0.1, held open until the benchmark ends.
+func envoyContext(b *testing.B, tap tap.ServerInHandle, tp string) context.Context {
 	b.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	got, release := make(chan context.Context, 1), make(chan struct{})
-	gs := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if tap != nil {
+		opts = append(opts, grpc.InTapHandle(tap))
+	}
+	gs := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(gs, holdServer{got: got, release: release})
 	served := make(chan struct{})
 	go func() { defer close(served); _ = gs.Serve(lis) }()

@@ -103,6 +103,7 @@ type Server struct {
 	refusals   atomic.Uint64 // refused requests, for sampled logging
 	tracer     trace.Tracer  // never nil
 	traced     bool          // opts.Tracer was set
+	tapped     atomic.Bool   // a gRPC call came through TapHandle
 }
 
 // New returns a Server deciding with opts.

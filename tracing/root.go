@@ -7,6 +7,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Starting a span costs the SDK some hundreds of nanoseconds even when its
@@ -49,9 +50,10 @@ func (t rootTracer) Start(ctx context.Context, name string, opts ...trace.SpanSt
 	// TraceIDRatioBased decides on the id's last 8 bytes: draw them first.
 	lo := rand.Uint64()
 	if lo>>1 >= t.bound {
-		// Not sampled: ctx holds no span, whose SpanFromContext is the
-		// no-op span.
-		return ctx, trace.SpanFromContext(ctx)
+		// Not sampled: nothing started. ctx has no valid span context, so
+		// whatever span it holds does not record either: the no-op span
+		// stands for it without a second walk up ctx.
+		return ctx, noop.Span{}
 	}
 	var tid trace.TraceID
 	binary.BigEndian.PutUint64(tid[8:], lo)
