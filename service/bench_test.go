@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"runtime/metrics"
+	"slices"
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -140,6 +141,87 @@ func BenchmarkTracing(b *testing.B) {
 	}
 }
 
+// BenchmarkTracingCost measures what tracing at ratio 0.01 costs, as a
+// ratio of process CPU time to tracing off, in one process: two servers,
+// one without tracing and one with, answer BenchmarkTracing's request in
+// alternate chunks of 10,000 calls, and each pair of chunks (some 50 ms)
+// gives a ratio, so that the load of other processes, which drifts over
+// seconds, weighs on both alike. Reported: the median ratio and its
+// quartiles over the pairs, and each side's CPU per request. The traced
+// server's spans are flushed at the end of its chunks, so the other does
+// not carry them on its heap; GC work triggered in one chunk may still
+// run in the next (BenchmarkTracing's gc/Mop counts GC cycles apart).
+func BenchmarkTracingCost(b *testing.B) {
+	for _, bc := range []struct {
+		name, traceparent string
+		off               bool // both servers without tracing: the method's noise
+	}{
+		{"0.01", "", false},
+		{"0.01-unsampled", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", false},
+		{"off-vs-off", "", true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			const chunk = 10000
+			clock := clockwork.NewFakeClockAt(harnessStart)
+			off := newHarnessOn(b, clock, benchRules)
+			p := benchProvider(b, 0.01)
+			on := newHarnessOn(b, clock, benchRules, func(o *service.Options) {
+				if !bc.off {
+					o.Tracer = p.Tracer()
+				}
+			})
+			srvs := [2]*service.Server{off.srv, on.srv}
+			var tap tap.ServerInHandle
+			if !bc.off {
+				tap = on.srv.TapHandle
+			}
+			ctxs := [2]context.Context{envoyContext(b, nil, bc.traceparent), envoyContext(b, tap, bc.traceparent)}
+			req := request("edge", desc("remote_address=10.1.2.3"), desc("user_id=alice"), desc("route=/api/orders/42", "user_id=alice"))
+			var (
+				cpu     [2]int64 // per side
+				calls   [2]int
+				last    [2]int64 // the last chunk's CPU per side
+				ratios  []float64
+				side, i int
+			)
+			t0 := processCPU()
+			if t0 == 0 {
+				b.Skip("no process CPU time here")
+			}
+			for b.Loop() {
+				if _, err := srvs[side].ShouldRateLimit(ctxs[side], req); err != nil {
+					b.Fatal(err)
+				}
+				if i++; i < chunk {
+					continue
+				}
+				if side == 1 {
+					_ = p.ForceFlush(context.Background())
+				}
+				t := processCPU()
+				last[side] = t - t0
+				cpu[side] += t - t0
+				calls[side] += i
+				if side == 1 {
+					ratios = append(ratios, float64(last[1])/float64(last[0]))
+				}
+				t0, i, side = t, 0, 1-side
+			}
+			if len(ratios) == 0 {
+				return // a calibration run
+			}
+			slices.Sort(ratios)
+			q := func(f float64) float64 { return ratios[int(f*float64(len(ratios)-1)+0.5)] }
+			b.ReportMetric(q(0.5), "ratio")
+			b.ReportMetric(q(0.25), "ratio-p25")
+			b.ReportMetric(q(0.75), "ratio-p75")
+			b.ReportMetric(float64(len(ratios)), "pairs")
+			b.ReportMetric(float64(cpu[0])/float64(calls[0]), "off-cpu-ns/op")
+			b.ReportMetric(float64(cpu[1])/float64(calls[1]), "on-cpu-ns/op")
+		})
+	}
+}
+
 // gcCycles is the number of GC cycles the process has completed: a
 // benchmark reports it per million operations, a measure of GC cost that
 // other processes do not disturb.
@@ -213,12 +295,16 @@ func (s holdServer) ShouldRateLimit(ctx context.Context, _ *rlsv3.RateLimitReque
 // benchTracer is the tracer of `rls serve --tracing-sample-ratio ratio`,
 // its spans batched to an exporter that drops them.
 func benchTracer(b *testing.B, ratio float64) trace.Tracer {
+	return benchProvider(b, ratio).Tracer()
+}
+
+func benchProvider(b *testing.B, ratio float64) *tracing.Provider {
 	p, err := tracing.New(context.Background(), tracing.Options{Exporter: discardExporter{}, SampleRatio: ratio})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = p.Shutdown(context.Background()) })
-	return p.Tracer()
+	return p
 }
 
 type discardExporter struct{}
