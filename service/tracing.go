@@ -116,6 +116,24 @@ func (s *Server) traceHeader(ctx context.Context) metadata.MD {
 	return md
 }
 
+// startFunc is trace.Tracer's Start.
+type startFunc func(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span)
+
+// rootStarter is a tracer that can start a span its caller knows has no
+// parent without looking for one in the context (package tracing's: a
+// context walk saved on every call that came without trace context).
+type rootStarter interface {
+	StartRoot(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span)
+}
+
+// rootStart is t's StartRoot, or its Start.
+func rootStart(t trace.Tracer) startFunc {
+	if rs, ok := t.(rootStarter); ok {
+		return rs.StartRoot
+	}
+	return t.Start
+}
+
 // traceNote is what decide tells the request's span.
 type traceNote struct {
 	layer Layer // the deciding layer; LayerNone: unknown domain, no matching rule, or every rule unlimited
@@ -145,15 +163,16 @@ func (n *traceNote) note(sc *scratch, out *outcome) {
 // samples ParentBased (as package tracing's does): a request whose parent
 // Envoy did not sample gets no span.
 func (s *Server) shouldRateLimitTraced(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := s.startRoot
 	if md := s.traceHeader(ctx); md != nil {
 		if unsampled(mdCarrier(md).Get(traceparent)) {
 			// Envoy did not sample this trace, so ParentBased sampling
 			// would not either: skip the span's cost (ids, contexts).
 			return s.shouldRateLimit(ctx, req, nil)
 		}
-		ctx = traceContext.Extract(ctx, mdCarrier(md))
+		ctx, start = traceContext.Extract(ctx, mdCarrier(md)), s.tracer.Start
 	}
-	ctx, span := s.tracer.Start(ctx, SpanShouldRateLimit, serverSpan...)
+	ctx, span := start(ctx, SpanShouldRateLimit, serverSpan...)
 	if !span.IsRecording() {
 		resp, err := s.shouldRateLimit(ctx, req, nil)
 		span.End()

@@ -44,6 +44,12 @@ func (t rootTracer) Start(ctx context.Context, name string, opts ...trace.SpanSt
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		return t.Tracer.Start(ctx, name, opts...) // the parent decides
 	}
+	return t.StartRoot(ctx, name, opts...)
+}
+
+// StartRoot is Start for a span its caller knows has no parent in ctx (a
+// call that came without trace context): it does not look for one.
+func (t rootTracer) StartRoot(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	if t.all {
 		return t.Tracer.Start(ctx, name, opts...)
 	}
@@ -52,7 +58,7 @@ func (t rootTracer) Start(ctx context.Context, name string, opts ...trace.SpanSt
 	if lo>>1 >= t.bound {
 		// Not sampled: nothing started. ctx has no valid span context, so
 		// whatever span it holds does not record either: the no-op span
-		// stands for it without a second walk up ctx.
+		// stands for it without a walk up ctx.
 		return ctx, noop.Span{}
 	}
 	var tid trace.TraceID
