@@ -166,6 +166,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	// srv.Codec decodes values that are not UTF-8 instead of refusing them.
 	grpcOpts := append(serverCredentials(serverTLS), grpc.NumStreamWorkers(streamWorkers()), grpc.ForceServerCodecV2(srv.Codec()))
 	grpcOpts = append(grpcOpts, grpcConnLimits(st)...)
+	if traces != nil {
+		// Envoy's trace context read from the call's header, not from a copy.
+		grpcOpts = append(grpcOpts, grpc.InTapHandle(srv.TapHandle))
+	}
 	grpcServer := grpc.NewServer(grpcOpts...)
 	rlsv3.RegisterRateLimitServiceServer(grpcServer, srv)
 	healthServer := health.NewServer()
