@@ -180,6 +180,17 @@ var (
 		}
 		return ""
 	}
+	// The peer dials TCP to a Redis Cluster or Sentinel, whatever
+	// REDIS_SOCKET_TYPE says: it reads it only for REDIS_TYPE=SINGLE.
+	socketOff = func(getenv func(string) string) string {
+		if s := redisOff(getenv); s != "" {
+			return s
+		}
+		if t := orDefault(getenv, "REDIS_TYPE", "SINGLE"); !strings.EqualFold(t, "SINGLE") {
+			return "unused by the peer, which dials TCP with REDIS_TYPE=" + t
+		}
+		return ""
+	}
 	redisTLSOff = func(getenv func(string) string) string {
 		if s := redisOff(getenv); s != "" {
 			return s
@@ -301,7 +312,7 @@ var peerVars = []peerVar{
 	{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", def: "false", kind: kBool, how: hAccepted, ok: []string{"false", "true"}, why: "rls serve reports healthy only once it has loaded its rules"},
 
 	// Redis.
-	{name: "REDIS_SOCKET_TYPE", def: "unix", kind: kWord, how: hMapped, flag: "redis", inert: redisOff},
+	{name: "REDIS_SOCKET_TYPE", def: "unix", kind: kWord, how: hMapped, flag: "redis", inert: socketOff},
 	{name: "REDIS_TYPE", def: "SINGLE", kind: kWord, how: hMapped, flag: "redis", inert: redisOff},
 	{name: "REDIS_URL", def: "/var/run/nutcracker/ratelimit.sock", how: hMapped, flag: "redis", inert: redisOff, secret: true},
 	{name: "REDIS_POOL_SIZE", def: "10", kind: kNumber, how: hMapped, flag: "redis", inert: redisOff},
@@ -522,16 +533,20 @@ func runtimePath(getenv func(string) string) (string, error) {
 
 // redisURL is --redis from the peer's REDIS_* variables: REDIS_URL is
 // host:port (SINGLE), master,host:port,... (SENTINEL) or host:port,...
-// (CLUSTER), or a socket path with REDIS_SOCKET_TYPE=unix; REDIS_AUTH is
+// (CLUSTER), or a socket path with REDIS_SOCKET_TYPE=unix (read, as by the
+// peer, only for SINGLE); REDIS_AUTH is
 // password or user:password; REDIS_TLS picks rediss:// (sentinels://).
 func redisURL(getenv func(string) string) (string, error) {
 	typ := strings.ToUpper(orDefault(getenv, "REDIS_TYPE", "SINGLE"))
 	addr := orDefault(getenv, "REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
-	defSocket := "unix"
-	if strings.Contains(addr, "://") {
-		defSocket = "tcp" // redis://host:port is no socket path, whatever the default
+	socket := "tcp" // the peer dials TCP to a Cluster or Sentinel
+	if typ == "SINGLE" {
+		def := "unix"
+		if strings.Contains(addr, "://") {
+			def = "tcp" // redis://host:port is no socket path, whatever the default
+		}
+		socket = orDefault(getenv, "REDIS_SOCKET_TYPE", def)
 	}
-	socket := orDefault(getenv, "REDIS_SOCKET_TYPE", defSocket)
 	tls := peerBool(getenv, "REDIS_TLS", "false")
 	userinfo := ""
 	if auth := getenv("REDIS_AUTH"); auth != "" {
@@ -559,9 +574,6 @@ func redisURL(getenv func(string) string) (string, error) {
 		q = "?" + strings.Join(query, "&")
 	}
 	if strings.EqualFold(socket, "unix") {
-		if typ != "SINGLE" {
-			return "", fmt.Errorf("REDIS_SOCKET_TYPE=unix with REDIS_TYPE=%s: a socket is one Redis", typ)
-		}
 		if tls {
 			return "", fmt.Errorf("REDIS_TLS=true with REDIS_SOCKET_TYPE=unix: unix:// in --redis speaks plain Redis, without TLS")
 		}

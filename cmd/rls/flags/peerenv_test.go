@@ -197,6 +197,12 @@ func TestPeerEnvRedis(t *testing.T) {
 			"redis://n1:6379?pool_size=5&cluster=true", []string{"n1:6379"}, "", "", false, ""},
 		{"sentinel", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379"},
 			"sentinel://mymaster@s1:26379,s2:26379", []string{"s1:26379", "s2:26379"}, "", "", false, "mymaster"},
+		// The peer reads REDIS_SOCKET_TYPE only for SINGLE: it dials TCP to
+		// a Cluster or Sentinel, with the default unix too.
+		{"cluster, REDIS_SOCKET_TYPE left at unix", map[string]string{"REDIS_TYPE": "CLUSTER", "REDIS_URL": "n1:6379,n2:6379"},
+			"redis://n1:6379,n2:6379", []string{"n1:6379", "n2:6379"}, "", "", false, ""},
+		{"sentinel, REDIS_SOCKET_TYPE=unix", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,s1:26379"},
+			"sentinel://mymaster@s1:26379", []string{"s1:26379"}, "", "", false, "mymaster"},
 		{"sentinel with passwords over TLS", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379", "REDIS_AUTH": "pw", "REDIS_SENTINEL_AUTH": "s&pw", "REDIS_TLS": "true", "REDIS_POOL_SIZE": "10"},
 			"sentinels://:pw@mymaster@s1:26379?sentinel_password=s%26pw", []string{"s1:26379"}, "", "pw", true, "mymaster"},
 		// REDIS_SOCKET_TYPE=unix (the peer's default): REDIS_URL is a
