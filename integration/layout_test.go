@@ -33,6 +33,7 @@ var allowedImports = map[string][]string{
 	"service":           {"bucket", "descriptors"},
 	"tracing":           {},
 	"emergency":         {},
+	"audit":             {},
 	"cmd/rls":           {"backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "emergency", "fallback", "ruleset", "service", "tracing", "xds"},
 	"cmd/rls/flags":     {"backend/memory", "backend/redis", "fallback", "ruleset", "service", "xds"},
 	"cmd/rlsbench":      {},
