@@ -105,10 +105,11 @@ type Serve struct {
 	// (0: DefaultFallbackNodesInitial).
 	FallbackNodesInitial int
 
+	Emergency Emergency // --emergency-key, --emergency-secret-file
+
 	Shadow           bool
-	QuotaMode        bool      // every rule a quota (envoyproxy/ratelimit's quota mode)
-	ResponseMetadata bool      // the response's dynamic_metadata, as the peer's RESPONSE_DYNAMIC_METADATA
-	Emergency        Emergency // --emergency-key, --emergency-secret-file
+	QuotaMode        bool // every rule a quota (envoyproxy/ratelimit's quota mode)
+	ResponseMetadata bool // the response's dynamic_metadata, as the peer's RESPONSE_DYNAMIC_METADATA
 	RateLimitHeaders bool
 	// Names of the draft-03 headers of --ratelimit-headers.
 	HeaderLimit, HeaderRemaining, HeaderReset string
