@@ -285,3 +285,22 @@ func TestEmergencyRotation(t *testing.T) {
 	}
 	assertNoSecret(t, h, logs.String(), "secret-one", "secret-two")
 }
+
+// TestEmergencyUnknownDomain: a domain no rule defines is answered OK as
+// always; its emergency entry is neither counted (the domain label stays
+// bounded by the rules) nor logged.
+func TestEmergencyUnknownDomain(t *testing.T) {
+	var logs logSink
+	h := newHarness(t, emergencyRules, withEmergency(t, digestsAccepting(t, goodSecret), &logs))
+	for _, secret := range []string{goodSecret, wrongSecret} {
+		if resp := h.call(t, request("nowhere", desc("user_id=eve"), desc("emergency="+secret))); resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Errorf("unknown domain, secret %s: %v, want OK", secret, resp.GetOverallCode())
+		}
+	}
+	if got := metricValue(t, h, "ratelimit_emergency_requests_total", map[string]string{"domain": "nowhere"}); got != 0 {
+		t.Errorf("emergency requests of an unknown domain counted: %v", got)
+	}
+	if strings.Contains(logs.String(), "emergency secret") {
+		t.Errorf("unknown domain logged as an emergency request:\n%s", logs.String())
+	}
+}
