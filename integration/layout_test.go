@@ -33,8 +33,9 @@ var allowedImports = map[string][]string{
 	"service":           {"bucket", "descriptors"},
 	"tracing":           {},
 	"audit":             {},
-	"cmd/rls":           {"backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "fallback", "ruleset", "service", "tracing", "xds"},
-	"cmd/rls/flags":     {"backend/memory", "backend/redis", "fallback", "ruleset", "service", "xds"},
+	"audit/redisaudit":  {"audit"},
+	"cmd/rls":           {"audit", "audit/redisaudit", "backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "fallback", "ruleset", "service", "tracing", "xds"},
+	"cmd/rls/flags":     {"audit/redisaudit", "backend/memory", "backend/redis", "fallback", "ruleset", "service", "xds"},
 	"cmd/rlsbench":      {},
 }
 
