@@ -138,6 +138,8 @@ type Serve struct {
 	TracingEndpoint    string
 	TracingSampleRatio float64
 	TracingInsecure    bool
+
+	Audit Audit // the audit trail's Redis stream
 }
 
 // ParseServe parses the flags of `rls serve` from args, taking defaults from
@@ -167,6 +169,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.DurationVar(&s.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", 10*time.Second, "gRPC: clients may send keepalive pings this often, with or without calls; faster ones are disconnected")
 	s.Rules.register(fs)
 	s.XDS.register(fs)
+	s.Audit.register(fs)
 	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, unix:///path/redis.sock, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
 	fs.StringVar(&s.RedisCA, "redis-ca", "", "CA bundle (PEM) to verify Redis' TLS certificate with rediss:// (default: the system roots)")
 	fs.StringVar(&s.RedisTLSCert, "redis-tls-cert", "", "client certificate (PEM) presented to Redis over TLS (Redis' tls-auth-clients); read again when the file changes")
@@ -311,6 +314,9 @@ func (s Serve) validate() error {
 		return err
 	}
 	if err := s.XDS.validate(s.Config); err != nil {
+		return err
+	}
+	if err := s.Audit.validate(); err != nil {
 		return err
 	}
 	if s.RedisTimeout <= 0 {
