@@ -190,7 +190,7 @@ func capChanges(cs []audit.Change) ([]audit.Change, int) {
 		// Each change costs its texts plus the keys, quotes and commas
 		// around them; escaping may add more, hence the margin.
 		size += len(c.What) + len(c.Old) + len(c.New) + 32
-		if size > maxChangesBytes*3/4 {
+		if size > maxChangesBytes {
 			return cs[:i], len(cs) - i
 		}
 	}
