@@ -38,16 +38,13 @@ func (f FieldChange) String() string { return f.Field + ": " + f.Old + " → " +
 // Diff lists the rules added, removed or changed from old to cur, by domain
 // and path, comparing every field of the rules (see ruleFields).
 func Diff(old, cur *descriptors.Config) []Change {
-	type rendered struct {
-		path   string
-		fields []field
-	}
-	before := map[string]rendered{}
+	var rn renderer
+	before := map[string]*descriptors.Rule{}
 	var order []string
 	if old != nil {
 		for _, r := range old.Rules() {
 			id := r.Domain + "\x00" + r.Path
-			before[id] = rendered{r.Path, ruleFields(r)}
+			before[id] = r
 			order = append(order, id)
 		}
 	}
@@ -56,19 +53,23 @@ func Diff(old, cur *descriptors.Config) []Change {
 	for _, r := range cur.Rules() {
 		id := r.Domain + "\x00" + r.Path
 		seen[id] = true
-		now := ruleFields(r)
 		prev, ok := before[id]
-		if !ok {
-			out = append(out, Change{Kind: "added", Rule: r.Path, New: settings(now)})
-			continue
-		}
-		if fc := diffFields(prev.fields, now); len(fc) > 0 {
-			out = append(out, Change{Kind: "changed", Rule: r.Path, Old: settings(prev.fields), New: settings(now), Fields: fc})
+		switch {
+		case !ok:
+			out = append(out, Change{Kind: "added", Rule: r.Path, New: settings(rn.ruleFields(r))})
+		case rn.sameRule(prev, r):
+			// Most rules of a reload: compared in place, nothing rendered.
+		default:
+			was, now := rn.ruleFields(prev), rn.ruleFields(r)
+			if fc := diffFields(was, now); len(fc) > 0 {
+				out = append(out, Change{Kind: "changed", Rule: r.Path, Old: settings(was), New: settings(now), Fields: fc})
+			}
 		}
 	}
 	for _, id := range order {
 		if !seen[id] {
-			out = append(out, Change{Kind: "removed", Rule: before[id].path, Old: settings(before[id].fields)})
+			r := before[id]
+			out = append(out, Change{Kind: "removed", Rule: r.Path, Old: settings(rn.ruleFields(r))})
 		}
 	}
 	return out
@@ -120,50 +121,132 @@ var identityFields = map[string]bool{"Domain": true, "Path": true, "Global": tru
 // case.
 var fieldNames = map[string]string{"GlobalRate": "global", "LocalRate": "local"}
 
+// renderer renders rules for one Diff. It keeps, per struct type, the
+// exported fields and their rule-file names, so that the reflection over a
+// type and the names are worked out once per Diff, not once per rule.
+type renderer struct {
+	plans map[reflect.Type][]planField
+}
+
+// planField is one exported field of a struct type, as rendered.
+type planField struct {
+	index int
+	name  string
+}
+
+// plan returns the exported fields of struct type t, skipping skip.
+func (rn *renderer) plan(t reflect.Type, skip map[string]bool) []planField {
+	if p, ok := rn.plans[t]; ok {
+		return p
+	}
+	var p []planField
+	for i := range t.NumField() {
+		if sf := t.Field(i); sf.IsExported() && !skip[sf.Name] {
+			p = append(p, planField{i, fieldName(sf.Name)})
+		}
+	}
+	if rn.plans == nil {
+		rn.plans = map[reflect.Type][]planField{}
+	}
+	rn.plans[t] = p
+	return p
+}
+
 // ruleFields renders every field of r Diff compares, in a fixed order:
 // each exported field of descriptors.Rule (but identityFields), found by
 // reflection so that a field added to Rule is compared without a change
 // here, and each field of every level (descriptors.Level). Pointers to
 // structs are expanded field by field ("global.burst"); absent values
 // (nil pointers, maps and slices) are left out.
-func ruleFields(r *descriptors.Rule) []field {
-	var out []field
+func (rn *renderer) ruleFields(r *descriptors.Rule) []field {
+	out := make([]field, 0, 16+4*r.Levels())
 	rv := reflect.ValueOf(r).Elem()
-	rt := rv.Type()
-	for i := range rt.NumField() {
-		sf := rt.Field(i)
-		if !sf.IsExported() || identityFields[sf.Name] {
-			continue
-		}
-		out = renderValue(out, fieldName(sf.Name), rv.Field(i))
+	for _, f := range rn.plan(rv.Type(), identityFields) {
+		out = rn.render(out, f.name, rv.Field(f.index))
 	}
 	for i := range r.Levels() {
-		out = renderValue(out, "levels["+strconv.Itoa(i)+"]", reflect.ValueOf(r.Level(i)))
+		out = rn.render(out, "levels["+strconv.Itoa(i)+"]", reflect.ValueOf(r.Level(i)))
 	}
 	return out
 }
 
-// renderValue appends v, named name, to out: a struct as one field per
-// exported field, anything else as one canonical text.
-func renderValue(out []field, name string, v reflect.Value) []field {
+// sameRule reports whether a and b have the same value in every field
+// ruleFields renders, without rendering them. It may report a difference
+// that renders the same (a nil and an empty map): Diff then renders both
+// and finds no change.
+func (rn *renderer) sameRule(a, b *descriptors.Rule) bool {
+	if a.Levels() != b.Levels() {
+		return false
+	}
+	for i := range a.Levels() {
+		if a.Level(i) != b.Level(i) {
+			return false
+		}
+	}
+	av, bv := reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem()
+	for _, f := range rn.plan(av.Type(), identityFields) {
+		if !rn.same(av.Field(f.index), bv.Field(f.index)) {
+			return false
+		}
+	}
+	return true
+}
+
+// same compares two values of one type as render sees them.
+func (rn *renderer) same(a, b reflect.Value) bool {
+	switch a.Kind() {
+	case reflect.Pointer:
+		if a.IsNil() || b.IsNil() {
+			return a.IsNil() == b.IsNil()
+		}
+		return rn.same(a.Elem(), b.Elem())
+	case reflect.Struct:
+		for _, f := range rn.plan(a.Type(), nil) {
+			if !rn.same(a.Field(f.index), b.Field(f.index)) {
+				return false
+			}
+		}
+		return true
+	case reflect.Bool:
+		return a.Bool() == b.Bool()
+	case reflect.String:
+		return a.String() == b.String()
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return a.Uint() == b.Uint()
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return a.Int() == b.Int()
+	}
+	return reflect.DeepEqual(a.Interface(), b.Interface())
+}
+
+// render appends v, named name, to out: a struct as one field per exported
+// field, anything else as one canonical text.
+func (rn *renderer) render(out []field, name string, v reflect.Value) []field {
 	if v.Kind() == reflect.Pointer {
 		if v.IsNil() {
 			return out
 		}
 		v = v.Elem()
 	}
-	if s, ok := v.Interface().(fmt.Stringer); ok && v.Kind() != reflect.Struct {
+	switch v.Kind() {
+	case reflect.Struct:
+		for _, f := range rn.plan(v.Type(), nil) {
+			out = rn.render(out, name+"."+f.name, v.Field(f.index))
+		}
+		return out
+	case reflect.Bool:
+		return append(out, field{name, strconv.FormatBool(v.Bool())})
+	case reflect.String:
+		return append(out, field{name, v.String()})
+	}
+	if s, ok := v.Interface().(fmt.Stringer); ok {
 		return append(out, field{name, s.String()}) // a Unit: "second"
 	}
 	switch v.Kind() {
-	case reflect.Struct:
-		t := v.Type()
-		for i := range t.NumField() {
-			if sf := t.Field(i); sf.IsExported() {
-				out = renderValue(out, name+"."+fieldName(sf.Name), v.Field(i))
-			}
-		}
-		return out
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return append(out, field{name, strconv.FormatUint(v.Uint(), 10)})
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return append(out, field{name, strconv.FormatInt(v.Int(), 10)})
 	case reflect.Map, reflect.Slice:
 		if v.Len() == 0 {
 			return out
@@ -177,8 +260,6 @@ func renderValue(out []field, name string, v reflect.Value) []field {
 			return append(out, field{name, fmt.Sprint(v.Interface())})
 		}
 		return append(out, field{name, string(b)})
-	case reflect.String:
-		return append(out, field{name, v.String()})
 	}
 	return append(out, field{name, fmt.Sprint(v.Interface())})
 }
@@ -205,6 +286,22 @@ func fieldName(goName string) string {
 // diffFields lists the fields whose values differ between a and b; a field
 // present in one only counts as "" in the other.
 func diffFields(a, b []field) []FieldChange {
+	if len(a) == len(b) {
+		same := true // the same fields in the same order: compare in place
+		var out []FieldChange
+		for i := range a {
+			if a[i].name != b[i].name {
+				same = false
+				break
+			}
+			if a[i].value != b[i].value {
+				out = append(out, FieldChange{Field: a[i].name, Old: a[i].value, New: b[i].value})
+			}
+		}
+		if same {
+			return out
+		}
+	}
 	old := make(map[string]string, len(a))
 	for _, f := range a {
 		old[f.name] = f.value

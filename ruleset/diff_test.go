@@ -3,6 +3,7 @@ package ruleset_test
 import (
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -213,5 +214,58 @@ func TestAuditChanges(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("AuditChanges: -want +got\n%s", diff)
+	}
+}
+
+// TestDiffSamePathOtherLevels: a rule's path is for humans ("a_b" is key
+// a_b, or key a with value b); a change between the two keeps the path and
+// is reported field by field, not missed.
+func TestDiffSamePathOtherLevels(t *testing.T) {
+	t.Parallel()
+	keyOnly := mustConfig(t, "domain: d\ndescriptors:\n  - key: a_b\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	keyValue := mustConfig(t, "domain: d\ndescriptors:\n  - key: a\n    value: b\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	want := []string{"d.a_b: levels[0].key: a_b → a", "d.a_b: levels[0].value:  → b"}
+	if diff := cmp.Diff(want, render(ruleset.Diff(keyOnly, keyValue))); diff != "" {
+		t.Errorf("Diff: -want +got\n%s", diff)
+	}
+}
+
+// BenchmarkDiff: a reload of 5000 rules, one of them changed.
+func BenchmarkDiff(b *testing.B) {
+	var before, after strings.Builder
+	for _, sb := range []*strings.Builder{&before, &after} {
+		sb.WriteString("domain: d\ndescriptors:\n")
+	}
+	for i := range 5000 {
+		n := strconv.Itoa(i)
+		line := "  - key: k" + n + "\n    metadata: {tier: gold}\n    rate_limit: {name: r" + n + ", unit: second, requests_per_unit: 10, local: {unit: second, requests_per_unit: 5}}\n"
+		before.WriteString(line)
+		if i == 7 {
+			line = strings.Replace(line, "requests_per_unit: 10", "requests_per_unit: 11", 1)
+		}
+		after.WriteString(line)
+	}
+	f1, err := descriptors.Parse("a.yaml", []byte(before.String()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f2, err := descriptors.Parse("b.yaml", []byte(after.String()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	old, err := descriptors.New([]*descriptors.File{f1}, descriptors.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cur, err := descriptors.New([]*descriptors.File{f2}, descriptors.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if n := len(ruleset.Diff(old, cur)); n != 1 {
+			b.Fatalf("%d changes, want 1", n)
+		}
 	}
 }
