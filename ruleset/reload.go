@@ -79,8 +79,8 @@ func (r *Reloader) read() snapshot {
 }
 
 // apply builds the rules read in snap and swaps them in, or logs and counts
-// why it cannot.
-// why is the audit event's Reason: what triggered the reload.
+// why it cannot. why, what triggered the reload, starts the audit event's
+// Reason.
 func (r *Reloader) apply(ctx context.Context, snap snapshot, why string) error {
 	err := snap.err
 	var cfg *descriptors.Config
@@ -98,10 +98,13 @@ func (r *Reloader) apply(ctx context.Context, snap snapshot, why string) error {
 	changes := Diff(old, cfg)
 	LogChanges(r.Log, changes)
 	sum := hex.EncodeToString(snap.fp[:])
+	if r.Path != "" {
+		why += ": " + r.Path
+	}
 	r.Log.Info("rules reloaded", "path", r.Path, "rule_count", cfg.Len(), "changed", len(changes), "sha256", sum)
 	if r.Audit != nil {
 		r.Audit.Record(ctx, audit.Event{
-			Time: now, Kind: audit.KindReload, Node: r.Node, Reason: why + ": " + r.Path,
+			Time: now, Kind: audit.KindReload, Node: r.Node, Reason: why,
 			Subject: sum, Changes: AuditChanges(changes),
 		})
 	}

@@ -37,8 +37,8 @@ func main() {
 // errUsage marks errors whose message the flag package already printed.
 var errUsage = errors.New("usage")
 
-// exitCode is 2 for usage errors, failed checks and failed audit reads, 1 otherwise (among
-// them rls check's OVER_LIMIT).
+// exitCode is 2 for usage errors, failed checks and failed audit reads, 1
+// otherwise (among them rls check's OVER_LIMIT).
 func exitCode(err error) int {
 	if errors.Is(err, errUsage) || errors.As(err, new(checkError)) || errors.As(err, new(auditError)) {
 		return 2
