@@ -4,17 +4,23 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rls/sluice/audit"
 	"github.com/sluice-rls/sluice/audit/redisaudit"
+	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -171,5 +177,67 @@ func TestAuditCommandErrors(t *testing.T) {
 				t.Errorf("rls audit %q: %q; want it to say %q, never the password", tt.args, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestAuditThroughSentinel: the stream is written and read through a
+// Sentinel URL (the master it names), as with serve --redis sentinel://.
+func TestAuditThroughSentinel(t *testing.T) {
+	master := redistest.Start(t)
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not found") // redistest.Start already failed or skipped otherwise
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster 127.0.0.1 %d 1\n", port, dir, master.Port())
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, conf, "--sentinel")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	url := "sentinel://mymaster@127.0.0.1:" + strconv.Itoa(port) + "/0"
+
+	opts, err := redisbackend.ParseURL(url, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := goredis.NewUniversalClient(opts)
+	defer client.Close()
+	for wait := time.Now().Add(10 * time.Second); client.Ping(context.Background()).Err() != nil; {
+		if time.Now().After(wait) {
+			t.Fatal("the sentinel never gave the master")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	w := redisaudit.New(redisaudit.Options{})
+	w.Record(context.Background(), audit.Event{Time: time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC), Kind: audit.KindReload, Subject: "via-sentinel"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx, client) }()
+	defer func() { cancel(); <-done }()
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, errOut, err := rlsAudit("--redis", url, "--timeout", "2s")
+		if err == nil && strings.Contains(out, "reload subject=via-sentinel") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rls audit through the sentinel: %v, %q, %q", err, out, errOut)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n, err := master.Client().XLen(context.Background(), redisaudit.DefaultStream).Result(); err != nil || n != 1 {
+		t.Errorf("the master holds %d entries (%v), want the one written through the sentinel", n, err)
 	}
 }
