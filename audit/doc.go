@@ -8,5 +8,8 @@
 // block the caller for long: a recorder that writes to a remote store bounds
 // its own time.
 //
+// Package audit/redisaudit keeps the events in a capped Redis stream as
+// well, which `rls audit` reads.
+//
 // audit imports no other sluice package.
 package audit

@@ -20,28 +20,31 @@ const (
 	KindApplied = "applied"
 )
 
-// Event is one audited change.
+// Event is one audited change. Its JSON form (lower-case keys, empty
+// fields left out) is what `rls audit --json` prints.
 type Event struct {
 	// Time is when the change was made.
-	Time time.Time
+	Time time.Time `json:"time"`
 	// Kind is one of the Kind constants.
-	Kind string
+	Kind string `json:"kind"`
 	// Node is the node that made or applied the change.
-	Node string
+	Node string `json:"node,omitempty"`
 	// Author is who made the change; empty when unknown (a file reload).
-	Author string
+	Author string `json:"author,omitempty"`
 	// Reason is the author's reason; empty when none was given.
-	Reason string
+	Reason string `json:"reason,omitempty"`
 	// Subject is what changed: a rule set's SHA-256, an override's ID.
-	Subject string
+	Subject string `json:"subject,omitempty"`
 	// Changes lists every changed field, old → new.
-	Changes []Change
+	Changes []Change `json:"changes,omitempty"`
 }
 
 // Change is one changed field: What names it (e.g. "edge.user_id: unit"),
 // Old and New are its values as text, empty when absent.
 type Change struct {
-	What, Old, New string
+	What string `json:"what"`
+	Old  string `json:"old"`
+	New  string `json:"new"`
 }
 
 // Recorder records events. Implementations are safe for concurrent use.

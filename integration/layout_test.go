@@ -25,8 +25,8 @@ var allowedImports = map[string][]string{
 	"bucket":            {},
 	"bucket/buckettest": {"bucket"},
 	"descriptors":       {"bucket"},
-	"ruleset":           {"descriptors"},
-	"xds":               {"descriptors", "ruleset"},
+	"ruleset":           {"audit", "descriptors"},
+	"xds":               {"audit", "descriptors", "ruleset"},
 	"backend/memory":    {"bucket"},
 	"backend/redis":     {"bucket"},
 	"fallback":          {"bucket"},
@@ -34,8 +34,9 @@ var allowedImports = map[string][]string{
 	"tracing":           {},
 	"emergency":         {},
 	"audit":             {},
-	"cmd/rls":           {"backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "emergency", "fallback", "ruleset", "service", "tracing", "xds"},
-	"cmd/rls/flags":     {"backend/memory", "backend/redis", "fallback", "ruleset", "service", "xds"},
+	"audit/redisaudit":  {"audit"},
+	"cmd/rls":           {"audit", "audit/redisaudit", "backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "emergency", "fallback", "ruleset", "service", "tracing", "xds"},
+	"cmd/rls/flags":     {"audit/redisaudit", "backend/memory", "backend/redis", "fallback", "ruleset", "service", "xds"},
 	"cmd/rlsbench":      {},
 }
 

@@ -222,11 +222,17 @@ func (s *ruleSet) build(opts descriptors.Options) (*descriptors.Config, error) {
 
 // fingerprint identifies the content of a rule set, to tell whether the
 // files changed between two reads.
-func (s *ruleSet) fingerprint() [sha256.Size]byte {
+func (s *ruleSet) fingerprint() [sha256.Size]byte { return Fingerprint(s.names, s.data) }
+
+// Fingerprint is the SHA-256 that identifies a rule set made of the files
+// names holding data (data[i] is the content of names[i]): every name and
+// content, each length-prefixed. A reload's audit event carries it, in hex,
+// as its Subject.
+func Fingerprint(names []string, data [][]byte) [sha256.Size]byte {
 	h := sha256.New()
-	for i, name := range s.names {
-		fmt.Fprintf(h, "%d:%s:%d:", len(name), name, len(s.data[i]))
-		h.Write(s.data[i])
+	for i, name := range names {
+		fmt.Fprintf(h, "%d:%s:%d:", len(name), name, len(data[i]))
+		h.Write(data[i])
 	}
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])

@@ -3,6 +3,7 @@ package ruleset
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rls/sluice/audit"
 	"github.com/sluice-rls/sluice/descriptors"
 )
 
@@ -40,6 +42,12 @@ type Reloader struct {
 	// and Watch's settle timer; nil is the real clock. Tests pass a
 	// clockwork.FakeClock and advance it past each settle.
 	Clock clockwork.Clock
+	// Audit records one audit.KindReload event per successful reload: the
+	// rule files' SHA-256 as Subject, Node, and every changed field; nil
+	// records nothing.
+	Audit audit.Recorder
+	// Node names this node in audit events.
+	Node string
 }
 
 func (r *Reloader) clock() clockwork.Clock {
@@ -52,9 +60,10 @@ func (r *Reloader) clock() clockwork.Clock {
 // Reload loads the rules again. On failure it logs every problem (with
 // file:line:column), counts the error and returns it, keeping the running
 // rules. On success it swaps the new rules in atomically, logs each warning
-// (LogWarnings) and one line per rule added, removed or whose limits
-// changed, and records the time.
-func (r *Reloader) Reload() error { return r.apply(r.read()) }
+// (LogWarnings) and one line per rule added, removed or changed (every field
+// of a rule is compared, see Diff), records the time and hands one audit
+// event to Audit.
+func (r *Reloader) Reload() error { return r.apply(context.Background(), r.read(), "reload requested") }
 
 // snapshot is one read of the rule files: their content or the error.
 type snapshot struct {
@@ -72,8 +81,9 @@ func (r *Reloader) read() snapshot {
 }
 
 // apply builds the rules read in snap and swaps them in, or logs and counts
-// why it cannot.
-func (r *Reloader) apply(snap snapshot) error {
+// why it cannot. why, what triggered the reload, starts the audit event's
+// Reason.
+func (r *Reloader) apply(ctx context.Context, snap snapshot, why string) error {
 	err := snap.err
 	var cfg *descriptors.Config
 	if err == nil {
@@ -85,13 +95,22 @@ func (r *Reloader) apply(snap snapshot) error {
 		return err
 	}
 	old := r.Store.Swap(cfg)
-	r.Metrics.loaded(true, r.clock().Now())
+	now := r.clock().Now()
+	r.Metrics.loaded(true, now)
 	LogWarnings(r.Log, cfg)
 	changes := Diff(old, cfg)
-	for _, c := range changes {
-		r.Log.Info("rule "+c.Kind, "rule", c.Rule, "old", c.Old, "new", c.New)
+	LogChanges(r.Log, changes)
+	sum := hex.EncodeToString(snap.fp[:])
+	if r.Path != "" {
+		why += ": " + r.Path
 	}
-	r.Log.Info("rules reloaded", "path", r.Path, "rule_count", cfg.Len(), "changed", len(changes))
+	r.Log.Info("rules reloaded", "path", r.Path, "rule_count", cfg.Len(), "changed", len(changes), "sha256", sum)
+	if r.Audit != nil {
+		r.Audit.Record(ctx, audit.Event{
+			Time: now, Kind: audit.KindReload, Node: r.Node, Reason: why,
+			Subject: sum, Changes: AuditChanges(changes),
+		})
+	}
 	return nil
 }
 
@@ -211,7 +230,7 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			}
 			snap := r.read()
 			if prev != nil && snap.fp == prev.fp {
-				_ = r.apply(snap) // logged and counted by apply
+				_ = r.apply(ctx, snap, "rule files changed") // logged and counted by apply
 				prev, rounds = nil, 0
 				continue
 			}
@@ -226,53 +245,6 @@ func (r *Reloader) Watch(ctx context.Context) error {
 			arm()
 		}
 	}
-}
-
-// Change is one difference between two rule sets.
-type Change struct {
-	Kind     string // "added", "removed" or "changed"
-	Rule     string // domain-qualified path
-	Old, New string // the limits, empty when absent
-}
-
-// Diff lists the rules added, removed or changed from old to cur, by path.
-func Diff(old, cur *descriptors.Config) []Change {
-	before := map[string]string{}
-	if old != nil {
-		for _, r := range old.Rules() {
-			before[r.Path] = limitsOf(r)
-		}
-	}
-	var out []Change
-	seen := map[string]bool{}
-	for _, r := range cur.Rules() {
-		seen[r.Path] = true
-		now := limitsOf(r)
-		prev, ok := before[r.Path]
-		switch {
-		case !ok:
-			out = append(out, Change{Kind: "added", Rule: r.Path, New: now})
-		case prev != now:
-			out = append(out, Change{Kind: "changed", Rule: r.Path, Old: prev, New: now})
-		}
-	}
-	if old != nil {
-		for _, r := range old.Rules() {
-			if !seen[r.Path] {
-				out = append(out, Change{Kind: "removed", Rule: r.Path, Old: before[r.Path]})
-			}
-		}
-	}
-	return out
-}
-
-// limitsOf is a rule's /rlconfig line without its path.
-func limitsOf(r *descriptors.Rule) string {
-	s := r.String()
-	if len(s) > len(r.Path)+2 && s[:len(r.Path)] == r.Path {
-		return s[len(r.Path)+2:]
-	}
-	return s
 }
 
 // ReloadMetrics count rule loads. Build with NewReloadMetrics; nil records

@@ -151,7 +151,7 @@ func TestReloadKeepsRulesOnError(t *testing.T) {
 	if got := f.gauge(t, "ratelimit_config_last_load_successful"); got != 1 {
 		t.Errorf("ratelimit_config_last_load_successful = %v after a good reload, want 1", got)
 	}
-	if log := f.log.String(); !strings.Contains(log, "rule changed") || !strings.Contains(log, "10/second") || !strings.Contains(log, "20/second") {
+	if log := f.log.String(); !strings.Contains(log, "rule changed") || !strings.Contains(log, "global.requests_per_unit: 10 → 20") {
 		t.Errorf("log lacks the old → new line:\n%s", log)
 	}
 }

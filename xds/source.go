@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/sluice-rls/sluice/audit"
 	"github.com/sluice-rls/sluice/descriptors"
 	"github.com/sluice-rls/sluice/ruleset"
 )
@@ -56,6 +58,12 @@ type Options struct {
 	// ACKed; error: NACKed); nil records nothing.
 	Reloads *ruleset.ReloadMetrics
 	Metrics *Metrics // nil records nothing
+	// Audit records one audit.KindReload event per applied update: Subject
+	// "<version_info> sha256:<hex>" (the SHA-256 of the update rendered as
+	// rule files, see ruleset.Fingerprint), every changed field; nil
+	// records nothing. AuditNode names this node in the events.
+	Audit     audit.Recorder
+	AuditNode string
 
 	// Clock times the reconnect backoff and the loads; nil is the real
 	// clock.
@@ -201,7 +209,7 @@ func (s *Source) session(ctx context.Context) (got bool, err error) {
 		// ACK: the version just applied; NACK: the last one applied, and
 		// why not this one. Both carry the response's nonce.
 		req := &discovery.DiscoveryRequest{TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
-		if err := s.apply(resp.GetResources(), version); err != nil {
+		if err := s.apply(ctx, resp.GetResources(), version); err != nil {
 			req.VersionInfo, _ = s.Version()
 			req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: nackMessage(version, err)}
 		} else {
@@ -215,7 +223,7 @@ func (s *Source) session(ctx context.Context) (got bool, err error) {
 
 // apply builds the rules of one update and swaps them in, or logs, counts
 // and returns why not; the running rules then stay.
-func (s *Source) apply(resources []*anypb.Any, version string) error {
+func (s *Source) apply(ctx context.Context, resources []*anypb.Any, version string) error {
 	files, err := ruleFiles(resources)
 	var cfg *descriptors.Config
 	if err == nil {
@@ -232,19 +240,36 @@ func (s *Source) apply(resources []*anypb.Any, version string) error {
 	}
 	old := s.opts.Store.Swap(cfg)
 	s.version.Store(&version)
-	s.opts.Reloads.Loaded(true, s.clock.Now())
+	now := s.clock.Now()
+	s.opts.Reloads.Loaded(true, now)
 	s.opts.Metrics.setVersion(version)
 	ruleset.LogWarnings(s.opts.Log, cfg) // what the peer loads but sluice finds suspect
 	changes := ruleset.Diff(old, cfg)
-	for _, c := range changes {
-		s.opts.Log.Info("rule "+c.Kind, "rule", c.Rule, "old", c.Old, "new", c.New)
+	ruleset.LogChanges(s.opts.Log, changes)
+	subject := version + " sha256:" + fingerprint(files)
+	s.opts.Log.Info("rules from xDS applied", "version", version, "resources", len(resources), "rule_count", cfg.Len(), "changed", len(changes), "subject", subject)
+	if s.opts.Audit != nil {
+		s.opts.Audit.Record(ctx, audit.Event{
+			Time: now, Kind: audit.KindReload, Node: s.opts.AuditNode, Reason: "xDS update from " + s.opts.Server,
+			Subject: subject, Changes: ruleset.AuditChanges(changes),
+		})
 	}
-	s.opts.Log.Info("rules from xDS applied", "version", version, "resources", len(resources), "rule_count", cfg.Len(), "changed", len(changes))
 	if len(resources) == 0 {
 		s.opts.Log.Warn("the xDS update holds no RateLimitConfig: no rules, every request is allowed", "version", version)
 	}
 	s.once.Do(func() { close(s.ready) })
 	return nil
+}
+
+// fingerprint is the hex SHA-256 of an update's rule files.
+func fingerprint(files []ruleFile) string {
+	names := make([]string, len(files))
+	data := make([][]byte, len(files))
+	for i, f := range files {
+		names[i], data[i] = f.name, f.yaml
+	}
+	sum := ruleset.Fingerprint(names, data)
+	return hex.EncodeToString(sum[:])
 }
 
 // nackMessage is the error detail of a NACK: the version refused and every

@@ -5,6 +5,7 @@
 //	                                  rule set, with serve's loading flags
 //	rls check --domain D k=v[,k=v]... ask a running server for a decision
 //	                                  (exit 0 OK, 1 OVER_LIMIT, 2 error)
+//	rls audit --redis URL             print the audit trail (reloads, overrides)
 //	rls version                       print the version, commit and Go version
 //
 // main only wires signals and exit codes; run holds the logic so that tests
@@ -36,10 +37,10 @@ func main() {
 // errUsage marks errors whose message the flag package already printed.
 var errUsage = errors.New("usage")
 
-// exitCode is 2 for usage errors and failed checks, 1 otherwise (among
-// them rls check's OVER_LIMIT).
+// exitCode is 2 for usage errors, failed checks and failed audit reads, 1
+// otherwise (among them rls check's OVER_LIMIT).
 func exitCode(err error) int {
-	if errors.Is(err, errUsage) || errors.As(err, new(checkError)) {
+	if errors.Is(err, errUsage) || errors.As(err, new(checkError)) || errors.As(err, new(auditError)) {
 		return 2
 	}
 	return 1
@@ -52,6 +53,8 @@ const usage = `usage:
   rls check [flags] KEY=VALUE[,KEY=VALUE]...
                                        ask a running server; one argument per descriptor;
                                        exit 0 OK, 1 OVER_LIMIT, 2 error (--tls-* for TLS)
+  rls audit --redis URL [--count N] [--since 1h] [--kind reload|override.*] [--json]
+                                       print the audit trail newest first; exit 0, 2 on error
   rls version                          print the version, commit and Go version
 `
 
@@ -68,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return validate(args[1:], stdout, stderr, getenv)
 	case "check":
 		return check(ctx, args[1:], stdout, stderr)
+	case "audit":
+		return auditCmd(ctx, args[1:], stdout, stderr, getenv)
 	case "version":
 		fmt.Fprintln(stdout, currentBuild())
 		return nil

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,19 +26,19 @@ const stallCalls = 3
 // newRedisGlobal connects the global layer to --redis, wrapped in the
 // fail-open switch: a memory fallback enforcing this node's share, the
 // node registry that gives N, and the probe.
-func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (*fallback.Limiter, func(), error) {
+func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (*fallback.Limiter, goredis.UniversalClient, func(), error) {
 	opts, err := redisbackend.ParseURL(st.Redis, st.RedisTimeout)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--redis: %w", err)
+		return nil, nil, nil, fmt.Errorf("--redis: %w", err)
 	}
 	if st.RedisCA != "" {
 		if err := trustCA(opts, st.RedisCA); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	if st.RedisTLSCert != "" {
 		if err := useRedisClientCert(opts, st, clockwork.NewRealClock(), log, reg); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	// go-redis logs through a package-level logger; route it to ours so its
@@ -48,8 +47,7 @@ func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg p
 	client := goredis.NewUniversalClient(opts)
 	lim := redisbackend.New(redisbackend.Options{Client: client, Timeout: st.RedisTimeout, Tracer: tracer})
 
-	host, _ := os.Hostname()
-	nodes := redisbackend.NewNodes(redisbackend.NodesOptions{Client: client, ID: host + ":" + strconv.Itoa(os.Getpid())})
+	nodes := redisbackend.NewNodes(redisbackend.NodesOptions{Client: client, ID: nodeName()})
 	fn := fallbackNodes{pinned: st.FallbackNodes, initial: st.FallbackNodesInitial, registry: nodes}
 	nodeCount := func() int { n, _ := fn.count(); return n }
 	fn.register(reg)
@@ -87,7 +85,7 @@ func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg p
 		lim.Close() // fails what is queued, waits for calls in flight
 		_ = client.Close()
 	}
-	return sw, closeAll, nil
+	return sw, client, closeAll, nil
 }
 
 // Sources of N, the values of ratelimit_fallback_nodes' source label.

@@ -20,6 +20,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	goredis "github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
@@ -74,10 +75,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	registerBuildInfo(reg, currentBuild())
 	registerEmbeddedRules(reg, embeddedRules(st))
 	reloadMetrics := ruleset.NewReloadMetrics(reg)
+	trail := newAuditTrail(st, log, reg)
 	var xsrc *xds.Source // nil: rules from files
 	if st.XDS.Server != "" {
 		var stopXDS func()
-		xsrc, stopXDS, err = startXDS(ctx, st, store, log, reg, reloadMetrics)
+		xsrc, stopXDS, err = startXDS(ctx, st, store, log, reg, reloadMetrics, trail)
 		if err != nil {
 			return err
 		}
@@ -92,6 +94,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		Store:    store,
 		Log:      log,
 		Metrics:  reloadMetrics,
+		Audit:    trail.rec,
+		Node:     trail.node,
 	}
 	// Registered before serving, so an early SIGHUP reloads instead of
 	// terminating the process.
@@ -128,6 +132,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		return err
 	}
 	defer global.close()
+	defer trail.startStream(global.redis)() // stopped before the client closes
 	var localLayer bucket.Limiter = local
 	if global.sw != nil {
 		localLayer = global.sw.GuardLocal(local) // --redis-failure allow bypasses it
@@ -351,7 +356,8 @@ func stopGRPC(s *grpc.Server, timeout time.Duration) {
 // globalLayer is the cluster-wide layer as serve wires it.
 type globalLayer struct {
 	limiter bucket.Limiter
-	sw      *fallback.Limiter // the fail-open switch in front of Redis; nil without Redis
+	sw      *fallback.Limiter       // the fail-open switch in front of Redis; nil without Redis
+	redis   goredis.UniversalClient // nil without Redis
 	close   func()
 }
 
@@ -383,11 +389,11 @@ func newGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg promet
 		registerFullRefusals(reg, "global", m.FullRefusals)
 		return globalLayer{limiter: m, close: func() {}}, nil
 	}
-	sw, closeAll, err := newRedisGlobal(ctx, st, log, reg, tracer)
+	sw, client, closeAll, err := newRedisGlobal(ctx, st, log, reg, tracer)
 	if err != nil {
 		return globalLayer{}, err
 	}
-	return globalLayer{limiter: sw, sw: sw, close: closeAll}, nil
+	return globalLayer{limiter: sw, sw: sw, redis: client, close: closeAll}, nil
 }
 
 // shutdownTracing flushes the spans not yet exported, for up to timeout,

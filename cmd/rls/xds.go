@@ -46,7 +46,7 @@ func rulesName(st flags.Serve) string {
 
 // startXDS runs the xDS source of --xds-server into store until ctx is
 // done; stop cancels it and waits for it to end.
-func startXDS(ctx context.Context, st flags.Serve, store *ruleset.Store, log *slog.Logger, reg prometheus.Registerer, reloads *ruleset.ReloadMetrics) (src *xds.Source, stop func(), err error) {
+func startXDS(ctx context.Context, st flags.Serve, store *ruleset.Store, log *slog.Logger, reg prometheus.Registerer, reloads *ruleset.ReloadMetrics, trail auditTrail) (src *xds.Source, stop func(), err error) {
 	creds, err := xdsCredentials(st.XDS)
 	if err != nil {
 		return nil, nil, err
@@ -65,6 +65,8 @@ func startXDS(ctx context.Context, st flags.Serve, store *ruleset.Store, log *sl
 		RuleOptions: ruleOptions(st.Rules),
 		Log:         log,
 		Reloads:     reloads,
+		Audit:       trail.rec,
+		AuditNode:   trail.node,
 		Metrics:     xds.NewMetrics(reg),
 		BackoffMin:  st.XDS.BackoffMin,
 		BackoffMax:  st.XDS.BackoffMax,

@@ -152,6 +152,7 @@ type Serve struct {
 	// variables; PeerNotes are the lines to log about them at start.
 	PeerEnv   PeerEnvMode
 	PeerNotes []PeerNote
+	Audit     Audit // the audit trail's Redis stream
 }
 
 // ParseServe parses the flags of `rls serve` from args, taking defaults from
@@ -182,6 +183,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	s.Rules.register(fs)
 	s.XDS.register(fs)
 	s.Emergency.register(fs)
+	s.Audit.register(fs)
 	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, unix:///path/redis.sock, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
 	fs.StringVar(&s.RedisCA, "redis-ca", "", "CA bundle (PEM) to verify Redis' TLS certificate with rediss:// (default: the system roots)")
 	fs.StringVar(&s.RedisTLSCert, "redis-tls-cert", "", "client certificate (PEM) presented to Redis over TLS (Redis' tls-auth-clients); read again when the file changes")
@@ -353,6 +355,9 @@ func (s Serve) validate() error {
 		return err
 	}
 	if err := s.Emergency.validate(s.GrayKey); err != nil {
+		return err
+	}
+	if err := s.Audit.validate(); err != nil {
 		return err
 	}
 	if s.RedisTimeout <= 0 {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rls/sluice/audit/redisaudit"
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
@@ -87,6 +88,8 @@ func TestServeDefaultsAreTheOwners(t *testing.T) {
 		{"--xds-node-id", st.XDS.NodeID, xds.DefaultNodeID},
 		{"--xds-backoff-min", st.XDS.BackoffMin, xds.DefaultBackoffMin},
 		{"--xds-backoff-max", st.XDS.BackoffMax, xds.DefaultBackoffMax},
+		{"--audit-stream", st.Audit.Stream, redisaudit.DefaultStream},
+		{"--audit-stream-max-len", st.Audit.MaxLen, int64(redisaudit.DefaultMaxLen)},
 	} {
 		if d.got != d.want {
 			t.Errorf("%s defaults to %v, want %v", d.flag, d.got, d.want)
@@ -142,6 +145,7 @@ func TestParseServeErrors(t *testing.T) {
 		{"xds backoff inverted", []string{"--xds-server", "cp:18001", "--xds-backoff-min", "10s", "--xds-backoff-max", "1s"}, nil, []string{"--xds-backoff-max at least as long"}},
 		{"bad header name", []string{"--ratelimit-header-limit", "Rate Limit"}, nil, []string{"--ratelimit-header-limit", "not a valid HTTP header name"}},
 		{"empty header name", []string{"--ratelimit-header-reset="}, nil, []string{"--ratelimit-header-reset"}},
+		{"zero audit stream cap", []string{"--audit-stream-max-len", "0"}, nil, []string{"--audit-stream-max-len must be positive"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

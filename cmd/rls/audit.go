@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rls/sluice/audit"
+	"github.com/sluice-rls/sluice/audit/redisaudit"
+	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/cmd/rls/flags"
+)
+
+// auditError is an rls audit that could not read the trail (Redis
+// unreachable, a bad URL): exit 2, as a usage error.
+type auditError struct{ err error }
+
+func (e auditError) Error() string { return e.err.Error() }
+func (e auditError) Unwrap() error { return e.err }
+
+const auditUsage = `usage: rls audit --redis URL [flags]
+
+Prints the audit trail that rls serve --redis keeps in a Redis stream (rule
+reloads and xDS updates, runtime overrides), newest first, one event per line:
+time, kind, node, author, reason, subject, then every change as
+what "old" → "new". --redis takes the URL forms of rls serve --redis.
+Exit status: 0, or 2 on an error.
+
+`
+
+// auditCmd prints the newest events of the audit stream.
+func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("redis", getenv("RLS_REDIS"), "Redis URL, as rls serve --redis (default: $RLS_REDIS)")
+	ca := fs.String("redis-ca", getenv("RLS_REDIS_CA"), "CA bundle (PEM) to verify Redis' TLS certificate (default: $RLS_REDIS_CA, else the system roots)")
+	stream := fs.String("stream", redisaudit.DefaultStream, "key of the audit stream (rls serve --audit-stream)")
+	count := fs.Int("count", 20, "most events printed (0: all the stream holds)")
+	since := fs.Duration("since", 0, "only events of the last `duration`, e.g. 1h (0: all)")
+	kind := fs.String("kind", "", "only events of this kind: reload, override.set, override.remove, override.expire, applied, or a pattern such as override.* (default: all)")
+	asJSON := fs.Bool("json", false, "print one JSON object per event")
+	timeout := fs.Duration("timeout", 5*time.Second, "deadline of the whole read")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, auditUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return errUsage
+	}
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "rls audit: no arguments expected, got %q\n", fs.Args())
+		return errUsage
+	case *url == "":
+		fmt.Fprintln(stderr, "rls audit: --redis is required")
+		return errUsage
+	case *count < 0 || *since < 0 || *timeout <= 0:
+		fmt.Fprintln(stderr, "rls audit: --count and --since must not be negative, --timeout must be positive")
+		return errUsage
+	}
+	opts, err := redisbackend.ParseURL(*url, *timeout)
+	if err != nil {
+		return auditError{fmt.Errorf("--redis: %w", err)}
+	}
+	if *ca != "" {
+		if err := trustCA(opts, *ca); err != nil {
+			return auditError{err}
+		}
+	}
+	client := goredis.NewUniversalClient(opts)
+	defer client.Close()
+	q := redisaudit.Query{Stream: *stream, Count: *count, Kind: *kind}
+	if *since > 0 {
+		q.Since = clockwork.NewRealClock().Now().Add(-*since)
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	events, err := redisaudit.Read(ctx, client, q)
+	if err != nil {
+		return auditError{err}
+	}
+	for _, e := range events {
+		if *asJSON {
+			b, err := json.Marshal(e)
+			if err != nil {
+				return auditError{err}
+			}
+			fmt.Fprintf(stdout, "%s\n", b)
+			continue
+		}
+		fmt.Fprintln(stdout, auditLine(e))
+	}
+	return nil
+}
+
+// auditLine renders one event on one line: its time (UTC, milliseconds),
+// kind, the fields that are set as key=value (quoted when they hold a space
+// or a quote), then each change as what "old" → "new", separated by "; ".
+func auditLine(e audit.Event) string {
+	var b strings.Builder
+	b.WriteString(e.Time.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+	b.WriteByte(' ')
+	b.WriteString(e.Kind)
+	for _, f := range [...]struct{ k, v string }{{"node", e.Node}, {"author", e.Author}, {"reason", e.Reason}, {"subject", e.Subject}} {
+		if f.v == "" {
+			continue
+		}
+		b.WriteString(" " + f.k + "=")
+		if strings.ContainsAny(f.v, " \"\t\n") {
+			b.WriteString(strconv.Quote(f.v))
+		} else {
+			b.WriteString(f.v)
+		}
+	}
+	for i, c := range e.Changes {
+		if i == 0 {
+			b.WriteString(" changes: ")
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(c.What + " " + strconv.Quote(c.Old) + " → " + strconv.Quote(c.New))
+	}
+	return b.String()
+}
+
+// nodeName names this node in audit events as the Redis node registry
+// does: host name and process ID.
+func nodeName() string {
+	host, _ := os.Hostname()
+	return host + ":" + strconv.Itoa(os.Getpid())
+}
+
+// auditTrail is where serve records audit events: the log always, and the
+// Redis stream of --audit-stream with --redis.
+type auditTrail struct {
+	rec    audit.Recorder
+	node   string
+	stream *redisaudit.Writer // nil: no stream
+}
+
+// newAuditTrail builds the recorders of the audit trail. The stream's
+// writer queues events until startStream gives it the Redis client.
+func newAuditTrail(st flags.Serve, log *slog.Logger, reg prometheus.Registerer) auditTrail {
+	t := auditTrail{node: nodeName()}
+	multi := audit.Multi{audit.Log{Logger: log}}
+	if st.Redis != "" && st.Audit.Stream != "" {
+		t.stream = redisaudit.New(redisaudit.Options{
+			Stream:  st.Audit.Stream,
+			MaxLen:  st.Audit.MaxLen,
+			Timeout: max(st.RedisTimeout, redisaudit.DefaultTimeout),
+			Log:     log,
+			Metrics: redisaudit.NewMetrics(reg),
+		})
+		multi = append(multi, t.stream)
+	}
+	t.rec = multi
+	return t
+}
+
+// startStream writes the stream's queued and future events through client
+// until stop, which waits for the writer to end (at most about two write
+// timeouts); call it before closing client. No stream: a no-op.
+func (t auditTrail) startStream(client redisaudit.Adder) (stop func()) {
+	if t.stream == nil || client == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t.stream.Run(ctx, client)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
