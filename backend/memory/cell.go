@@ -21,11 +21,20 @@ import (
 // tat + frac/Requests. All arithmetic is on integers (128-bit where products
 // need it), so a bucket never drifts however long it lives.
 //
+// A cell also records the rate it was last written under (Requests and
+// Period of its Limit), because a bucket's key is its rule and values, not
+// its numbers: when a hit comes with another rate, what the bucket lacks is
+// converted to it (see deficitUnder). The burst needs no record: under an
+// unchanged Limit the deficit never exceeds Burst tokens, so clamping it to
+// the hit's Burst on every hit changes nothing but a lowered burst.
+//
 // A cell holds no pointers, so maps of millions of them cost the garbage
 // collector nothing to scan.
 type cell struct {
-	tat  int64  // whole nanoseconds since the epoch at which the bucket is full
-	frac uint64 // TAT's fraction of a nanosecond, in 1/Requests ns; < Requests
+	tat      int64  // whole nanoseconds since the epoch at which the bucket is full
+	frac     uint64 // TAT's fraction of a nanosecond, in 1/requests ns; < requests
+	requests uint64 // the Limit's Requests when the cell was written
+	period   int64  // the Limit's Period (ns) when the cell was written
 }
 
 // minTime is the TAT of an absent bucket: full at any time.
@@ -36,34 +45,76 @@ func (b cell) fullAt(now int64) bool {
 	return b.tat < now || b.tat == now && b.frac == 0
 }
 
-// deficit returns how much b lacks to be full at now, in units of 1/r ns
-// (one token is Period such units). It is (TAT-now)×r, or 0 for a full bucket.
-func (b cell) deficit(now int64, r uint64) u128 {
+// deficitUnder returns how much b lacks to be full at now under a Limit of
+// r tokens per p ns and the given burst, in units of 1/r ns (one token is p
+// such units), never more than burst tokens (burst×p); 0 for a full
+// bucket.
+//
+// Under the rate b was written with, that is (TAT-now)×r + frac. Under
+// another rate the tokens b lacks at now stay lacking: d₀ = (TAT-now)×r₀ +
+// frac units of 1/r₀ ns are d₀/p₀ tokens, which under the new rate are
+// ⌈d₀×p/p₀⌉ units of 1/r ns (rounded up, so a conversion never hands out a
+// fraction of a token), clamped to burst×p. The refill up to now ran at the
+// old rate: the Limit changed at some instant nobody recorded, and a
+// bucket hit under the new one is converted at its first hit.
+func (b cell) deficitUnder(now int64, r, p, burst uint64) u128 {
 	if b.tat < now {
 		return u128{}
 	}
+	limit := mul64(burst, p)
 	// tat ≥ now, so the wrapping int64 difference is the exact distance.
-	// frac < r unless the key's Limit changed; clamp it so a changed Limit
-	// costs at most a nanosecond of precision, never a wrong carry.
-	return mul64(uint64(b.tat-now), r).add(u128{lo: min(b.frac, r-1)})
+	if b.requests == r && uint64(b.period) == p {
+		return min128(mul64(uint64(b.tat-now), r).add(u128{lo: b.frac}), limit)
+	}
+	if b.requests == 0 || b.period <= 0 {
+		return limit // no record of its rate (never stored): empty, never more
+	}
+	d0 := mul64(uint64(b.tat-now), b.requests).add(u128{lo: min(b.frac, b.requests-1)})
+	if mul64(burst, uint64(b.period)).lessEq(d0) {
+		return limit // lacks at least burst tokens
+	}
+	// d₀ < burst×p₀, so d₀×p/p₀ < burst×p < 2¹²⁸: mulDivCeil cannot overflow.
+	return mulDivCeil(d0, p, uint64(b.period))
 }
 
-// bucketAt returns the bucket that lacks d (in 1/r ns) at now. A TAT beyond
-// the int64 range (a deficit of more than ~292 years of refill) saturates: the
-// bucket then refills a little early, which is the only inexact case.
-func bucketAt(now int64, d u128, r uint64) cell {
+// under returns b as a bucket written under lim at now, and whether that
+// converted it: b itself when it was written under lim's rate and lacks at
+// most lim's burst (or lim never allows); else what it lacks at now,
+// converted to lim's rate and clamped to its burst (deficitUnder). Callers
+// store the conversion before deciding, so that from the first hit under a
+// new Limit the bucket refills at the new rate and never again lacks more
+// than the new burst, also when that hit is refused or only checks.
+func (b cell) under(now int64, lim bucket.Limit) (cell, bool) {
+	r, p, burst := lim.Requests, uint64(lim.Period), lim.Burst
+	if r == 0 || lim.Period <= 0 || burst == 0 || b.tat < now {
+		return b, false
+	}
+	if b.requests == r && b.period == int64(p) &&
+		mul64(uint64(b.tat-now), r).add(u128{lo: b.frac}).lessEq(mul64(burst, p)) {
+		return b, false
+	}
+	return bucketAt(now, b.deficitUnder(now, r, p, burst), r, p), true
+}
+
+// bucketAt returns the bucket that lacks d (in 1/r ns) at now under a Limit
+// of r tokens per p ns. A TAT beyond the int64 range (a deficit of more
+// than ~292 years of refill) saturates: the bucket then refills a little
+// early, which is the only inexact case.
+func bucketAt(now int64, d u128, r, p uint64) cell {
 	q, rem, ok := d.divMod(r)
 	// uint64(MaxInt64)-uint64(now) wraps to the exact headroom for any now.
 	if !ok || q > uint64(math.MaxInt64)-uint64(now) {
-		return cell{tat: math.MaxInt64}
+		return cell{tat: math.MaxInt64, requests: r, period: int64(p)}
 	}
-	return cell{tat: now + int64(q), frac: rem}
+	return cell{tat: now + int64(q), frac: rem, requests: r, period: int64(p)}
 }
 
 // apply decides one hit of cost tokens (a give-back when give is set) against
 // b at now, in nanoseconds since the epoch. It is a pure function: it returns
 // the bucket after the hit, the state to report, and whether the bucket
-// changed (only then must the caller store next).
+// changed (only then must the caller store next). A bucket last written
+// under another Limit is read converted to lim (deficitUnder) and, when the
+// hit changes it, stored under lim.
 //
 // An absent bucket is passed as bucket{tat: minTime}.
 func apply(b cell, lim bucket.Limit, now int64, cost uint64, give bool) (next cell, st bucket.State, changed bool) {
@@ -78,7 +129,7 @@ func apply(b cell, lim bucket.Limit, now int64, cost uint64, give bool) (next ce
 		return b, st, false
 	}
 	r, p, burst := lim.Requests, uint64(lim.Period), lim.Burst
-	d := b.deficit(now, r)
+	d := b.deficitUnder(now, r, p, burst)
 	switch {
 	case give:
 		// Subtraction saturates at 0: a give-back never fills above Burst.
@@ -103,7 +154,7 @@ func apply(b cell, lim bucket.Limit, now int64, cost uint64, give bool) (next ce
 		st.Remaining = burst - missing
 	}
 	st.ResetAfter = duration(d.ceilDiv(r))
-	return bucketAt(now, d, r), st, changed
+	return bucketAt(now, d, r, p), st, changed
 }
 
 // duration converts nanoseconds to a Duration, saturating at its maximum.
@@ -140,6 +191,32 @@ func (x u128) sub(y u128) u128 {
 		return u128{}
 	}
 	return u128{hi, lo}
+}
+
+// min128 returns the smaller of x and y.
+func min128(x, y u128) u128 {
+	if x.lessEq(y) {
+		return x
+	}
+	return y
+}
+
+// mulDivCeil returns ⌈x×m/d⌉ through a 192-bit product; the quotient must
+// fit in 128 bits (d must not be 0).
+func mulDivCeil(x u128, m, d uint64) u128 {
+	// x×m = w2·2¹²⁸ + w1·2⁶⁴ + w0.
+	h0, w0 := bits.Mul64(x.lo, m)
+	h1, l1 := bits.Mul64(x.hi, m)
+	w1, c := bits.Add64(h0, l1, 0)
+	w2 := h1 + c
+	// Long division by d, 64 bits at a time; w2 < d as the quotient fits.
+	q1, rem := bits.Div64(w2, w1, d)
+	q0, rem := bits.Div64(rem, w0, d)
+	q := u128{q1, q0}
+	if rem != 0 {
+		q = q.add(u128{lo: 1})
+	}
+	return q
 }
 
 // lessEq reports whether x ≤ y.

@@ -414,19 +414,20 @@ func TestApplyExtremes(t *testing.T) {
 		},
 		{
 			name: "take from a saturated bucket",
-			b:    cell{tat: math.MaxInt64}, lim: huge, now: 0, cost: 1,
+			b:    cell{tat: math.MaxInt64, requests: huge.Requests, period: int64(huge.Period)}, lim: huge, now: 0, cost: 1,
 			want: ok(math.MaxUint64-2, math.MaxInt64),
 		},
 		{
 			name: "give back everything to a saturated bucket",
-			b:    cell{tat: math.MaxInt64}, lim: huge, now: 0, cost: math.MaxUint64, give: true,
+			b:    cell{tat: math.MaxInt64, requests: huge.Requests, period: int64(huge.Period)}, lim: huge, now: 0, cost: math.MaxUint64, give: true,
 			want: ok(math.MaxUint64, 0),
 		},
 		{
+			// The deficit never exceeds the burst, which refills in 1ns.
 			name: "times at both ends of the range",
-			b:    cell{tat: math.MaxInt64}, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64},
+			b:    cell{tat: math.MaxInt64, requests: math.MaxUint64, period: 1}, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64},
 			now: math.MinInt64, cost: 1,
-			want: refused(0, math.MaxInt64, math.MaxInt64),
+			want: refused(0, 1, 1),
 		},
 		{
 			name: "max rate at the end of time",
@@ -435,16 +436,18 @@ func TestApplyExtremes(t *testing.T) {
 			want: ok(0, 1),
 		},
 		{
-			name: "limit changed: stale fraction is clamped",
-			b:    cell{tat: 10, frac: 2}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
+			// 10ns + 2/3ns under 3 per 10ns lacks 3.2 tokens, which take
+			// 32ns under 1 per 10ns.
+			name: "rate changed: the fraction converts",
+			b:    cell{tat: 10, frac: 2, requests: 3, period: 10}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
 			now: 0, cost: 0,
-			want: ok(4, 10),
+			want: ok(1, 32),
 		},
 		{
-			name: "limit shrank below the deficit",
-			b:    cell{tat: 1000}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
+			name: "burst lowered below the deficit: clamped to the burst",
+			b:    cell{tat: 1000, requests: 1, period: 10}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
 			now: 0, cost: 1,
-			want: refused(0, 960, 1000),
+			want: refused(0, 10, 50),
 		},
 		{
 			name: "zero period never allows",
@@ -548,4 +551,97 @@ func FuzzApply(f *testing.F) {
 // fmtLimit names a subtest after a limit.
 func fmtLimit(l bucket.Limit) string {
 	return fmt.Sprintf("%d_per_%v_burst_%d", l.Requests, l.Period, l.Burst)
+}
+
+// TestApplyLimitChange checks the conversion of a bucket hit under another
+// Limit than it was written with: what it lacks stays lacking, in tokens,
+// clamped to the new burst, and the converted bucket is stored at the first
+// hit under the new Limit, refused or not, so that it refills at the new
+// rate from then on.
+func TestApplyLimitChange(t *testing.T) {
+	t.Parallel()
+	const day = 24 * time.Hour
+	per := func(n uint64, p time.Duration) bucket.Limit { return bucket.Limit{Requests: n, Period: p, Burst: n} }
+	type step struct {
+		lim  bucket.Limit
+		at   time.Duration
+		cost uint64
+		want bucket.State
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"3/day spent, raised to 4/day: exactly one more", []step{
+			{per(3, day), 0, 3, ok(0, day)},
+			{per(4, day), 0, 1, ok(0, day)},
+			{per(4, day), 0, 1, refused(0, 6*time.Hour, day)},
+		}},
+		{"4/day, 2 spent, lowered to 2/day: refused until one refills", []step{
+			{per(4, day), 0, 2, ok(2, 12*time.Hour)},
+			{per(2, day), 0, 1, refused(0, 12*time.Hour, day)},
+			{per(2, day), 12*time.Hour - 1, 1, refused(0, 1, 12*time.Hour+1)},
+			{per(2, day), 12 * time.Hour, 1, ok(0, day)},
+		}},
+		{"a fraction of a token converts: 2.5 of 3/day lacking is 2.5 of 4/day", []step{
+			{per(3, day), 0, 3, ok(0, day)},
+			{per(4, day), 4 * time.Hour, 0, ok(1, 15*time.Hour)},
+		}},
+		{"a full bucket stays full", []step{
+			{per(3, day), 0, 1, ok(2, 8*time.Hour)},
+			{per(1, time.Hour), 8 * time.Hour, 0, ok(1, 0)},
+		}},
+		{"burst raised alone: spent stays spent", []step{
+			{per(3, day), 0, 3, ok(0, day)},
+			{bucket.Limit{Requests: 3, Period: day, Burst: 6}, 0, 0, ok(3, day)},
+		}},
+		{"burst lowered alone: clamped", []step{
+			{bucket.Limit{Requests: 3, Period: day, Burst: 6}, 0, 5, ok(1, 40*time.Hour)},
+			{per(3, day), 0, 0, refused(0, 8*time.Hour, day)},
+		}},
+		{"period changed: 3/day spent 2, now 3/hour: 2 of 3 lacking", []step{
+			{per(3, day), 0, 2, ok(1, 16*time.Hour)},
+			{per(3, time.Hour), 0, 1, ok(0, time.Hour)},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l := New(Options{})
+			for i, s := range tt.steps {
+				states := make([]bucket.State, 1)
+				l.HitAt(t0.Add(s.at), []bucket.Hit{{Key: key(1), Limit: s.lim, Cost: s.cost}}, states)
+				if diff := cmp.Diff(s.want, states[0]); diff != "" {
+					t.Fatalf("step %d (%+v at %v, cost %d) mismatch (-want +got):\n%s", i, s.lim, s.at, s.cost, diff)
+				}
+			}
+		})
+	}
+}
+
+// TestMulDivCeil checks the 192-bit product and division against math/big.
+func TestMulDivCeil(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 10000 {
+		d := rng.Uint64() | 1
+		m := rng.Uint64() >> rng.IntN(64)
+		x := u128{hi: rng.Uint64() >> rng.IntN(65), lo: rng.Uint64()}
+		bx := new(big.Int).Lsh(new(big.Int).SetUint64(x.hi), 64)
+		bx.Add(bx, new(big.Int).SetUint64(x.lo))
+		prod := new(big.Int).Mul(bx, new(big.Int).SetUint64(m))
+		want, rem := new(big.Int).QuoRem(prod, new(big.Int).SetUint64(d), new(big.Int))
+		if rem.Sign() != 0 {
+			want.Add(want, big.NewInt(1))
+		}
+		if want.BitLen() > 128 {
+			continue // outside mulDivCeil's domain
+		}
+		got := mulDivCeil(x, m, d)
+		gotBig := new(big.Int).Lsh(new(big.Int).SetUint64(got.hi), 64)
+		gotBig.Add(gotBig, new(big.Int).SetUint64(got.lo))
+		if gotBig.Cmp(want) != 0 {
+			t.Fatalf("mulDivCeil(%v, %d, %d) = %v, want %v", x, m, d, gotBig, want)
+		}
+	}
 }
