@@ -21,20 +21,21 @@ import (
 // tat + frac/Requests. All arithmetic is on integers (128-bit where products
 // need it), so a bucket never drifts however long it lives.
 //
-// A cell also records the rate it was last written under (Requests and
-// Period of its Limit), because a bucket's key is its rule and values, not
-// its numbers: when a hit comes with another rate, what the bucket lacks is
-// converted to it (see deficitUnder). The burst needs no record: under an
-// unchanged Limit the deficit never exceeds Burst tokens, so clamping it to
-// the hit's Burst on every hit changes nothing but a lowered burst.
+// A cell also records the Limit it was last written under, because a
+// bucket's key is its rule and values, not its numbers: a hit that comes
+// with another Limit first converts the bucket to it (under): the tokens it
+// lacks stay lacking, clamped to the new burst. The burst is recorded too,
+// although only the rate is needed to convert, so that a lowered burst is
+// told apart from a call that reads the bucket at an earlier time than
+// another wrote it (concurrent calls sample the clock before taking the
+// lock); under an unchanged Limit a bucket is never clamped.
 //
 // A cell holds no pointers, so maps of millions of them cost the garbage
 // collector nothing to scan.
 type cell struct {
-	tat      int64  // whole nanoseconds since the epoch at which the bucket is full
-	frac     uint64 // TAT's fraction of a nanosecond, in 1/requests ns; < requests
-	requests uint64 // the Limit's Requests when the cell was written
-	period   int64  // the Limit's Period (ns) when the cell was written
+	tat  int64  // whole nanoseconds since the epoch at which the bucket is full
+	frac uint64 // TAT's fraction of a nanosecond, in 1/lim.Requests ns; < lim.Requests
+	lim  bucket.Limit
 }
 
 // minTime is the TAT of an absent bucket: full at any time.
@@ -45,76 +46,71 @@ func (b cell) fullAt(now int64) bool {
 	return b.tat < now || b.tat == now && b.frac == 0
 }
 
-// deficitUnder returns how much b lacks to be full at now under a Limit of
-// r tokens per p ns and the given burst, in units of 1/r ns (one token is p
-// such units), never more than burst tokens (burst×p); 0 for a full
-// bucket.
-//
-// Under the rate b was written with, that is (TAT-now)×r + frac. Under
-// another rate the tokens b lacks at now stay lacking: d₀ = (TAT-now)×r₀ +
-// frac units of 1/r₀ ns are d₀/p₀ tokens, which under the new rate are
-// ⌈d₀×p/p₀⌉ units of 1/r ns (rounded up, so a conversion never hands out a
-// fraction of a token), clamped to burst×p. The refill up to now ran at the
-// old rate: the Limit changed at some instant nobody recorded, and a
-// bucket hit under the new one is converted at its first hit.
-func (b cell) deficitUnder(now int64, r, p, burst uint64) u128 {
+// deficit returns how much b lacks to be full at now, in units of 1/r ns
+// (one token is Period such units), where r is the Requests of the Limit b
+// was written under. It is (TAT-now)×r + frac, or 0 for a full bucket.
+func (b cell) deficit(now int64) u128 {
 	if b.tat < now {
 		return u128{}
 	}
-	limit := mul64(burst, p)
 	// tat ≥ now, so the wrapping int64 difference is the exact distance.
-	if b.requests == r && uint64(b.period) == p {
-		return min128(mul64(uint64(b.tat-now), r).add(u128{lo: b.frac}), limit)
-	}
-	if b.requests == 0 || b.period <= 0 {
-		return limit // no record of its rate (never stored): empty, never more
-	}
-	d0 := mul64(uint64(b.tat-now), b.requests).add(u128{lo: min(b.frac, b.requests-1)})
-	if mul64(burst, uint64(b.period)).lessEq(d0) {
-		return limit // lacks at least burst tokens
-	}
-	// d₀ < burst×p₀, so d₀×p/p₀ < burst×p < 2¹²⁸: mulDivCeil cannot overflow.
-	return mulDivCeil(d0, p, uint64(b.period))
+	return mul64(uint64(b.tat-now), b.lim.Requests).add(u128{lo: b.frac})
 }
 
 // under returns b as a bucket written under lim at now, and whether that
-// converted it: b itself when it was written under lim's rate and lacks at
-// most lim's burst (or lim never allows); else what it lacks at now,
-// converted to lim's rate and clamped to its burst (deficitUnder). Callers
-// store the conversion before deciding, so that from the first hit under a
-// new Limit the bucket refills at the new rate and never again lacks more
-// than the new burst, also when that hit is refused or only checks.
+// converted it: b itself when it was written under lim (or is full, or lim
+// never allows); else the bucket that lacks, under lim, the tokens b lacks
+// at now, at most lim.Burst of them.
+//
+// Exactly: b lacks d₀ = (TAT-now)×r₀ + frac units of 1/r₀ ns, which are
+// d₀/p₀ tokens (r₀ per p₀ ns is the Limit b was written under). Under r
+// per p ns those take ⌈d₀×p/p₀⌉ units of 1/r ns (rounded up, so that a
+// conversion never hands out a fraction of a token), clamped to burst×p.
+// A bucket that lacked 3 of 3/day lacks 3 of 4/day (1 left); one that
+// lacked 2 of 4/day lacks 2 of 2/day (none left, the next in 12 hours); a
+// full bucket stays full.
+//
+// The refill up to now ran at the old rate: the Limit changed at an instant
+// nothing recorded. Callers store the conversion before deciding (see
+// Limiter.HitAt), so that from its first hit under a new Limit, refused or
+// only checking, the bucket refills at the new rate.
 func (b cell) under(now int64, lim bucket.Limit) (cell, bool) {
-	r, p, burst := lim.Requests, uint64(lim.Period), lim.Burst
-	if r == 0 || lim.Period <= 0 || burst == 0 || b.tat < now {
+	if b.lim == lim || b.tat < now || lim.Requests == 0 || lim.Period <= 0 || lim.Burst == 0 {
 		return b, false
 	}
-	if b.requests == r && b.period == int64(p) &&
-		mul64(uint64(b.tat-now), r).add(u128{lo: b.frac}).lessEq(mul64(burst, p)) {
-		return b, false
+	p := uint64(lim.Period)
+	limit := mul64(lim.Burst, p)
+	d := limit
+	if b.lim.Requests > 0 && b.lim.Period > 0 { // else never written: read as empty
+		p0 := uint64(b.lim.Period)
+		d0 := mul64(uint64(b.tat-now), b.lim.Requests).add(u128{lo: min(b.frac, b.lim.Requests-1)})
+		if d0.less(mul64(lim.Burst, p0)) {
+			// d₀ < burst×p₀, so d₀×p/p₀ < burst×p < 2¹²⁸.
+			d = mulDivCeil(d0, p, p0)
+		}
 	}
-	return bucketAt(now, b.deficitUnder(now, r, p, burst), r, p), true
+	return bucketAt(now, d, lim), true
 }
 
-// bucketAt returns the bucket that lacks d (in 1/r ns) at now under a Limit
-// of r tokens per p ns. A TAT beyond the int64 range (a deficit of more
-// than ~292 years of refill) saturates: the bucket then refills a little
-// early, which is the only inexact case.
-func bucketAt(now int64, d u128, r, p uint64) cell {
-	q, rem, ok := d.divMod(r)
+// bucketAt returns the bucket that lacks d (in 1/lim.Requests ns) at now,
+// written under lim. A TAT beyond the int64 range (a deficit of more than
+// ~292 years of refill) saturates: the bucket then refills a little early,
+// which is the only inexact case.
+func bucketAt(now int64, d u128, lim bucket.Limit) cell {
+	q, rem, ok := d.divMod(lim.Requests)
 	// uint64(MaxInt64)-uint64(now) wraps to the exact headroom for any now.
 	if !ok || q > uint64(math.MaxInt64)-uint64(now) {
-		return cell{tat: math.MaxInt64, requests: r, period: int64(p)}
+		return cell{tat: math.MaxInt64, lim: lim}
 	}
-	return cell{tat: now + int64(q), frac: rem, requests: r, period: int64(p)}
+	return cell{tat: now + int64(q), frac: rem, lim: lim}
 }
 
 // apply decides one hit of cost tokens (a give-back when give is set) against
 // b at now, in nanoseconds since the epoch. It is a pure function: it returns
 // the bucket after the hit, the state to report, and whether the bucket
 // changed (only then must the caller store next). A bucket last written
-// under another Limit is read converted to lim (deficitUnder) and, when the
-// hit changes it, stored under lim.
+// under another Limit is read converted to lim (under) and, when the hit
+// changes it, stored under lim.
 //
 // An absent bucket is passed as bucket{tat: minTime}.
 func apply(b cell, lim bucket.Limit, now int64, cost uint64, give bool) (next cell, st bucket.State, changed bool) {
@@ -129,7 +125,8 @@ func apply(b cell, lim bucket.Limit, now int64, cost uint64, give bool) (next ce
 		return b, st, false
 	}
 	r, p, burst := lim.Requests, uint64(lim.Period), lim.Burst
-	d := b.deficitUnder(now, r, p, burst)
+	b, _ = b.under(now, lim)
+	d := b.deficit(now)
 	switch {
 	case give:
 		// Subtraction saturates at 0: a give-back never fills above Burst.
@@ -154,7 +151,7 @@ func apply(b cell, lim bucket.Limit, now int64, cost uint64, give bool) (next ce
 		st.Remaining = burst - missing
 	}
 	st.ResetAfter = duration(d.ceilDiv(r))
-	return bucketAt(now, d, r, p), st, changed
+	return bucketAt(now, d, lim), st, changed
 }
 
 // duration converts nanoseconds to a Duration, saturating at its maximum.
@@ -193,14 +190,6 @@ func (x u128) sub(y u128) u128 {
 	return u128{hi, lo}
 }
 
-// min128 returns the smaller of x and y.
-func min128(x, y u128) u128 {
-	if x.lessEq(y) {
-		return x
-	}
-	return y
-}
-
 // mulDivCeil returns ⌈x×m/d⌉ through a 192-bit product; the quotient must
 // fit in 128 bits (d must not be 0).
 func mulDivCeil(x u128, m, d uint64) u128 {
@@ -217,6 +206,11 @@ func mulDivCeil(x u128, m, d uint64) u128 {
 		q = q.add(u128{lo: 1})
 	}
 	return q
+}
+
+// less reports whether x < y.
+func (x u128) less(y u128) bool {
+	return x.hi < y.hi || x.hi == y.hi && x.lo < y.lo
 }
 
 // lessEq reports whether x ≤ y.

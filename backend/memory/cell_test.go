@@ -414,20 +414,19 @@ func TestApplyExtremes(t *testing.T) {
 		},
 		{
 			name: "take from a saturated bucket",
-			b:    cell{tat: math.MaxInt64, requests: huge.Requests, period: int64(huge.Period)}, lim: huge, now: 0, cost: 1,
+			b:    cell{tat: math.MaxInt64, lim: huge}, lim: huge, now: 0, cost: 1,
 			want: ok(math.MaxUint64-2, math.MaxInt64),
 		},
 		{
 			name: "give back everything to a saturated bucket",
-			b:    cell{tat: math.MaxInt64, requests: huge.Requests, period: int64(huge.Period)}, lim: huge, now: 0, cost: math.MaxUint64, give: true,
+			b:    cell{tat: math.MaxInt64, lim: huge}, lim: huge, now: 0, cost: math.MaxUint64, give: true,
 			want: ok(math.MaxUint64, 0),
 		},
 		{
-			// The deficit never exceeds the burst, which refills in 1ns.
 			name: "times at both ends of the range",
-			b:    cell{tat: math.MaxInt64, requests: math.MaxUint64, period: 1}, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64},
+			b:    cell{tat: math.MaxInt64, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64}}, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64},
 			now: math.MinInt64, cost: 1,
-			want: refused(0, 1, 1),
+			want: refused(0, math.MaxInt64, math.MaxInt64),
 		},
 		{
 			name: "max rate at the end of time",
@@ -439,13 +438,13 @@ func TestApplyExtremes(t *testing.T) {
 			// 10ns + 2/3ns under 3 per 10ns lacks 3.2 tokens, which take
 			// 32ns under 1 per 10ns.
 			name: "rate changed: the fraction converts",
-			b:    cell{tat: 10, frac: 2, requests: 3, period: 10}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
+			b:    cell{tat: 10, frac: 2, lim: bucket.Limit{Requests: 3, Period: 10, Burst: 5}}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
 			now: 0, cost: 0,
 			want: ok(1, 32),
 		},
 		{
-			name: "burst lowered below the deficit: clamped to the burst",
-			b:    cell{tat: 1000, requests: 1, period: 10}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
+			name: "burst lowered below the deficit: clamped to the new burst",
+			b:    cell{tat: 1000, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 100}}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
 			now: 0, cost: 1,
 			want: refused(0, 10, 50),
 		},
@@ -598,6 +597,14 @@ func TestApplyLimitChange(t *testing.T) {
 		{"burst lowered alone: clamped", []step{
 			{bucket.Limit{Requests: 3, Period: day, Burst: 6}, 0, 5, ok(1, 40*time.Hour)},
 			{per(3, day), 0, 0, refused(0, 8*time.Hour, day)},
+		}},
+		// Concurrent calls may read a bucket at an earlier time than
+		// another wrote it: that lacks more than the burst, which under an
+		// unchanged Limit is not clamped (it would make tokens).
+		{"an earlier time under the same limit is not a lowered burst", []step{
+			{per(3, day), 10 * time.Hour, 3, ok(0, day)},
+			{per(3, day), 9 * time.Hour, 0, refused(0, 9*time.Hour, 25*time.Hour)},
+			{per(3, day), 18*time.Hour - 1, 1, refused(0, 1, 16*time.Hour+1)},
 		}},
 		{"period changed: 3/day spent 2, now 3/hour: 2 of 3 lacking", []step{
 			{per(3, day), 0, 2, ok(1, 16*time.Hour)},
