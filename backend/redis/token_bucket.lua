@@ -152,8 +152,9 @@ end
 
 -- decide applies key k to a bucket at tat, written under interval iv and
 -- burst bu, fills its reply and returns whether it is allowed, the bucket's
--- TAT if it is, and the bucket before the hit converted to key k's limit:
--- its TAT, interval and burst (tat, iv and bu when nothing converted).
+-- TAT if it is, and, when the bucket was written under another limit, its
+-- TAT converted to key k's limit (nil otherwise) with that limit's interval
+-- and burst.
 local function decide(k, tat, iv, bu, give)
   local period, requests, burst, cost = unpack('<dddd', A, 48 * k - 39)
   if requests <= 0 then
@@ -163,14 +164,16 @@ local function decide(k, tat, iv, bu, give)
     else
       out[k] = pack('<ddddd', 0, 0, period, period, period)
     end
-    return give, tat, tat, iv, bu
+    return give, tat
   end
   local interval = period / requests
   local tau = burst * interval
+  local conv = nil
   if tat > now and (iv ~= interval or bu ~= burst) then
     local debt = (tat - now) / iv * interval
     if debt > tau then debt = tau end
-    tat, iv, bu = now + debt, interval, burst
+    tat = now + debt
+    conv = tat
   end
   local base = tat
   if base < now then base = now end
@@ -195,14 +198,7 @@ local function decide(k, tat, iv, bu, give)
     new = tat -- full before and after: nothing to write
   end
   report(k, allowed, retry, new, interval, tau, burst)
-  return allowed, new, tat, interval, burst
-end
-
--- convert records the committed bucket of key as decide converted it.
-local function convert(key, tat, iv, bu)
-  if tat ~= tats[key] or iv ~= ivs[key] or bu ~= bursts[key] then
-    tats[key], ivs[key], bursts[key], dirty[key] = tat, iv, bu, true
-  end
+  return allowed, new, conv, interval, burst
 end
 
 local i = 1
@@ -225,8 +221,8 @@ while i <= n do
       local tat, iv, bu = scratch[key], siv[key], sbu[key]
       local fresh = tat == nil
       if fresh then tat = committed(key); iv, bu = ivs[key], bursts[key] end
-      local allowed, new, ctat, civ, cbu = decide(k, tat, iv, bu, false)
-      if fresh and tat > now then convert(key, ctat, civ, cbu) end
+      local allowed, new, conv, civ, cbu = decide(k, tat, iv, bu, false)
+      if conv and fresh then tats[key], ivs[key], bursts[key], dirty[key] = conv, civ, cbu, true end
       if allowed then scratch[key], siv[key], sbu[key] = new, civ, cbu else ok = false end
     end
   end
@@ -251,9 +247,9 @@ while i <= n do
     if f ~= 0 then
       local key = K[k + o]
       local tat = committed(key)
-      local allowed, new, ctat, civ, cbu = decide(k, tat, ivs[key], bursts[key], f % 2 == 1)
-      if tat > now then convert(key, ctat, civ, cbu) end
-      if allowed and new ~= ctat then tats[key], ivs[key], bursts[key], dirty[key] = new, civ, cbu, true end
+      local allowed, new, conv, civ, cbu = decide(k, tat, ivs[key], bursts[key], f % 2 == 1)
+      if conv then tats[key], ivs[key], bursts[key], dirty[key] = conv, civ, cbu, true; tat = conv end
+      if allowed and new ~= tat then tats[key], ivs[key], bursts[key], dirty[key] = new, civ, cbu, true end
     end
   end
   i = j + 1
