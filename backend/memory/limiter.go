@@ -14,8 +14,8 @@ import (
 )
 
 // DefaultMaxBuckets is the capacity used when Options.MaxBuckets is 0:
-// about a million partly drained buckets. Full, they hold 84 MB of live heap
-// (80 bytes a bucket, BenchmarkBucketMemory); a busy process collects when
+// about a million partly drained buckets. Full, they hold 134 MB of live heap
+// (128 bytes a bucket, BenchmarkBucketMemory); a busy process collects when
 // its heap has doubled, so budget about twice that.
 const DefaultMaxBuckets = 1 << 20
 
@@ -42,7 +42,7 @@ type Options struct {
 	// limit, but while more than MaxBuckets keys are partly drained at once
 	// new keys are refused. Checks (Cost 0) and give-backs need no room. Size
 	// MaxBuckets above the number of keys that can be drained within one
-	// refill time; a bucket costs about 80 bytes of live heap.
+	// refill time; a bucket costs about 128 bytes of live heap.
 	MaxBuckets int
 }
 
