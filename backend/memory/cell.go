@@ -125,7 +125,9 @@ func apply(b cell, lim bucket.Limit, now int64, cost uint64, give bool) (next ce
 		return b, st, false
 	}
 	r, p, burst := lim.Requests, uint64(lim.Period), lim.Burst
-	b, _ = b.under(now, lim)
+	if b.lim != lim { // the comparison inline: under is for the rare change
+		b, _ = b.under(now, lim)
+	}
 	d := b.deficit(now)
 	switch {
 	case give:

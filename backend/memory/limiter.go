@@ -235,13 +235,16 @@ func (l *Limiter) apply(h *bucket.Hit, t int64, st *bucket.State) (old cell, exi
 	old, existed = sh.m[h.Key]
 	if !existed {
 		old = cell{tat: minTime}
-	} else if b, converted := old.under(t, h.Limit); converted {
+	} else if old.lim != h.Limit {
+		b, converted := old.under(t, h.Limit)
 		// Last written under another Limit: store it converted, so that
 		// it refills at the new rate from now on, whatever this hit's
 		// decision; the undo log then restores the converted bucket.
-		old = b
-		sh.store(h.Key, b, t)
-		existed = !b.fullAt(t)
+		if converted {
+			old = b
+			sh.store(h.Key, b, t)
+			existed = !b.fullAt(t)
+		}
 	}
 	next, s, changed := apply(old, h.Limit, t, h.Cost, h.Give)
 	if changed && !existed && len(sh.m) >= l.perShard && !next.fullAt(t) && !sh.makeRoom(t, l.perShard) {
