@@ -30,31 +30,44 @@ import (
 // another wrote it (concurrent calls sample the clock before taking the
 // lock); under an unchanged Limit a bucket is never clamped.
 //
+// The GCRA state is a gcra of its own, and apply decides on it alone, with
+// arguments few enough for Go's register ABI: deciding on the whole 40-byte
+// cell spilled every call to the stack and made HitAt a third slower.
+//
 // A cell holds no pointers, so maps of millions of them cost the garbage
 // collector nothing to scan.
 type cell struct {
+	gcra
+	lim bucket.Limit
+}
+
+// gcra is a bucket's state under the Limit its cell records.
+type gcra struct {
 	tat  int64  // whole nanoseconds since the epoch at which the bucket is full
-	frac uint64 // TAT's fraction of a nanosecond, in 1/lim.Requests ns; < lim.Requests
-	lim  bucket.Limit
+	frac uint64 // TAT's fraction of a nanosecond, in 1/Requests ns; < Requests
 }
 
 // minTime is the TAT of an absent bucket: full at any time.
 const minTime = math.MinInt64
 
+// absent is the cell of a key without a bucket: full at any time.
+var absent = cell{gcra: gcra{tat: minTime}}
+
 // fullAt reports whether b is full at now, that is, whether it may be dropped.
-func (b cell) fullAt(now int64) bool {
+func (b gcra) fullAt(now int64) bool {
 	return b.tat < now || b.tat == now && b.frac == 0
 }
 
 // deficit returns how much b lacks to be full at now, in units of 1/r ns
-// (one token is Period such units), where r is the Requests of the Limit b
-// was written under. It is (TAT-now)×r + frac, or 0 for a full bucket.
-func (b cell) deficit(now int64) u128 {
+// (one token is Period such units). It is (tat-now)×r + frac, or 0 for a
+// full bucket.
+func (b gcra) deficit(now int64, r uint64) u128 {
 	if b.tat < now {
 		return u128{}
 	}
-	// tat ≥ now, so the wrapping int64 difference is the exact distance.
-	return mul64(uint64(b.tat-now), b.lim.Requests).add(u128{lo: b.frac})
+	// tat ≥ now, so the wrapping int64 difference is the exact distance;
+	// frac < r under the Limit the cell records (clamped all the same).
+	return mul64(uint64(b.tat-now), r).add(u128{lo: min(b.frac, r-1)})
 }
 
 // under returns b as a bucket written under lim at now, and whether that
@@ -79,41 +92,47 @@ func (b cell) under(now int64, lim bucket.Limit) (cell, bool) {
 		return b, false
 	}
 	p := uint64(lim.Period)
-	limit := mul64(lim.Burst, p)
-	d := limit
+	d := mul64(lim.Burst, p)
 	if b.lim.Requests > 0 && b.lim.Period > 0 { // else never written: read as empty
 		p0 := uint64(b.lim.Period)
-		d0 := mul64(uint64(b.tat-now), b.lim.Requests).add(u128{lo: min(b.frac, b.lim.Requests-1)})
+		d0 := b.deficit(now, b.lim.Requests)
 		if d0.less(mul64(lim.Burst, p0)) {
 			// d₀ < burst×p₀, so d₀×p/p₀ < burst×p < 2¹²⁸.
 			d = mulDivCeil(d0, p, p0)
 		}
 	}
-	return bucketAt(now, d, lim), true
+	return cell{gcra: bucketAt(now, d, lim.Requests), lim: lim}, true
 }
 
-// bucketAt returns the bucket that lacks d (in 1/lim.Requests ns) at now,
-// written under lim. A TAT beyond the int64 range (a deficit of more than
-// ~292 years of refill) saturates: the bucket then refills a little early,
-// which is the only inexact case.
-func bucketAt(now int64, d u128, lim bucket.Limit) cell {
-	q, rem, ok := d.divMod(lim.Requests)
+// view returns the state to decide a hit under lim on: b's own when b was
+// written under lim, else b converted (under).
+func (b cell) view(now int64, lim bucket.Limit) gcra {
+	if b.lim != lim {
+		b, _ = b.under(now, lim)
+	}
+	return b.gcra
+}
+
+// bucketAt returns the bucket that lacks d (in 1/r ns) at now. A TAT beyond
+// the int64 range (a deficit of more than ~292 years of refill) saturates:
+// the bucket then refills a little early, which is the only inexact case.
+func bucketAt(now int64, d u128, r uint64) gcra {
+	q, rem, ok := d.divMod(r)
 	// uint64(MaxInt64)-uint64(now) wraps to the exact headroom for any now.
 	if !ok || q > uint64(math.MaxInt64)-uint64(now) {
-		return cell{tat: math.MaxInt64, lim: lim}
+		return gcra{tat: math.MaxInt64}
 	}
-	return cell{tat: now + int64(q), frac: rem, lim: lim}
+	return gcra{tat: now + int64(q), frac: rem}
 }
 
-// apply decides one hit of cost tokens (a give-back when give is set) against
-// b at now, in nanoseconds since the epoch. It is a pure function: it returns
-// the bucket after the hit, the state to report, and whether the bucket
-// changed (only then must the caller store next). A bucket last written
-// under another Limit is read converted to lim (under) and, when the hit
-// changes it, stored under lim.
+// apply decides one hit of cost tokens (a give-back when give is set) under
+// lim against b at now, in nanoseconds since the epoch, b being the bucket's
+// state under lim (cell.view). It is a pure function: it returns the state
+// after the hit, the state to report, and whether the bucket changed (only
+// then must the caller store next, under lim).
 //
-// An absent bucket is passed as bucket{tat: minTime}.
-func apply(b cell, lim bucket.Limit, now int64, cost uint64, give bool) (next cell, st bucket.State, changed bool) {
+// An absent bucket is passed as gcra{tat: minTime}.
+func apply(b gcra, lim bucket.Limit, now int64, cost uint64, give bool) (next gcra, st bucket.State, changed bool) {
 	if lim.Requests == 0 || lim.Period <= 0 || lim.Burst == 0 {
 		// Never allows. There is no "full" to wait for, so a refusal asks to
 		// come back after one Period, as a fixed window would.
@@ -125,10 +144,7 @@ func apply(b cell, lim bucket.Limit, now int64, cost uint64, give bool) (next ce
 		return b, st, false
 	}
 	r, p, burst := lim.Requests, uint64(lim.Period), lim.Burst
-	if b.lim != lim { // the comparison inline: under is for the rare change
-		b, _ = b.under(now, lim)
-	}
-	d := b.deficit(now)
+	d := b.deficit(now, r)
 	switch {
 	case give:
 		// Subtraction saturates at 0: a give-back never fills above Burst.
@@ -153,7 +169,7 @@ func apply(b cell, lim bucket.Limit, now int64, cost uint64, give bool) (next ce
 		st.Remaining = burst - missing
 	}
 	st.ResetAfter = duration(d.ceilDiv(r))
-	return bucketAt(now, d, lim), st, changed
+	return bucketAt(now, d, r), st, changed
 }
 
 // duration converts nanoseconds to a Duration, saturating at its maximum.

@@ -15,6 +15,14 @@ import (
 
 const year = 365 * 24 * time.Hour
 
+// applyCell is apply on a whole cell, as the Limiter uses it: the bucket
+// read under lim (converted when written under another Limit), and the
+// result recorded under lim.
+func applyCell(b cell, lim bucket.Limit, now int64, cost uint64, give bool) (cell, bucket.State, bool) {
+	g, st, changed := apply(b.view(now, lim), lim, now, cost, give)
+	return cell{gcra: g, lim: lim}, st, changed
+}
+
 // bucketStep is one hit in a bucketScenario.
 type bucketStep struct {
 	at    time.Duration // since the scenario's start; never decreases
@@ -224,9 +232,9 @@ func TestApplyScenarios(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			const start = int64(1e15) // any origin works; not the epoch
-			b := cell{tat: minTime}
+			b := absent
 			runScenario(t, sc, func(at time.Duration, h bucket.Hit) bucket.State {
-				next, st, changed := apply(b, h.Limit, start+int64(at), h.Cost, h.Give)
+				next, st, changed := applyCell(b, h.Limit, start+int64(at), h.Cost, h.Give)
 				if changed {
 					b = next
 				}
@@ -334,7 +342,7 @@ func TestApplyMatchesExactReference(t *testing.T) {
 			interval := max(int64(lim.Period)/int64(lim.Requests), 1)
 			refill := int64(min(float64(lim.Period)/float64(lim.Requests)*float64(lim.Burst), 1<<50))
 			now := int64(12345)
-			b := cell{tat: minTime}
+			b := absent
 			ref := newRefBucket(lim, now)
 			for i := range 20000 {
 				switch rng.IntN(10) {
@@ -349,7 +357,7 @@ func TestApplyMatchesExactReference(t *testing.T) {
 					cost = rng.Uint64N(lim.Burst + 2)
 				}
 				give := rng.IntN(10) == 0
-				next, got, changed := apply(b, lim, now, cost, give)
+				next, got, changed := applyCell(b, lim, now, cost, give)
 				if changed {
 					b = next
 				}
@@ -367,12 +375,12 @@ func TestApplyMatchesExactReference(t *testing.T) {
 func TestApplyLongRunNoDrift(t *testing.T) {
 	t.Parallel()
 	lim := bucket.Limit{Requests: 3, Period: time.Second, Burst: 2}
-	b := cell{tat: minTime}
+	b := absent
 	var admitted uint64
 	const steps = 1_000_000
 	step := int64(100 * time.Millisecond)
 	for i := range int64(steps) + 1 {
-		next, st, changed := apply(b, lim, i*step, 1, false)
+		next, st, changed := applyCell(b, lim, i*step, 1, false)
 		if changed {
 			b = next
 		}
@@ -404,7 +412,7 @@ func TestApplyExtremes(t *testing.T) {
 	}{
 		{
 			name: "drain a bucket that takes forever to refill",
-			b:    cell{tat: minTime}, lim: huge, now: 0, cost: math.MaxUint64,
+			b:    absent, lim: huge, now: 0, cost: math.MaxUint64,
 			want: ok(0, math.MaxInt64),
 			check: func(t *testing.T, next cell) {
 				if next.tat != math.MaxInt64 {
@@ -414,23 +422,23 @@ func TestApplyExtremes(t *testing.T) {
 		},
 		{
 			name: "take from a saturated bucket",
-			b:    cell{tat: math.MaxInt64, lim: huge}, lim: huge, now: 0, cost: 1,
+			b:    cell{gcra: gcra{tat: math.MaxInt64}, lim: huge}, lim: huge, now: 0, cost: 1,
 			want: ok(math.MaxUint64-2, math.MaxInt64),
 		},
 		{
 			name: "give back everything to a saturated bucket",
-			b:    cell{tat: math.MaxInt64, lim: huge}, lim: huge, now: 0, cost: math.MaxUint64, give: true,
+			b:    cell{gcra: gcra{tat: math.MaxInt64}, lim: huge}, lim: huge, now: 0, cost: math.MaxUint64, give: true,
 			want: ok(math.MaxUint64, 0),
 		},
 		{
 			name: "times at both ends of the range",
-			b:    cell{tat: math.MaxInt64, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64}}, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64},
+			b:    cell{gcra: gcra{tat: math.MaxInt64}, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64}}, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64},
 			now: math.MinInt64, cost: 1,
 			want: refused(0, math.MaxInt64, math.MaxInt64),
 		},
 		{
 			name: "max rate at the end of time",
-			b:    cell{tat: minTime}, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64},
+			b:    absent, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64},
 			now: math.MaxInt64, cost: math.MaxUint64,
 			want: ok(0, 1),
 		},
@@ -438,25 +446,25 @@ func TestApplyExtremes(t *testing.T) {
 			// 10ns + 2/3ns under 3 per 10ns lacks 3.2 tokens, which take
 			// 32ns under 1 per 10ns.
 			name: "rate changed: the fraction converts",
-			b:    cell{tat: 10, frac: 2, lim: bucket.Limit{Requests: 3, Period: 10, Burst: 5}}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
+			b:    cell{gcra: gcra{tat: 10, frac: 2}, lim: bucket.Limit{Requests: 3, Period: 10, Burst: 5}}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
 			now: 0, cost: 0,
 			want: ok(1, 32),
 		},
 		{
 			name: "burst lowered below the deficit: clamped to the new burst",
-			b:    cell{tat: 1000, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 100}}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
+			b:    cell{gcra: gcra{tat: 1000}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 100}}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
 			now: 0, cost: 1,
 			want: refused(0, 10, 50),
 		},
 		{
 			name: "zero period never allows",
-			b:    cell{tat: minTime}, lim: bucket.Limit{Requests: 1, Period: 0, Burst: 5},
+			b:    absent, lim: bucket.Limit{Requests: 1, Period: 0, Burst: 5},
 			now: 0, cost: 1,
 			want: refused(0, 0, 0),
 		},
 		{
 			name: "zero burst never allows",
-			b:    cell{tat: minTime}, lim: bucket.Limit{Requests: 1, Period: time.Second, Burst: 0},
+			b:    absent, lim: bucket.Limit{Requests: 1, Period: time.Second, Burst: 0},
 			now: 0, cost: 0,
 			want: refused(0, time.Second, time.Second),
 		},
@@ -464,7 +472,7 @@ func TestApplyExtremes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			next, got, _ := apply(tt.b, tt.lim, tt.now, tt.cost, tt.give)
+			next, got, _ := applyCell(tt.b, tt.lim, tt.now, tt.cost, tt.give)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("apply(%+v, %+v, %d, %d, %t) state mismatch (-want +got):\n%s", tt.b, tt.lim, tt.now, tt.cost, tt.give, diff)
 			}
@@ -525,7 +533,7 @@ func FuzzApply(f *testing.F) {
 		}
 		interval := max(period/int64(requests), 1)
 		now := int64(0)
-		b := cell{tat: minTime}
+		b := absent
 		ref := newRefBucket(lim, now)
 		for i, op := range ops {
 			if now += int64(op>>4) * interval / 4; now > 1<<60 {
@@ -536,7 +544,7 @@ func FuzzApply(f *testing.F) {
 				cost = burst - uint64(op&7)%burst
 			}
 			give := op&0xf0 == 0xf0
-			next, got, changed := apply(b, lim, now, cost, give)
+			next, got, changed := applyCell(b, lim, now, cost, give)
 			if changed {
 				b = next
 			}

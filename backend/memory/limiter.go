@@ -234,7 +234,7 @@ func (l *Limiter) apply(h *bucket.Hit, t int64, st *bucket.State) (old cell, exi
 	sh := &l.shards[shardIndex(&h.Key, l.shift)]
 	old, existed = sh.m[h.Key]
 	if !existed {
-		old = cell{tat: minTime}
+		old = absent
 	} else if old.lim != h.Limit {
 		b, converted := old.under(t, h.Limit)
 		// Last written under another Limit: store it converted, so that
@@ -246,14 +246,15 @@ func (l *Limiter) apply(h *bucket.Hit, t int64, st *bucket.State) (old cell, exi
 			existed = !b.fullAt(t)
 		}
 	}
-	next, s, changed := apply(old, h.Limit, t, h.Cost, h.Give)
+	// old is under h.Limit now, unless it is full or h.Limit never allows.
+	next, s, changed := apply(old.gcra, h.Limit, t, h.Cost, h.Give)
 	if changed && !existed && len(sh.m) >= l.perShard && !next.fullAt(t) && !sh.makeRoom(t, l.perShard) {
 		*st = refuseFull(sh, h.Limit, t)
 		return old, false, false, true
 	}
 	*st = s
 	if changed {
-		sh.store(h.Key, next, t)
+		sh.store(h.Key, cell{gcra: next, lim: h.Limit}, t)
 	}
 	return old, existed, changed, false
 }
@@ -301,9 +302,9 @@ func (l *Limiter) settle(hits []bucket.Hit, t int64, states []bucket.State, log 
 		}
 		b, ok := l.shards[shardIndex(&h.Key, l.shift)].m[h.Key]
 		if !ok {
-			b = cell{tat: minTime}
+			b = absent
 		}
-		_, now, _ := apply(b, h.Limit, t, 0, false)
+		_, now, _ := apply(b.view(t, h.Limit), h.Limit, t, 0, false)
 		states[i].Remaining, states[i].ResetAfter = now.Remaining, now.ResetAfter
 	}
 	for i := range log {
