@@ -72,12 +72,15 @@ type Limiter struct {
 	refusals atomic.Uint64 // hits refused for want of room, for FullRefusals
 }
 
-// change is an undo-log entry: key's bucket before a take changed it. An
-// entry with noRoom set changed nothing: it records that take idx was
-// refused for want of room (see refuseFull), so that settle keeps its state.
+// change is an undo-log entry: key's bucket before take idx changed it,
+// under that take's Limit (Limiter.apply converts a bucket to its hit's
+// Limit before deciding, so the Limit need not be logged: the entry stays
+// as small as before buckets recorded one). An entry with noRoom set
+// changed nothing: it records that take idx was refused for want of room
+// (see refuseFull), so that settle keeps its state.
 type change struct {
 	key     bucket.Key
-	old     cell
+	old     gcra
 	existed bool
 	noRoom  bool
 	idx     int32
@@ -195,14 +198,14 @@ func (l *Limiter) decide(hits []bucket.Hit, t int64, states []bucket.State, log 
 		}
 		switch {
 		case changed:
-			log = append(log, change{key: h.Key, old: old, existed: existed})
+			log = append(log, change{key: h.Key, old: old.gcra, existed: existed, idx: int32(i)})
 		case full:
 			log = append(log, change{noRoom: true, idx: int32(i)})
 			noRoom++
 		}
 	}
 	if !ok {
-		l.rollback(log)
+		l.rollback(hits, log)
 	}
 	// Then the gives and independent hits, each on its own, whatever the
 	// takes' decision.
@@ -273,7 +276,7 @@ func refuseFull(sh *shard, lim bucket.Limit, t int64) bucket.State {
 }
 
 // rollback undoes log, newest first. The caller holds the shards' locks.
-func (l *Limiter) rollback(log []change) {
+func (l *Limiter) rollback(hits []bucket.Hit, log []change) {
 	for i := len(log) - 1; i >= 0; i-- {
 		c := &log[i]
 		if c.noRoom {
@@ -281,7 +284,7 @@ func (l *Limiter) rollback(log []change) {
 		}
 		sh := &l.shards[shardIndex(&c.key, l.shift)]
 		if c.existed {
-			sh.m[c.key] = c.old
+			sh.m[c.key] = cell{gcra: c.old, lim: hits[c.idx].Limit}
 			sh.soonest = min(sh.soonest, c.old.tat)
 		} else {
 			delete(sh.m, c.key)
