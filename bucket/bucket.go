@@ -37,6 +37,20 @@ type Limit struct {
 // before it left it. So a give never makes room for a take of its own call,
 // and an independent hit never takes tokens a take of its call needs,
 // wherever they stand in the call.
+//
+// A Key may come with another Limit than its bucket was last written under
+// (a rule's numbers changed; keys are a rule and its values, not its
+// numbers). The bucket then keeps what was spent: with debt = TAT - now the
+// time it lacks to be full under the old Limit (GCRA's theoretical arrival
+// time, TAT) and interval = Period/Requests, it becomes
+//
+//	TAT' = now + min(debt/oldInterval, newBurst) × newInterval
+//
+// (a full bucket stays full; fractions of a token convert too), and it is
+// stored so converted whatever the hit's decision, so that it refills at the
+// new rate from then on. Under an unchanged Limit a bucket is never
+// clamped. So 3 spent of 3/day, raised to 4/day, leaves exactly 1; 2 spent
+// of 4/day, lowered to 2/day, leaves none for 12 hours.
 type Hit struct {
 	Key         Key
 	Limit       Limit

@@ -43,7 +43,7 @@ func FuzzParse(f *testing.F) {
 				t.Errorf("Match(%v) = %v, want %s", req, got, r.Path)
 			}
 			_ = r.MetricLabel(req)
-			_, _ = BucketKey(nil, r.Domain, r, GlobalBucket, req, bucket.Limit{})
+			_, _ = BucketKey(nil, r.Domain, r, GlobalBucket, req, nil)
 		}
 	})
 }
@@ -70,12 +70,20 @@ descriptors:
 			return e[:n%3]
 		}
 		e1, e2 := build(k1, v1, k2, v2, n1), build(k3, v3, k4, v4, n2)
-		lim := bucket.Limit{Requests: req, Period: time.Second, Burst: req}
+		var lim *bucket.Limit
+		if req%2 == 1 { // every other input with an override's numbers
+			lim = &bucket.Limit{Requests: req, Period: time.Second, Burst: req}
+		}
 		for _, r := range []*Rule{nil, rule} {
 			a, buf := BucketKey(nil, d1, r, KeyKind(kind), e1, lim)
 			a2, _ := BucketKey(append(buf[:0], "garbage"...), d1, r, KeyKind(kind), e1, lim)
 			if a != a2 {
 				t.Fatalf("BucketKey with a reused buffer = %x, want %x", a2, a)
+			}
+			if lim != nil {
+				if c, _ := BucketKey(nil, d1, r, KeyKind(kind), e1, nil); c == a {
+					t.Fatalf("BucketKey with override %+v = %x, the same as without one", *lim, a)
+				}
 			}
 			b, _ := BucketKey(nil, d2, r, KeyKind(kind), e2, lim)
 			same := d1 == d2 && len(e1) == len(e2)

@@ -20,13 +20,24 @@ const (
 )
 
 // keyVersion is the first byte of every encoding; bump it to give every
-// bucket a fresh key when the encoding changes.
-const keyVersion = 1
+// bucket a fresh key when the encoding changes. Version 2 left a rule's
+// numbers out of its buckets' identity (version 1 ended every encoding with
+// them).
+const keyVersion = 2
 
 // BucketKey derives the key of the bucket that a request descriptor
-// (entries, gray entries removed) uses under rule, in the given layer, with
-// the given shape. rule may be nil: an Envoy `limit` override on a
-// descriptor that matched no rule, keyed by the entries themselves.
+// (entries, gray entries removed) uses under rule, in the given layer. rule
+// may be nil: an Envoy `limit` override on a descriptor that matched no
+// rule, keyed by the entries themselves.
+//
+// A bucket's identity is its rule and values, not its numbers: a rule
+// whose requests, unit or burst change keeps its buckets, and the backends
+// convert what each has spent to the new limit (bucket.Limit). Only an
+// Envoy limit override (override non-nil) puts its numbers into the key,
+// so that each distinct override has a bucket of its own: two routes that
+// override one descriptor with different limits would otherwise share a
+// bucket and convert it back and forth on every request, each conversion
+// clamping what was spent to the smaller burst.
 //
 // The key is the first 16 bytes of SHA-256 over a canonical encoding:
 //
@@ -37,24 +48,24 @@ const keyVersion = 1
 //	             then entry count and per entry len+key and either 0, len+value,
 //	             or 1 alone when its level has share_threshold (so every
 //	             matching value shares one bucket);
-//	then limit.Requests, limit.Period (ns), limit.Burst as 8-byte big-endian.
+//	then 0, or 1 and the override's Requests, Period (ns), Burst as
+//	8-byte big-endian.
 //
 // Lengths are uvarints, so the encoding is prefix-free: distinct inputs
 // never encode alike, whatever bytes ('_', ':', '.', '{', '}', …) keys and
 // values contain. It holds nothing that depends on memory or load order,
-// so an unchanged rule keeps its keys across reloads; a changed limit
-// gets a fresh bucket.
+// so a rule keeps its keys across reloads, also when its limit changes.
 //
 // buf is scratch space, returned (grown) for reuse; with a reused buf,
 // BucketKey does not allocate.
-func BucketKey(buf []byte, domain string, rule *Rule, kind KeyKind, entries []Entry, limit bucket.Limit) (bucket.Key, []byte) {
-	b := AppendKeyMaterial(buf[:0], domain, rule, kind, entries, limit)
+func BucketKey(buf []byte, domain string, rule *Rule, kind KeyKind, entries []Entry, override *bucket.Limit) (bucket.Key, []byte) {
+	b := AppendKeyMaterial(buf[:0], domain, rule, kind, entries, override)
 	return bucket.SumKey(b), b
 }
 
 // AppendKeyMaterial appends to buf the canonical encoding BucketKey hashes.
 // Callers that hash it another way (bucket.NodeHasher) use it directly.
-func AppendKeyMaterial(buf []byte, domain string, rule *Rule, kind KeyKind, entries []Entry, limit bucket.Limit) []byte {
+func AppendKeyMaterial(buf []byte, domain string, rule *Rule, kind KeyKind, entries []Entry, override *bucket.Limit) []byte {
 	b := append(buf, keyVersion, byte(kind))
 	b = appendString(b, domain)
 	if rule == nil {
@@ -84,9 +95,13 @@ func AppendKeyMaterial(buf []byte, domain string, rule *Rule, kind KeyKind, entr
 			b = appendString(b, entries[i].Value)
 		}
 	}
-	b = binary.BigEndian.AppendUint64(b, limit.Requests)
-	b = binary.BigEndian.AppendUint64(b, uint64(limit.Period))
-	return binary.BigEndian.AppendUint64(b, limit.Burst)
+	if override == nil {
+		return append(b, 0)
+	}
+	b = append(b, 1)
+	b = binary.BigEndian.AppendUint64(b, override.Requests)
+	b = binary.BigEndian.AppendUint64(b, uint64(override.Period))
+	return binary.BigEndian.AppendUint64(b, override.Burst)
 }
 
 func appendString(b []byte, s string) []byte {

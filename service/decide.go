@@ -403,20 +403,22 @@ func (s *Server) buildHits(sc *scratch, req *rlsv3.RateLimitRequest, gray bool) 
 				hit.Limit.Burst *= 2
 				kind = descriptors.GrayLocalBucket
 			}
-			sc.keyBuf = descriptors.AppendKeyMaterial(sc.keyBuf[:0], domain, rule, kind, entries, hit.Limit)
+			sc.keyBuf = descriptors.AppendKeyMaterial(sc.keyBuf[:0], domain, rule, kind, entries, nil)
 			hit.Key = s.nodeKeys.Sum(sc.keyBuf)
 			ds.local = len(sc.local)
 			sc.local = append(sc.local, hit)
 		}
+		var keyed *bucket.Limit // an override's numbers are part of its key
 		switch {
 		case hasOverride:
 			hit.Limit = override
+			keyed = &override
 		case rule.Global != nil:
 			hit.Limit = *rule.Global
 		default:
 			continue
 		}
-		sc.keyBuf = descriptors.AppendKeyMaterial(sc.keyBuf[:0], domain, rule, descriptors.GlobalBucket, entries, hit.Limit)
+		sc.keyBuf = descriptors.AppendKeyMaterial(sc.keyBuf[:0], domain, rule, descriptors.GlobalBucket, entries, keyed)
 		if s.sharedKeys {
 			hit.Key = bucket.SumKey(sc.keyBuf)
 		} else {

@@ -84,9 +84,9 @@ descriptors:
 }
 
 // TestReloadKeepsBucketsOfUnchangedRules: a reload builds new rule objects,
-// but a rule whose limits did not change keeps its buckets (its keys are
-// derived from what the rule says, not from the object); a changed rule
-// starts with a full bucket.
+// but a rule keeps its buckets (its keys are derived from what the rule
+// says, not from the object); a rule whose numbers changed keeps them too,
+// converted: what was spent stays spent (TestReloadKeepsConsumption).
 func TestReloadKeepsBucketsOfUnchangedRules(t *testing.T) {
 	before := `
 domain: d
@@ -112,7 +112,7 @@ descriptors:
 	if got := h.admitted(t, 3, request("d", desc("same=x"))); got != 0 {
 		t.Errorf("unchanged rule admitted %d after the reload, want 0 (its bucket is still empty)", got)
 	}
-	if got := h.admitted(t, 10, request("d", desc("changed=x"))); got != 6 {
-		t.Errorf("changed rule admitted %d after the reload, want 6 (a fresh bucket)", got)
+	if got := h.admitted(t, 10, request("d", desc("changed=x"))); got != 1 {
+		t.Errorf("changed rule admitted %d after the reload, want 1 (5 of 6 spent)", got)
 	}
 }

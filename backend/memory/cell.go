@@ -21,9 +21,28 @@ import (
 // tat + frac/Requests. All arithmetic is on integers (128-bit where products
 // need it), so a bucket never drifts however long it lives.
 //
+// A cell also records the Limit it was last written under, because a
+// bucket's key is its rule and values, not its numbers: a hit that comes
+// with another Limit first converts the bucket to it (under): the tokens it
+// lacks stay lacking, clamped to the new burst. The burst is recorded too,
+// although only the rate is needed to convert, so that a lowered burst is
+// told apart from a call that reads the bucket at an earlier time than
+// another wrote it (concurrent calls sample the clock before taking the
+// lock); under an unchanged Limit a bucket is never clamped.
+//
+// The GCRA state is a gcra of its own, and apply decides on it alone, with
+// arguments few enough for Go's register ABI: deciding on the whole 40-byte
+// cell spilled every call to the stack and made HitAt a third slower.
+//
 // A cell holds no pointers, so maps of millions of them cost the garbage
 // collector nothing to scan.
 type cell struct {
+	gcra
+	lim bucket.Limit
+}
+
+// gcra is a bucket's state under the Limit its cell records.
+type gcra struct {
 	tat  int64  // whole nanoseconds since the epoch at which the bucket is full
 	frac uint64 // TAT's fraction of a nanosecond, in 1/Requests ns; < Requests
 }
@@ -31,42 +50,89 @@ type cell struct {
 // minTime is the TAT of an absent bucket: full at any time.
 const minTime = math.MinInt64
 
+// absent is the cell of a key without a bucket: full at any time.
+var absent = cell{gcra: gcra{tat: minTime}}
+
 // fullAt reports whether b is full at now, that is, whether it may be dropped.
-func (b cell) fullAt(now int64) bool {
+func (b gcra) fullAt(now int64) bool {
 	return b.tat < now || b.tat == now && b.frac == 0
 }
 
 // deficit returns how much b lacks to be full at now, in units of 1/r ns
-// (one token is Period such units). It is (TAT-now)×r, or 0 for a full bucket.
-func (b cell) deficit(now int64, r uint64) u128 {
+// (one token is Period such units). It is (tat-now)×r + frac, or 0 for a
+// full bucket.
+func (b gcra) deficit(now int64, r uint64) u128 {
 	if b.tat < now {
 		return u128{}
 	}
-	// tat ≥ now, so the wrapping int64 difference is the exact distance.
-	// frac < r unless the key's Limit changed; clamp it so a changed Limit
-	// costs at most a nanosecond of precision, never a wrong carry.
+	// tat ≥ now, so the wrapping int64 difference is the exact distance;
+	// frac < r under the Limit the cell records (clamped all the same).
 	return mul64(uint64(b.tat-now), r).add(u128{lo: min(b.frac, r-1)})
 }
 
+// under returns b as a bucket written under lim at now, and whether that
+// converted it: b itself when it was written under lim (or is full, or lim
+// never allows); else the bucket that lacks, under lim, the tokens b lacks
+// at now, at most lim.Burst of them.
+//
+// Exactly: b lacks d₀ = (TAT-now)×r₀ + frac units of 1/r₀ ns, which are
+// d₀/p₀ tokens (r₀ per p₀ ns is the Limit b was written under). Under r
+// per p ns those take ⌈d₀×p/p₀⌉ units of 1/r ns (rounded up, so that a
+// conversion never hands out a fraction of a token), clamped to burst×p.
+// A bucket that lacked 3 of 3/day lacks 3 of 4/day (1 left); one that
+// lacked 2 of 4/day lacks 2 of 2/day (none left, the next in 12 hours); a
+// full bucket stays full.
+//
+// The refill up to now ran at the old rate: the Limit changed at an instant
+// nothing recorded. Callers store the conversion before deciding (see
+// Limiter.HitAt), so that from its first hit under a new Limit, refused or
+// only checking, the bucket refills at the new rate.
+func (b cell) under(now int64, lim bucket.Limit) (cell, bool) {
+	if b.lim == lim || b.tat < now || lim.Requests == 0 || lim.Period <= 0 || lim.Burst == 0 {
+		return b, false
+	}
+	p := uint64(lim.Period)
+	d := mul64(lim.Burst, p)
+	if b.lim.Requests > 0 && b.lim.Period > 0 { // else never written: read as empty
+		p0 := uint64(b.lim.Period)
+		d0 := b.deficit(now, b.lim.Requests)
+		if d0.less(mul64(lim.Burst, p0)) {
+			// d₀ < burst×p₀, so d₀×p/p₀ < burst×p < 2¹²⁸.
+			d = mulDivCeil(d0, p, p0)
+		}
+	}
+	return cell{gcra: bucketAt(now, d, lim.Requests), lim: lim}, true
+}
+
+// view returns the state to decide a hit under lim on: b's own when b was
+// written under lim, else b converted (under).
+func (b cell) view(now int64, lim bucket.Limit) gcra {
+	if b.lim != lim {
+		b, _ = b.under(now, lim)
+	}
+	return b.gcra
+}
+
 // bucketAt returns the bucket that lacks d (in 1/r ns) at now. A TAT beyond
-// the int64 range (a deficit of more than ~292 years of refill) saturates: the
-// bucket then refills a little early, which is the only inexact case.
-func bucketAt(now int64, d u128, r uint64) cell {
+// the int64 range (a deficit of more than ~292 years of refill) saturates:
+// the bucket then refills a little early, which is the only inexact case.
+func bucketAt(now int64, d u128, r uint64) gcra {
 	q, rem, ok := d.divMod(r)
 	// uint64(MaxInt64)-uint64(now) wraps to the exact headroom for any now.
 	if !ok || q > uint64(math.MaxInt64)-uint64(now) {
-		return cell{tat: math.MaxInt64}
+		return gcra{tat: math.MaxInt64}
 	}
-	return cell{tat: now + int64(q), frac: rem}
+	return gcra{tat: now + int64(q), frac: rem}
 }
 
-// apply decides one hit of cost tokens (a give-back when give is set) against
-// b at now, in nanoseconds since the epoch. It is a pure function: it returns
-// the bucket after the hit, the state to report, and whether the bucket
-// changed (only then must the caller store next).
+// apply decides one hit of cost tokens (a give-back when give is set) under
+// lim against b at now, in nanoseconds since the epoch, b being the bucket's
+// state under lim (cell.view). It is a pure function: it returns the state
+// after the hit, the state to report, and whether the bucket changed (only
+// then must the caller store next, under lim).
 //
-// An absent bucket is passed as bucket{tat: minTime}.
-func apply(b cell, lim bucket.Limit, now int64, cost uint64, give bool) (next cell, st bucket.State, changed bool) {
+// An absent bucket is passed as gcra{tat: minTime}.
+func apply(b gcra, lim bucket.Limit, now int64, cost uint64, give bool) (next gcra, st bucket.State, changed bool) {
 	if lim.Requests == 0 || lim.Period <= 0 || lim.Burst == 0 {
 		// Never allows. There is no "full" to wait for, so a refusal asks to
 		// come back after one Period, as a fixed window would.
@@ -140,6 +206,29 @@ func (x u128) sub(y u128) u128 {
 		return u128{}
 	}
 	return u128{hi, lo}
+}
+
+// mulDivCeil returns ⌈x×m/d⌉ through a 192-bit product; the quotient must
+// fit in 128 bits (d must not be 0).
+func mulDivCeil(x u128, m, d uint64) u128 {
+	// x×m = w2·2¹²⁸ + w1·2⁶⁴ + w0.
+	h0, w0 := bits.Mul64(x.lo, m)
+	h1, l1 := bits.Mul64(x.hi, m)
+	w1, c := bits.Add64(h0, l1, 0)
+	w2 := h1 + c
+	// Long division by d, 64 bits at a time; w2 < d as the quotient fits.
+	q1, rem := bits.Div64(w2, w1, d)
+	q0, rem := bits.Div64(rem, w0, d)
+	q := u128{q1, q0}
+	if rem != 0 {
+		q = q.add(u128{lo: 1})
+	}
+	return q
+}
+
+// less reports whether x < y.
+func (x u128) less(y u128) bool {
+	return x.hi < y.hi || x.hi == y.hi && x.lo < y.lo
 }
 
 // lessEq reports whether x ≤ y.

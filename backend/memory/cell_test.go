@@ -15,6 +15,14 @@ import (
 
 const year = 365 * 24 * time.Hour
 
+// applyCell is apply on a whole cell, as the Limiter uses it: the bucket
+// read under lim (converted when written under another Limit), and the
+// result recorded under lim.
+func applyCell(b cell, lim bucket.Limit, now int64, cost uint64, give bool) (cell, bucket.State, bool) {
+	g, st, changed := apply(b.view(now, lim), lim, now, cost, give)
+	return cell{gcra: g, lim: lim}, st, changed
+}
+
 // bucketStep is one hit in a bucketScenario.
 type bucketStep struct {
 	at    time.Duration // since the scenario's start; never decreases
@@ -224,9 +232,9 @@ func TestApplyScenarios(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			const start = int64(1e15) // any origin works; not the epoch
-			b := cell{tat: minTime}
+			b := absent
 			runScenario(t, sc, func(at time.Duration, h bucket.Hit) bucket.State {
-				next, st, changed := apply(b, h.Limit, start+int64(at), h.Cost, h.Give)
+				next, st, changed := applyCell(b, h.Limit, start+int64(at), h.Cost, h.Give)
 				if changed {
 					b = next
 				}
@@ -334,7 +342,7 @@ func TestApplyMatchesExactReference(t *testing.T) {
 			interval := max(int64(lim.Period)/int64(lim.Requests), 1)
 			refill := int64(min(float64(lim.Period)/float64(lim.Requests)*float64(lim.Burst), 1<<50))
 			now := int64(12345)
-			b := cell{tat: minTime}
+			b := absent
 			ref := newRefBucket(lim, now)
 			for i := range 20000 {
 				switch rng.IntN(10) {
@@ -349,7 +357,7 @@ func TestApplyMatchesExactReference(t *testing.T) {
 					cost = rng.Uint64N(lim.Burst + 2)
 				}
 				give := rng.IntN(10) == 0
-				next, got, changed := apply(b, lim, now, cost, give)
+				next, got, changed := applyCell(b, lim, now, cost, give)
 				if changed {
 					b = next
 				}
@@ -367,12 +375,12 @@ func TestApplyMatchesExactReference(t *testing.T) {
 func TestApplyLongRunNoDrift(t *testing.T) {
 	t.Parallel()
 	lim := bucket.Limit{Requests: 3, Period: time.Second, Burst: 2}
-	b := cell{tat: minTime}
+	b := absent
 	var admitted uint64
 	const steps = 1_000_000
 	step := int64(100 * time.Millisecond)
 	for i := range int64(steps) + 1 {
-		next, st, changed := apply(b, lim, i*step, 1, false)
+		next, st, changed := applyCell(b, lim, i*step, 1, false)
 		if changed {
 			b = next
 		}
@@ -404,7 +412,7 @@ func TestApplyExtremes(t *testing.T) {
 	}{
 		{
 			name: "drain a bucket that takes forever to refill",
-			b:    cell{tat: minTime}, lim: huge, now: 0, cost: math.MaxUint64,
+			b:    absent, lim: huge, now: 0, cost: math.MaxUint64,
 			want: ok(0, math.MaxInt64),
 			check: func(t *testing.T, next cell) {
 				if next.tat != math.MaxInt64 {
@@ -414,47 +422,49 @@ func TestApplyExtremes(t *testing.T) {
 		},
 		{
 			name: "take from a saturated bucket",
-			b:    cell{tat: math.MaxInt64}, lim: huge, now: 0, cost: 1,
+			b:    cell{gcra: gcra{tat: math.MaxInt64}, lim: huge}, lim: huge, now: 0, cost: 1,
 			want: ok(math.MaxUint64-2, math.MaxInt64),
 		},
 		{
 			name: "give back everything to a saturated bucket",
-			b:    cell{tat: math.MaxInt64}, lim: huge, now: 0, cost: math.MaxUint64, give: true,
+			b:    cell{gcra: gcra{tat: math.MaxInt64}, lim: huge}, lim: huge, now: 0, cost: math.MaxUint64, give: true,
 			want: ok(math.MaxUint64, 0),
 		},
 		{
 			name: "times at both ends of the range",
-			b:    cell{tat: math.MaxInt64}, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64},
+			b:    cell{gcra: gcra{tat: math.MaxInt64}, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64}}, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64},
 			now: math.MinInt64, cost: 1,
 			want: refused(0, math.MaxInt64, math.MaxInt64),
 		},
 		{
 			name: "max rate at the end of time",
-			b:    cell{tat: minTime}, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64},
+			b:    absent, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64},
 			now: math.MaxInt64, cost: math.MaxUint64,
 			want: ok(0, 1),
 		},
 		{
-			name: "limit changed: stale fraction is clamped",
-			b:    cell{tat: 10, frac: 2}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
+			// 10ns + 2/3ns under 3 per 10ns lacks 3.2 tokens, which take
+			// 32ns under 1 per 10ns.
+			name: "rate changed: the fraction converts",
+			b:    cell{gcra: gcra{tat: 10, frac: 2}, lim: bucket.Limit{Requests: 3, Period: 10, Burst: 5}}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
 			now: 0, cost: 0,
-			want: ok(4, 10),
+			want: ok(1, 32),
 		},
 		{
-			name: "limit shrank below the deficit",
-			b:    cell{tat: 1000}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
+			name: "burst lowered below the deficit: clamped to the new burst",
+			b:    cell{gcra: gcra{tat: 1000}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 100}}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
 			now: 0, cost: 1,
-			want: refused(0, 960, 1000),
+			want: refused(0, 10, 50),
 		},
 		{
 			name: "zero period never allows",
-			b:    cell{tat: minTime}, lim: bucket.Limit{Requests: 1, Period: 0, Burst: 5},
+			b:    absent, lim: bucket.Limit{Requests: 1, Period: 0, Burst: 5},
 			now: 0, cost: 1,
 			want: refused(0, 0, 0),
 		},
 		{
 			name: "zero burst never allows",
-			b:    cell{tat: minTime}, lim: bucket.Limit{Requests: 1, Period: time.Second, Burst: 0},
+			b:    absent, lim: bucket.Limit{Requests: 1, Period: time.Second, Burst: 0},
 			now: 0, cost: 0,
 			want: refused(0, time.Second, time.Second),
 		},
@@ -462,7 +472,7 @@ func TestApplyExtremes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			next, got, _ := apply(tt.b, tt.lim, tt.now, tt.cost, tt.give)
+			next, got, _ := applyCell(tt.b, tt.lim, tt.now, tt.cost, tt.give)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("apply(%+v, %+v, %d, %d, %t) state mismatch (-want +got):\n%s", tt.b, tt.lim, tt.now, tt.cost, tt.give, diff)
 			}
@@ -523,7 +533,7 @@ func FuzzApply(f *testing.F) {
 		}
 		interval := max(period/int64(requests), 1)
 		now := int64(0)
-		b := cell{tat: minTime}
+		b := absent
 		ref := newRefBucket(lim, now)
 		for i, op := range ops {
 			if now += int64(op>>4) * interval / 4; now > 1<<60 {
@@ -534,7 +544,7 @@ func FuzzApply(f *testing.F) {
 				cost = burst - uint64(op&7)%burst
 			}
 			give := op&0xf0 == 0xf0
-			next, got, changed := apply(b, lim, now, cost, give)
+			next, got, changed := applyCell(b, lim, now, cost, give)
 			if changed {
 				b = next
 			}
@@ -548,4 +558,105 @@ func FuzzApply(f *testing.F) {
 // fmtLimit names a subtest after a limit.
 func fmtLimit(l bucket.Limit) string {
 	return fmt.Sprintf("%d_per_%v_burst_%d", l.Requests, l.Period, l.Burst)
+}
+
+// TestApplyLimitChange checks the conversion of a bucket hit under another
+// Limit than it was written with: what it lacks stays lacking, in tokens,
+// clamped to the new burst, and the converted bucket is stored at the first
+// hit under the new Limit, refused or not, so that it refills at the new
+// rate from then on.
+func TestApplyLimitChange(t *testing.T) {
+	t.Parallel()
+	const day = 24 * time.Hour
+	per := func(n uint64, p time.Duration) bucket.Limit { return bucket.Limit{Requests: n, Period: p, Burst: n} }
+	type step struct {
+		lim  bucket.Limit
+		at   time.Duration
+		cost uint64
+		want bucket.State
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"3/day spent, raised to 4/day: exactly one more", []step{
+			{per(3, day), 0, 3, ok(0, day)},
+			{per(4, day), 0, 1, ok(0, day)},
+			{per(4, day), 0, 1, refused(0, 6*time.Hour, day)},
+		}},
+		{"4/day, 2 spent, lowered to 2/day: refused until one refills", []step{
+			{per(4, day), 0, 2, ok(2, 12*time.Hour)},
+			{per(2, day), 0, 1, refused(0, 12*time.Hour, day)},
+			{per(2, day), 12*time.Hour - 1, 1, refused(0, 1, 12*time.Hour+1)},
+			{per(2, day), 12 * time.Hour, 1, ok(0, day)},
+		}},
+		{"a fraction of a token converts: 2.5 of 3/day lacking is 2.5 of 4/day", []step{
+			{per(3, day), 0, 3, ok(0, day)},
+			{per(4, day), 4 * time.Hour, 0, ok(1, 15*time.Hour)},
+		}},
+		{"a full bucket stays full", []step{
+			{per(3, day), 0, 1, ok(2, 8*time.Hour)},
+			{per(1, time.Hour), 8 * time.Hour, 0, ok(1, 0)},
+		}},
+		{"burst raised alone: spent stays spent", []step{
+			{per(3, day), 0, 3, ok(0, day)},
+			{bucket.Limit{Requests: 3, Period: day, Burst: 6}, 0, 0, ok(3, day)},
+		}},
+		{"burst lowered alone: clamped", []step{
+			{bucket.Limit{Requests: 3, Period: day, Burst: 6}, 0, 5, ok(1, 40*time.Hour)},
+			{per(3, day), 0, 0, refused(0, 8*time.Hour, day)},
+		}},
+		// Concurrent calls may read a bucket at an earlier time than
+		// another wrote it: that lacks more than the burst, which under an
+		// unchanged Limit is not clamped (it would make tokens).
+		{"an earlier time under the same limit is not a lowered burst", []step{
+			{per(3, day), 10 * time.Hour, 3, ok(0, day)},
+			{per(3, day), 9 * time.Hour, 0, refused(0, 9*time.Hour, 25*time.Hour)},
+			{per(3, day), 18*time.Hour - 1, 1, refused(0, 1, 16*time.Hour+1)},
+		}},
+		{"period changed: 3/day spent 2, now 3/hour: 2 of 3 lacking", []step{
+			{per(3, day), 0, 2, ok(1, 16*time.Hour)},
+			{per(3, time.Hour), 0, 1, ok(0, time.Hour)},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l := New(Options{})
+			for i, s := range tt.steps {
+				states := make([]bucket.State, 1)
+				l.HitAt(t0.Add(s.at), []bucket.Hit{{Key: key(1), Limit: s.lim, Cost: s.cost}}, states)
+				if diff := cmp.Diff(s.want, states[0]); diff != "" {
+					t.Fatalf("step %d (%+v at %v, cost %d) mismatch (-want +got):\n%s", i, s.lim, s.at, s.cost, diff)
+				}
+			}
+		})
+	}
+}
+
+// TestMulDivCeil checks the 192-bit product and division against math/big.
+func TestMulDivCeil(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 10000 {
+		d := rng.Uint64() | 1
+		m := rng.Uint64() >> rng.IntN(64)
+		x := u128{hi: rng.Uint64() >> rng.IntN(65), lo: rng.Uint64()}
+		bx := new(big.Int).Lsh(new(big.Int).SetUint64(x.hi), 64)
+		bx.Add(bx, new(big.Int).SetUint64(x.lo))
+		prod := new(big.Int).Mul(bx, new(big.Int).SetUint64(m))
+		want, rem := new(big.Int).QuoRem(prod, new(big.Int).SetUint64(d), new(big.Int))
+		if rem.Sign() != 0 {
+			want.Add(want, big.NewInt(1))
+		}
+		if want.BitLen() > 128 {
+			continue // outside mulDivCeil's domain
+		}
+		got := mulDivCeil(x, m, d)
+		gotBig := new(big.Int).Lsh(new(big.Int).SetUint64(got.hi), 64)
+		gotBig.Add(gotBig, new(big.Int).SetUint64(got.lo))
+		if gotBig.Cmp(want) != 0 {
+			t.Fatalf("mulDivCeil(%v, %d, %d) = %v, want %v", x, m, d, gotBig, want)
+		}
+	}
 }

@@ -19,6 +19,12 @@
 // one, so the Limiter keeps only partly drained buckets, and telling that one
 // has refilled (and may be evicted) is one comparison.
 //
+// A bucket records the Limit it was last written under. A hit under another
+// Limit (a rule's numbers changed; a key is a rule and its values, not its
+// numbers) first converts it, as bucket.Hit documents: what was spent stays
+// spent, clamped to the new burst. The conversion is stored before the hit
+// is decided, so it holds whatever the decision.
+//
 // # Time
 //
 // Nothing here reads the wall clock except through Options.Clock (a
@@ -28,10 +34,12 @@
 //
 // # Memory
 //
-// A bucket is 16 bytes and its key 16 more; with the map's slack a full
-// table costs 80 bytes a bucket of live heap (BenchmarkBucketMemory: 84 MB
-// for DefaultMaxBuckets), and a process holding it grows to about twice that
-// between collections. Options.MaxBuckets bounds their number. Go maps do
+// A bucket is 40 bytes (its TAT and the Limit it was last written under,
+// which a changed limit converts from) and its key 16 more; with the map's
+// slack a full table costs 128 bytes a bucket of live heap
+// (BenchmarkBucketMemory: 134 MB for DefaultMaxBuckets; 112 bytes before
+// buckets recorded their Limit), and a process holding it grows to about
+// twice that between collections. Options.MaxBuckets bounds their number. Go maps do
 // not shrink, so memory stays at its high-water mark, which MaxBuckets
 // bounds.
 //

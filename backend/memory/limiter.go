@@ -14,8 +14,8 @@ import (
 )
 
 // DefaultMaxBuckets is the capacity used when Options.MaxBuckets is 0:
-// about a million partly drained buckets. Full, they hold 84 MB of live heap
-// (80 bytes a bucket, BenchmarkBucketMemory); a busy process collects when
+// about a million partly drained buckets. Full, they hold 134 MB of live heap
+// (128 bytes a bucket, BenchmarkBucketMemory); a busy process collects when
 // its heap has doubled, so budget about twice that.
 const DefaultMaxBuckets = 1 << 20
 
@@ -42,7 +42,7 @@ type Options struct {
 	// limit, but while more than MaxBuckets keys are partly drained at once
 	// new keys are refused. Checks (Cost 0) and give-backs need no room. Size
 	// MaxBuckets above the number of keys that can be drained within one
-	// refill time; a bucket costs about 80 bytes of live heap.
+	// refill time; a bucket costs about 128 bytes of live heap.
 	MaxBuckets int
 }
 
@@ -72,12 +72,15 @@ type Limiter struct {
 	refusals atomic.Uint64 // hits refused for want of room, for FullRefusals
 }
 
-// change is an undo-log entry: key's bucket before a take changed it. An
-// entry with noRoom set changed nothing: it records that take idx was
-// refused for want of room (see refuseFull), so that settle keeps its state.
+// change is an undo-log entry: key's bucket before take idx changed it,
+// under that take's Limit (Limiter.apply converts a bucket to its hit's
+// Limit before deciding, so the Limit need not be logged: the entry stays
+// as small as before buckets recorded one). An entry with noRoom set
+// changed nothing: it records that take idx was refused for want of room
+// (see refuseFull), so that settle keeps its state.
 type change struct {
 	key     bucket.Key
-	old     cell
+	old     gcra
 	existed bool
 	noRoom  bool
 	idx     int32
@@ -195,14 +198,14 @@ func (l *Limiter) decide(hits []bucket.Hit, t int64, states []bucket.State, log 
 		}
 		switch {
 		case changed:
-			log = append(log, change{key: h.Key, old: old, existed: existed})
+			log = append(log, change{key: h.Key, old: old.gcra, existed: existed, idx: int32(i)})
 		case full:
 			log = append(log, change{noRoom: true, idx: int32(i)})
 			noRoom++
 		}
 	}
 	if !ok {
-		l.rollback(log)
+		l.rollback(hits, log)
 	}
 	// Then the gives and independent hits, each on its own, whatever the
 	// takes' decision.
@@ -234,16 +237,27 @@ func (l *Limiter) apply(h *bucket.Hit, t int64, st *bucket.State) (old cell, exi
 	sh := &l.shards[shardIndex(&h.Key, l.shift)]
 	old, existed = sh.m[h.Key]
 	if !existed {
-		old = cell{tat: minTime}
+		old = absent
+	} else if old.lim != h.Limit {
+		b, converted := old.under(t, h.Limit)
+		// Last written under another Limit: store it converted, so that
+		// it refills at the new rate from now on, whatever this hit's
+		// decision; the undo log then restores the converted bucket.
+		if converted {
+			old = b
+			sh.store(h.Key, b, t)
+			existed = !b.fullAt(t)
+		}
 	}
-	next, s, changed := apply(old, h.Limit, t, h.Cost, h.Give)
+	// old is under h.Limit now, unless it is full or h.Limit never allows.
+	next, s, changed := apply(old.gcra, h.Limit, t, h.Cost, h.Give)
 	if changed && !existed && len(sh.m) >= l.perShard && !next.fullAt(t) && !sh.makeRoom(t, l.perShard) {
 		*st = refuseFull(sh, h.Limit, t)
 		return old, false, false, true
 	}
 	*st = s
 	if changed {
-		sh.store(h.Key, next, t)
+		sh.store(h.Key, cell{gcra: next, lim: h.Limit}, t)
 	}
 	return old, existed, changed, false
 }
@@ -262,7 +276,7 @@ func refuseFull(sh *shard, lim bucket.Limit, t int64) bucket.State {
 }
 
 // rollback undoes log, newest first. The caller holds the shards' locks.
-func (l *Limiter) rollback(log []change) {
+func (l *Limiter) rollback(hits []bucket.Hit, log []change) {
 	for i := len(log) - 1; i >= 0; i-- {
 		c := &log[i]
 		if c.noRoom {
@@ -270,7 +284,7 @@ func (l *Limiter) rollback(log []change) {
 		}
 		sh := &l.shards[shardIndex(&c.key, l.shift)]
 		if c.existed {
-			sh.m[c.key] = c.old
+			sh.m[c.key] = cell{gcra: c.old, lim: hits[c.idx].Limit}
 			sh.soonest = min(sh.soonest, c.old.tat)
 		} else {
 			delete(sh.m, c.key)
@@ -291,9 +305,9 @@ func (l *Limiter) settle(hits []bucket.Hit, t int64, states []bucket.State, log 
 		}
 		b, ok := l.shards[shardIndex(&h.Key, l.shift)].m[h.Key]
 		if !ok {
-			b = cell{tat: minTime}
+			b = absent
 		}
-		_, now, _ := apply(b, h.Limit, t, 0, false)
+		_, now, _ := apply(b.view(t, h.Limit), h.Limit, t, 0, false)
 		states[i].Remaining, states[i].ResetAfter = now.Remaining, now.ResetAfter
 	}
 	for i := range log {

@@ -24,6 +24,11 @@ const (
 //
 // Times come from the node's clock, sampled before the Redis call that
 // reported the bucket, so entries expire no later than Redis' own answer.
+//
+// An entry holds only for the Limit it was reported under: a bucket key is
+// its rule and values, not its numbers, and under a changed Limit the
+// script converts the bucket (a raised limit may leave it tokens), so a hit
+// with another Limit misses and goes to Redis.
 type emptyCache struct {
 	perShard int
 	shards   [cacheShards]cacheShard
@@ -34,10 +39,11 @@ type cacheShard struct {
 	m  map[bucket.Key]emptyEntry
 }
 
-// emptyEntry is one empty bucket: next is when its next whole token is due,
-// full when it is full again.
+// emptyEntry is one empty bucket under limit: next is when its next whole
+// token is due, full when it is full again.
 type emptyEntry struct {
 	next, full time.Time
+	limit      bucket.Limit
 }
 
 // newEmptyCache returns a cache of at most size entries, or nil (no cache)
@@ -61,15 +67,16 @@ func (c *emptyCache) shard(k bucket.Key) *cacheShard {
 	return &c.shards[binary.LittleEndian.Uint64(k[8:])%cacheShards]
 }
 
-// get returns the entry of k if its next token is still due after now.
-func (c *emptyCache) get(k bucket.Key, now time.Time) (emptyEntry, bool) {
+// get returns the entry of k if it was reported under lim and its next
+// token is still due after now. An entry under another Limit is dropped.
+func (c *emptyCache) get(k bucket.Key, lim bucket.Limit, now time.Time) (emptyEntry, bool) {
 	if c == nil {
 		return emptyEntry{}, false
 	}
 	s := c.shard(k)
 	s.mu.Lock()
 	e, ok := s.m[k]
-	if ok && !now.Before(e.next) {
+	if ok && (!now.Before(e.next) || e.limit != lim) {
 		delete(s.m, k)
 		ok = false
 	}

@@ -115,15 +115,15 @@ func TestEmptyCacheBound(t *testing.T) {
 	}
 	var k bucket.Key
 	c.put(k, e, now)
-	if _, ok := c.get(k, now); !ok {
+	if _, ok := c.get(k, bucket.Limit{}, now); !ok {
 		t.Errorf("get right after put: miss, want hit")
 	}
-	if _, ok := c.get(k, e.next); ok {
+	if _, ok := c.get(k, bucket.Limit{}, e.next); ok {
 		t.Errorf("get at the entry's next token: hit, want miss")
 	}
 	c.put(k, e, now)
 	c.drop(k)
-	if _, ok := c.get(k, now); ok {
+	if _, ok := c.get(k, bucket.Limit{}, now); ok {
 		t.Errorf("get after drop: hit, want miss")
 	}
 	if newEmptyCache(-1) != nil {
@@ -131,7 +131,7 @@ func TestEmptyCacheBound(t *testing.T) {
 	}
 	var off *emptyCache
 	off.put(k, e, now)
-	if _, ok := off.get(k, now); ok {
+	if _, ok := off.get(k, bucket.Limit{}, now); ok {
 		t.Errorf("a nil cache hit")
 	}
 }

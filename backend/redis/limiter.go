@@ -266,7 +266,7 @@ func (l *Limiter) decideLocally(d *decision, now time.Time) bool {
 		if !isTake(h) {
 			continue
 		}
-		if e, ok := l.cache.get(h.Key, now); ok {
+		if e, ok := l.cache.get(h.Key, h.Limit, now); ok {
 			d.setLocal(i)
 			d.states[i] = cachedState(h, e, now)
 			allowed = false
@@ -436,7 +436,7 @@ func (l *Limiter) remember(d *decision, r *request, start time.Time) {
 				l.cache.drop(h.Key)
 			case h.Independent || p.refunded:
 			case rep.remaining == 0 && rep.next > 0:
-				l.cache.put(h.Key, emptyEntry{next: start.Add(rep.next), full: start.Add(rep.reset)}, start)
+				l.cache.put(h.Key, emptyEntry{next: start.Add(rep.next), full: start.Add(rep.reset), limit: h.Limit}, start)
 			}
 		}
 	}

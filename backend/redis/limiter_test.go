@@ -148,6 +148,8 @@ var behaviours = []struct {
 	{"NoScript", testNoScript},
 	{"EmptyCache", testEmptyCache},
 	{"EmptyCacheAllOrNothing", testEmptyCacheAllOrNothing},
+	{"EmptyCacheLimitChange", testEmptyCacheLimitChange},
+	{"ValueFormat", testValueFormat},
 	{"Concurrent", testConcurrent},
 	{"ManyHits", testManyHits},
 	{"Batching", testBatching},

@@ -2,10 +2,12 @@
 --
 -- Representation (GCRA). A bucket is one string value: its "theoretical
 -- arrival time" TAT, in microseconds of Redis' own clock (TIME), then the
--- key's expiry (below), in milliseconds, as two little-endian IEEE 754
--- doubles (struct.pack '<dd', 16 bytes): exact, and cheaper than printing
+-- key's expiry (below), in milliseconds, then the interval (below) and
+-- burst of the limit it was last written under, as four little-endian IEEE
+-- 754 doubles (struct.pack '<dddd', 32 bytes): exact, and cheaper than printing
 -- and parsing the TAT with %.17g (glibc's exact float conversions dominated
--- the script's profile). Any other value reads as a full bucket. With
+-- the script's profile). Any other value (the 16-byte '<dd' of earlier
+-- builds included) reads as a full bucket. With
 -- interval = period / requests (microseconds per token) and tau = burst *
 -- interval, a bucket at time now holds burst - max(TAT - now, 0) / interval
 -- tokens. A missing key is a full bucket. Taking c tokens moves TAT to
@@ -13,6 +15,16 @@
 -- max(TAT - c * interval, now). One value (not a tokens +
 -- timestamp hash) keeps each bucket to one GET and one SET, and the refill
 -- needs no write: time passing is the refill.
+--
+-- A changed limit. A bucket key is its rule and values, not its numbers, so
+-- a key may come with another limit (interval or burst) than its value was
+-- written under. The tokens it lacks at now stay lacking, clamped to the
+-- new burst: with debt = TAT - now > 0 at the old interval, the bucket is
+-- read as TAT' = now + min(debt / old interval, burst) * interval. A bucket
+-- converted so is written back (under its new limit) whatever the key's
+-- decision, also for a check or a refused take, so that it refills at the
+-- new rate from then on; backend/memory does the same in integers. Under
+-- an unchanged limit nothing is clamped.
 --
 -- KEYS[i]     bucket key i (i = 1..n), all in one slot in Redis Cluster.
 --             Or, when ARGV has more than one value, KEYS[1] only routes the
@@ -100,6 +112,8 @@ if #A ~= 48 * n then
 end
 local tats = {} -- committed TAT per key, read once
 local exps = {} -- the expiry a key's value records, when it has one
+local ivs = {} -- the interval a key's committed TAT is measured in
+local bursts = {} -- the burst of the limit a key was last written under
 local dirty = {}
 local out = {} -- the reply of key k, five packed integers
 local granted = {} -- whether key k's last report allowed it
@@ -109,7 +123,7 @@ local function committed(key)
   local v = tats[key]
   if v == nil then
     local s = redis.call('GET', key)
-    if s and #s == 16 then v, exps[key] = unpack('<dd', s) else v = 0 end
+    if s and #s == 32 then v, exps[key], ivs[key], bursts[key] = unpack('<dddd', s) else v = 0 end
     tats[key] = v
   end
   return v
@@ -136,9 +150,12 @@ local function report(k, allowed, retry, tat, interval, tau, burst)
   out[k] = pack('<ddddd', allowed and 1 or 0, remaining, retry, debt, nxt)
 end
 
--- decide applies key k to a bucket at tat, fills its reply and returns
--- whether it is allowed and the bucket's TAT if it is.
-local function decide(k, tat, give)
+-- decide applies key k to a bucket at tat, written under interval iv and
+-- burst bu, fills its reply and returns whether it is allowed, the bucket's
+-- TAT if it is, and, when the bucket was written under another limit, its
+-- TAT converted to key k's limit (nil otherwise) with that limit's interval
+-- and burst.
+local function decide(k, tat, iv, bu, give)
   local period, requests, burst, cost = unpack('<dddd', A, 48 * k - 39)
   if requests <= 0 then
     granted[k] = give
@@ -151,6 +168,13 @@ local function decide(k, tat, give)
   end
   local interval = period / requests
   local tau = burst * interval
+  local conv = nil
+  if tat > now and (iv ~= interval or bu ~= burst) then
+    local debt = (tat - now) / iv * interval
+    if debt > tau then debt = tau end
+    tat = now + debt
+    conv = tat
+  end
   local base = tat
   if base < now then base = now end
   local allowed, retry = true, 0
@@ -174,7 +198,7 @@ local function decide(k, tat, give)
     new = tat -- full before and after: nothing to write
   end
   report(k, allowed, retry, new, interval, tau, burst)
-  return allowed, new
+  return allowed, new, conv, interval, burst
 end
 
 local i = 1
@@ -187,15 +211,19 @@ while i <= n do
     flags[j] = unpack('<d', A, 48 * j - 7)
   end
 
-  -- The takes of decision d (flags 0), all-or-nothing, on a scratch copy.
-  local scratch, ok = {}, true
+  -- The takes of decision d (flags 0), all-or-nothing, on a scratch copy
+  -- (scratch TATs measured in siv). A conversion of the committed bucket
+  -- is kept whatever the decision.
+  local scratch, siv, sbu, ok = {}, {}, {}, true
   for k = i, j do
     if flags[k] == 0 then
       local key = K[k + o]
-      local tat = scratch[key]
-      if tat == nil then tat = committed(key) end
-      local allowed, new = decide(k, tat, false)
-      if allowed then scratch[key] = new else ok = false end
+      local tat, iv, bu = scratch[key], siv[key], sbu[key]
+      local fresh = tat == nil
+      if fresh then tat = committed(key); iv, bu = ivs[key], bursts[key] end
+      local allowed, new, conv, civ, cbu = decide(k, tat, iv, bu, false)
+      if conv and fresh then tats[key], ivs[key], bursts[key], dirty[key] = conv, civ, cbu, true end
+      if allowed then scratch[key], siv[key], sbu[key] = new, civ, cbu else ok = false end
     end
   end
   for k = i, j do
@@ -203,7 +231,7 @@ while i <= n do
       local key = K[k + o]
       if ok then
         local tat = scratch[key]
-        if tat ~= tats[key] then tats[key], dirty[key] = tat, true end
+        if tat ~= tats[key] then tats[key], ivs[key], bursts[key], dirty[key] = tat, siv[key], sbu[key], true end
       elseif granted[k] then
         -- Nothing taken: allowed takes report the untouched bucket.
         local period, requests, burst = unpack('<ddd', A, 48 * k - 39)
@@ -219,8 +247,9 @@ while i <= n do
     if f ~= 0 then
       local key = K[k + o]
       local tat = committed(key)
-      local allowed, new = decide(k, tat, f % 2 == 1)
-      if allowed and new ~= tat then tats[key], dirty[key] = new, true end
+      local allowed, new, conv, civ, cbu = decide(k, tat, ivs[key], bursts[key], f % 2 == 1)
+      if conv then tats[key], ivs[key], bursts[key], dirty[key] = conv, civ, cbu, true; tat = conv end
+      if allowed and new ~= tat then tats[key], ivs[key], bursts[key], dirty[key] = new, civ, cbu, true end
     end
   end
   i = j + 1
@@ -233,12 +262,13 @@ for k = 1, n do
     local tat = tats[key]
     local full = ceil(tat / 1000) -- ms
     local exp = exps[key]
+    local iv, bu = ivs[key], bursts[key]
     if exp and exp >= full then
-      redis.call('SET', key, pack('<dd', tat, exp), 'KEEPTTL')
+      redis.call('SET', key, pack('<dddd', tat, exp, iv, bu), 'KEEPTTL')
     else
       local ttl = full - nowms
       local px = ttl + math.min(math.max(ttl, 1), SLACK)
-      redis.call('SET', key, pack('<dd', tat, nowms + px - MARGIN), 'PX', fmt('%d', px))
+      redis.call('SET', key, pack('<dddd', tat, nowms + px - MARGIN, iv, bu), 'PX', fmt('%d', px))
     end
   end
 end

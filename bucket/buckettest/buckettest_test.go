@@ -69,7 +69,11 @@ func TestScenarioTable(t *testing.T) {
 		"check only", "independent hits", "cost above burst", "Requests 0", "refill over time",
 		"same key twice in one call", "same key: a give does not help a take of the same call",
 		"same key: an independent hit does not block a later take",
-		"same key: a give before a take returns the take's tokens", "limit changes for the same key",
+		"same key: a give before a take returns the take's tokens",
+		"limit raised: spent stays spent", "limit lowered: refused until a token refills, spent clamped to the burst",
+		"limit lowered: the bucket refills at the new rate", "limit changed: a fraction of a token converts",
+		"burst raised alone: spent stays spent", "burst lowered alone: spent clamped to the burst",
+		"period changed: spent stays spent, refilling at the new rate",
 	} {
 		if !seen[name] {
 			t.Errorf("no scenario %q", name)
@@ -80,7 +84,8 @@ func TestScenarioTable(t *testing.T) {
 // TestMargin pins the lag a real clock may have in the scenario that moves
 // the clock, and in one that does not.
 func TestMargin(t *testing.T) {
-	want := map[string]time.Duration{"refill over time": 100 * time.Millisecond, "take": time.Minute, "limit changes for the same key": 10 * time.Second}
+	want := map[string]time.Duration{"refill over time": 100 * time.Millisecond, "take": time.Minute, "limit raised: spent stays spent": 6 * time.Hour,
+		"limit lowered: the bucket refills at the new rate": 100 * time.Millisecond}
 	for _, sc := range scenarios {
 		if w, ok := want[sc.name]; ok {
 			if got := sc.margin(); got != w {

@@ -10,6 +10,11 @@ import (
 type scenario struct {
 	name  string
 	calls []call
+	// stretch is the largest ratio of a key's new token interval to its
+	// old one where a call changes its Limit (0 and 1: no slower rate): a
+	// Limiter on a real clock converts the bucket as late as it runs, and
+	// its durations may come out short by its lag times stretch (Run).
+	stretch int
 }
 
 // call is one call of Limiter.Hit and what it must answer.
@@ -60,13 +65,25 @@ var (
 	fast = bucket.Limit{Requests: 10, Period: time.Second, Burst: 3}
 	// never allows anything (a rule of requests_per_unit 0).
 	never = bucket.Limit{Requests: 0, Period: time.Minute, Burst: 0}
-	// The limits a key moves through in "limit changes for the same key": a
-	// token every 10s up to 60, and one every 10 minutes up to 2.
-	perTenSeconds    = bucket.Limit{Requests: 60, Period: 10 * time.Minute, Burst: 60}
-	onePerTenMinutes = bucket.Limit{Requests: 1, Period: 10 * time.Minute, Burst: 2}
+	// The limits a key moves through in the scenarios of a changed limit.
+	twoPerDay   = bucket.Limit{Requests: 2, Period: day, Burst: 2}
+	threePerDay = bucket.Limit{Requests: 3, Period: day, Burst: 3}
+	fourPerDay  = bucket.Limit{Requests: 4, Period: day, Burst: 4}
+	// perMinute with twice the burst, and at a sixth of its rate.
+	bigBurst  = bucket.Limit{Requests: 10, Period: 10 * time.Minute, Burst: 20}
+	tenAnHour = bucket.Limit{Requests: 10, Period: time.Hour, Burst: 10}
+	// Limits that move the clock: 4 or 2 per 400ms (a token every 100ms or
+	// 200ms), and fast at half its rate.
+	fourFast = bucket.Limit{Requests: 4, Period: 400 * time.Millisecond, Burst: 4}
+	twoFast  = bucket.Limit{Requests: 2, Period: 400 * time.Millisecond, Burst: 2}
+	halfFast = bucket.Limit{Requests: 5, Period: time.Second, Burst: 3}
 )
 
-const minute = time.Minute
+const (
+	minute = time.Minute
+	day    = 24 * time.Hour
+	ms     = time.Millisecond
+)
 
 var scenarios = []scenario{
 	{
@@ -254,26 +271,85 @@ var scenarios = []scenario{
 			{hits: []hit{take(1, perMinute, 3), take(1, perMinute, 3)}, allowed: true, states: []bucket.State{ok(3, 7*minute), ok(0, 10*minute)}},
 		},
 	},
+	// A key that comes with another Limit (a rule whose numbers changed:
+	// bucket keys are the rule and values, not the numbers): the tokens it
+	// lacks at that moment stay lacking, clamped to the new burst, and the
+	// bucket refills at the new rate from then on. The first hit under the
+	// new Limit converts the bucket, also when it is refused or only checks.
 	{
-		// What both backends do when a key comes with another Limit (bucket
-		// keys include the limit, so only a hash collision or a caller that
-		// reuses keys does this): the bucket keeps the instant it is full
-		// again (its GCRA TAT), and its tokens are derived from that under
-		// the new Limit, even beyond the new burst.
-		name: "limit changes for the same key",
+		name: "limit raised: spent stays spent",
 		calls: []call{
-			// 6 minutes from full.
+			{hits: []hit{take(0, threePerDay, 3)}, allowed: true, states: []bucket.State{ok(0, day)}},
+			// 3 spent of 4: exactly one more.
+			{hits: []hit{take(0, fourPerDay, 1)}, allowed: true, states: []bucket.State{ok(0, day)}},
+			{hits: []hit{take(0, fourPerDay, 1)}, allowed: false, states: []bucket.State{no(0, 6*time.Hour, day)}},
+			// A bucket never drained is full under any limit.
+			{hits: []hit{check(1, threePerDay), check(1, fourPerDay)}, allowed: true, states: []bucket.State{ok(3, 0), ok(4, 0)}},
+		},
+	},
+	{
+		name:    "limit lowered: refused until a token refills, spent clamped to the burst",
+		stretch: 2,
+		calls: []call{
+			{hits: []hit{take(0, fourPerDay, 3)}, allowed: true, states: []bucket.State{ok(1, 18*time.Hour)}},
+			// 3 spent, clamped to 2 of 2: a token in 12 hours.
+			{hits: []hit{take(0, twoPerDay, 1)}, allowed: false, states: []bucket.State{no(0, 12*time.Hour, day)}},
+			// The refused take stored the clamp: back at 4/day, 2 spent.
+			{hits: []hit{check(0, fourPerDay)}, allowed: true, states: []bucket.State{ok(2, 12*time.Hour)}},
+		},
+	},
+	{
+		name:    "limit lowered: the bucket refills at the new rate",
+		stretch: 2,
+		calls: []call{
+			{hits: []hit{take(0, fourFast, 2)}, allowed: true, states: []bucket.State{ok(2, 200*ms)}},
+			// 2 spent of 2 at 200ms a token.
+			{hits: []hit{take(0, twoFast, 1)}, allowed: false, states: []bucket.State{no(0, 200*ms, 400*ms)}},
+			// At the old rate the bucket would hold 3 by now.
+			{advance: 100 * ms, hits: []hit{take(0, twoFast, 1)}, allowed: false, states: []bucket.State{no(0, 100*ms, 300*ms)}},
+			{advance: 100 * ms, hits: []hit{take(0, twoFast, 1)}, allowed: true, states: []bucket.State{ok(0, 400*ms)}},
+			{hits: []hit{take(0, twoFast, 1)}, allowed: false, states: []bucket.State{no(0, 200*ms, 400*ms)}},
+		},
+	},
+	{
+		// A fraction of a token converts too: 2.5 tokens lacking at 200ms
+		// a token are 2.5 lacking at 100ms a token.
+		name: "limit changed: a fraction of a token converts",
+		calls: []call{
+			{hits: []hit{take(0, halfFast, 3)}, allowed: true, states: []bucket.State{ok(0, 600*ms)}},
+			{advance: 100 * ms, hits: []hit{check(0, fast)}, allowed: false, states: []bucket.State{no(0, 50*ms, 250*ms)}},
+			// 1 lacking 150ms later: a token edge, which lag only moves away from.
+			{advance: 150 * ms, hits: []hit{take(0, fast, 1)}, allowed: true, states: []bucket.State{ok(1, 200*ms)}},
+		},
+	},
+	{
+		name: "burst raised alone: spent stays spent",
+		calls: []call{
+			{hits: []hit{take(0, perMinute, 10)}, allowed: true, states: []bucket.State{ok(0, 10*minute)}},
+			{hits: []hit{check(0, bigBurst)}, allowed: true, states: []bucket.State{ok(10, 10*minute)}},
+			{hits: []hit{take(0, bigBurst, 11)}, allowed: false, states: []bucket.State{no(10, minute, 10*minute)}},
+			{hits: []hit{take(0, bigBurst, 10)}, allowed: true, states: []bucket.State{ok(0, 20*minute)}},
+		},
+	},
+	{
+		name: "burst lowered alone: spent clamped to the burst",
+		calls: []call{
 			{hits: []hit{take(0, perMinute, 6)}, allowed: true, states: []bucket.State{ok(4, 6*minute)}},
-			// A token every 10s: 36 missing of 60.
-			{hits: []hit{check(0, perTenSeconds)}, allowed: true, states: []bucket.State{ok(24, 6*minute)}},
-			// A token every 10 minutes: 0.6 missing of 2.
-			{hits: []hit{check(0, onePerTenMinutes)}, allowed: true, states: []bucket.State{ok(1, 6*minute)}},
-			// One allowed (0.6 missing, 1 may be), leaving 1.6 missing.
-			{hits: []hit{take(0, onePerTenMinutes, 1)}, allowed: true, states: []bucket.State{ok(0, 16*minute)}},
-			// 16 missing of 10: a token in 7 minutes.
-			{hits: []hit{check(0, perMinute)}, allowed: false, states: []bucket.State{no(0, 7*minute, 16*minute)}},
-			// 96 missing of 60: a token in 6m10s.
-			{hits: []hit{check(0, perTenSeconds)}, allowed: false, states: []bucket.State{no(0, 6*minute+10*time.Second, 16*minute)}},
+			// 6 spent, clamped to 4 of 4.
+			{hits: []hit{check(0, smallBurst)}, allowed: false, states: []bucket.State{no(0, minute, 4*minute)}},
+			// The check stored the clamp.
+			{hits: []hit{check(0, perMinute)}, allowed: true, states: []bucket.State{ok(6, 4*minute)}},
+		},
+	},
+	{
+		name:    "period changed: spent stays spent, refilling at the new rate",
+		stretch: 6,
+		calls: []call{
+			{hits: []hit{take(0, perMinute, 4)}, allowed: true, states: []bucket.State{ok(6, 4*minute)}},
+			// 4 spent at 6 minutes a token.
+			{hits: []hit{check(0, tenAnHour)}, allowed: true, states: []bucket.State{ok(6, 24*minute)}},
+			{hits: []hit{take(0, tenAnHour, 6)}, allowed: true, states: []bucket.State{ok(0, time.Hour)}},
+			{hits: []hit{check(0, tenAnHour)}, allowed: false, states: []bucket.State{no(0, 6*minute, time.Hour)}},
 		},
 	},
 	{

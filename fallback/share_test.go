@@ -1,0 +1,55 @@
+package fallback_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/sluice-rls/sluice/backend/memory"
+	"github.com/sluice-rls/sluice/bucket"
+	"github.com/sluice-rls/sluice/fallback"
+)
+
+// TestShareConvertsWhenNodesChange: the share of a global bucket is the
+// same bucket at rate/N, so when the live node count changes, what this
+// node spent stays spent (converted, as any changed limit) instead of being
+// read as the old "full again" instant under the new share.
+func TestShareConvertsWhenNodesChange(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	var nodes atomic.Int64
+	nodes.Store(2)
+	p := &primary{mem: memory.New(memory.Options{Clock: clock})}
+	p.down.Store(true)
+	sw := fallback.New(fallback.Options{
+		Primary: p,
+		Share:   memory.New(memory.Options{Clock: clock}),
+		Probe:   func(context.Context) error { return errors.New("down") },
+		Nodes:   func() int { return int(nodes.Load()) },
+		Mode:    fallback.Share,
+		Clock:   clock,
+	})
+	t.Cleanup(sw.Close)
+	lim := bucket.Limit{Requests: 12, Period: time.Hour, Burst: 12}
+	hit := func(cost uint64) (bool, bucket.State) {
+		t.Helper()
+		states := make([]bucket.State, 1)
+		d, err := sw.Hit(context.Background(), []bucket.Hit{{Key: bucket.Key{7}, Limit: lim, Cost: cost}}, states)
+		if err != nil || d.Answer != bucket.Fallback {
+			t.Fatalf("Hit: %+v, %v; want an answer of the share", d, err)
+		}
+		return d.Allowed, states[0]
+	}
+	// Two nodes: this one's share is 12 per 2 hours, burst 6.
+	if ok, st := hit(6); !ok || st.Remaining != 0 {
+		t.Fatalf("6 of a share of 6: %v %+v, want allowed, 0 left", ok, st)
+	}
+	// Alone: the whole limit, 12 per hour, burst 12; 6 spent.
+	nodes.Store(1)
+	if ok, st := hit(0); !ok || st.Remaining != 6 {
+		t.Errorf("alone after spending 6: %v %+v, want 6 left of 12", ok, st)
+	}
+}
