@@ -5,6 +5,8 @@
 //	                                  rule set, with serve's loading flags
 //	rls check --domain D k=v[,k=v]... ask a running server for a decision
 //	                                  (exit 0 OK, 1 OVER_LIMIT, 2 error)
+//	rls usage --domain D k=v[,k=v]... read a server's buckets without spending
+//	                                  (--top: the values refused most)
 //	rls version                       print the version, commit and Go version
 //
 // main only wires signals and exit codes; run holds the logic so that tests
@@ -52,6 +54,10 @@ const usage = `usage:
   rls check [flags] KEY=VALUE[,KEY=VALUE]...
                                        ask a running server; one argument per descriptor;
                                        exit 0 OK, 1 OVER_LIMIT, 2 error (--tls-* for TLS)
+  rls usage [flags] --domain D KEY=VALUE[,KEY=VALUE]...
+                                       read each descriptor's buckets on the admin address
+                                       without spending a token; --top: the values refused
+                                       most per rule; exit 0 answered, 2 error
   rls version                          print the version, commit and Go version
 `
 
@@ -68,6 +74,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return validate(args[1:], stdout, stderr, getenv)
 	case "check":
 		return check(ctx, args[1:], stdout, stderr)
+	case "usage":
+		return usageCmd(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, currentBuild())
 		return nil
