@@ -13,6 +13,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluice-rls/sluice/bucket"
+	"github.com/sluice-rls/sluice/descriptors"
 )
 
 // ErrUnknownDomain is Usage's error for a domain without rules.
@@ -38,7 +39,10 @@ type UsageDescriptor struct {
 	Descriptor string `json:"descriptor"`
 	// Rule is the rule that limits it; nil when none does (no rule
 	// matched, or another descriptor's rule replaces it).
-	Rule      *UsageRule `json:"rule,omitempty"`
+	Rule *UsageRule `json:"rule,omitempty"`
+	// Replaced names the rule that matched but that another descriptor's
+	// rule of the same request replaces (rate_limit.replaces).
+	Replaced  *UsageRule `json:"replaced,omitempty"`
 	Unlimited bool       `json:"unlimited,omitempty"` // its rule is unlimited
 	Shadow    bool       `json:"shadow,omitempty"`    // its rule is in shadow mode
 	Quota     bool       `json:"quota,omitempty"`     // its rule is a quota
@@ -70,8 +74,9 @@ type UsageLayer struct {
 	Limit UsageLimit `json:"limit"`
 	// Remaining is the number of whole tokens left now.
 	Remaining uint64 `json:"remaining"`
-	// FullIn is the time until the bucket is full again ("0s": full);
-	// FullInMS is the same in milliseconds, rounded up.
+	// FullInMS is the time until the bucket is full again, in
+	// milliseconds rounded up (0: full); FullIn is the same as a Go
+	// duration ("1.5s").
 	FullIn   string `json:"full_in"`
 	FullInMS int64  `json:"full_in_ms"`
 }
@@ -122,6 +127,8 @@ func (s *Server) Usage(ctx context.Context, req *rlsv3.RateLimitRequest) (*Usage
 		ud := UsageDescriptor{Descriptor: descriptorText(d), Unlimited: ds.unlimited, Shadow: ds.shadow, Quota: ds.quota}
 		if ds.rule != nil {
 			ud.Rule = &UsageRule{Path: ds.rule.Path, Name: ds.rule.Name}
+		} else if r := s.replacedRule(dom, d); r != nil {
+			ud.Replaced = &UsageRule{Path: r.Path, Name: r.Name}
 		}
 		if ds.local != none {
 			ud.Layers = append(ud.Layers, local.layer(sc.local[ds.local], ds.local))
@@ -132,6 +139,22 @@ func (s *Server) Usage(ctx context.Context, req *rlsv3.RateLimitRequest) (*Usage
 		u.Descriptors = append(u.Descriptors, ud)
 	}
 	return u, nil
+}
+
+// replacedRule returns the rule d matches on its own, gray entries
+// stripped as match strips them; Usage calls it for a descriptor left
+// without a rule, which then has one only when another rule replaced it.
+func (s *Server) replacedRule(dom *descriptors.Domain, d *commonv3.RateLimitDescriptor) *descriptors.Rule {
+	var entries []descriptors.Entry
+	for _, e := range d.GetEntries() {
+		if s.opts.GrayKey == "" || e.GetKey() != s.opts.GrayKey {
+			entries = append(entries, descriptors.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	return dom.Match(entries)
 }
 
 // checkOnly turns hits into check-only ones: Cost 0 takes nothing, and
@@ -197,8 +220,8 @@ func (r layerRead) layer(h bucket.Hit, i int) UsageLayer {
 	}
 	st := r.states[i]
 	ul.Remaining = st.Remaining
-	ul.FullIn = st.ResetAfter.String()
 	ul.FullInMS = ceilDiv(st.ResetAfter, time.Millisecond)
+	ul.FullIn = (time.Duration(ul.FullInMS) * time.Millisecond).String()
 	return ul
 }
 

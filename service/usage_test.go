@@ -42,6 +42,11 @@ descriptors:
     value: "a*"
     share_threshold: true
     rate_limit: {unit: minute, requests_per_unit: 6}
+  - key: plan
+    value: gold
+    descriptors:
+      - key: api_key
+        rate_limit: {unit: hour, requests_per_unit: 1000, replaces: [{name: per_key}]}
 `
 
 // usageServer serves h's /usage and /usage/top on loopback.
@@ -207,6 +212,14 @@ func TestUsageKeysAsDecisions(t *testing.T) {
 	}
 	if r := getUsage(t, base, "edge", "api_key=z").Descriptors[0].Rule; r == nil || r.Name != "per_key" {
 		t.Errorf("named rule: %+v, want name per_key", r)
+	}
+	// With plan=gold,api_key=z in the same request, per_key is replaced.
+	d = getUsage(t, base, "edge", "api_key=z", "plan=gold,api_key=z").Descriptors
+	if d[0].Rule != nil || d[0].Replaced == nil || d[0].Replaced.Name != "per_key" || len(d[0].Layers) != 0 {
+		t.Errorf("replaced rule: %+v, want no rule, replaced per_key, no layers", d[0])
+	}
+	if d[1].Rule == nil || d[1].Rule.Path != "edge.plan_gold.api_key" || d[1].Layers[0].Limit.RequestsPerUnit != 1000 {
+		t.Errorf("replacing rule: %+v", d[1])
 	}
 }
 

@@ -180,13 +180,12 @@ func printUsage(w io.Writer, u service.Usage) {
 	for _, d := range u.Descriptors {
 		line := "  " + d.Descriptor + ": "
 		switch {
-		case d.Rule == nil:
-			line += "no rule"
+		case d.Rule != nil:
+			line += "rule " + ruleText(d.Rule)
+		case d.Replaced != nil:
+			line += "no rule: its rule " + ruleText(d.Replaced) + " is replaced by another descriptor's"
 		default:
-			line += "rule " + d.Rule.Path
-			if d.Rule.Name != "" {
-				line += " (" + d.Rule.Name + ")"
-			}
+			line += "no rule"
 		}
 		var marks []string
 		if d.Unlimited {
@@ -206,6 +205,13 @@ func printUsage(w io.Writer, u service.Usage) {
 			fmt.Fprintln(w, "    "+layerLine(l))
 		}
 	}
+}
+
+func ruleText(r *service.UsageRule) string {
+	if r.Name == "" {
+		return r.Path
+	}
+	return r.Path + " (" + r.Name + ")"
 }
 
 // layerLine describes one layer's bucket.
@@ -236,7 +242,7 @@ func printTop(w io.Writer, a service.TopRefusedAnswer) {
 		fmt.Fprintln(w, "  no refusals")
 	}
 	for _, r := range a.Rules {
-		fmt.Fprintf(w, "  %s %s: %d refusals, counts at most %d too high\n", r.Domain, r.Rule, r.Refusals, r.MaxError)
+		fmt.Fprintf(w, "  %s %s: %d refused, counts at most %d too high\n", r.Domain, r.Rule, r.Refusals, r.MaxError)
 		for _, v := range r.Values {
 			n := strconv.FormatUint(v.Count, 10)
 			if v.AtLeast != v.Count {

@@ -108,7 +108,7 @@ func TestUsageCommand(t *testing.T) {
 
 	code, out, errOut = runRLS(t, nil, append(append([]string{"usage"}, mtls...), "--top", "--domain", "edge")...)
 	want := "refused most over the last 5 minutes (8 counters per rule and minute)\n" +
-		"  edge edge.user_id: 2 refusals, counts at most 0 too high\n" +
+		"  edge edge.user_id: 2 refused, counts at most 0 too high\n" +
 		"    2  user_id=alice\n"
 	if code != 0 || out != want {
 		t.Fatalf("rls usage --top: exit %d, stdout:\n%s\nwant:\n%s\nstderr %s", code, out, want, errOut)
