@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rls/sluice/internal/redistest"
 	"github.com/sluice-rls/sluice/service"
@@ -62,6 +63,13 @@ func TestUsageFleetView(t *testing.T) {
 	args := []string{"--redis", "redis://" + s.Addr() + "/0", "--config", rules, "--redis-timeout", "500ms"}
 	a, b := startRLS(t, args...), startRLS(t, args...)
 
+	// Reading a bucket that does not exist writes nothing to Redis.
+	if g := layerOf(t, usageOf(t, a, "fleet", "tenant=acme"), "global"); g.Remaining != 20 {
+		t.Fatalf("fresh bucket: %+v, want 20 left", g)
+	}
+	if keys := bucketKeys(t, []*goredis.Client{s.Client()}); len(keys) != 0 {
+		t.Fatalf("after /usage of a fresh bucket, Redis holds bucket keys %v, want none", keys)
+	}
 	for i := range 5 {
 		if resp := a.Check(t, "fleet", "tenant=acme"); resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("take %d on A: %v", i+1, resp)
@@ -85,6 +93,9 @@ func TestUsageFleetView(t *testing.T) {
 	}
 	if l := layerOf(t, usageOf(t, a, "fleet", "tenant=acme"), "local"); l.Remaining != 95 {
 		t.Fatalf("A's local layer: remaining %d, want 95", l.Remaining)
+	}
+	if keys := bucketKeys(t, []*goredis.Client{s.Client()}); len(keys) != 1 {
+		t.Fatalf("Redis holds bucket keys %v, want acme's only", keys)
 	}
 	// The next take, on B, finds the 15 tokens /usage reported.
 	resp := b.Check(t, "fleet", "tenant=acme")
