@@ -124,7 +124,7 @@ func (s *Server) Usage(ctx context.Context, req *rlsv3.RateLimitRequest) (*Usage
 	}
 	for i, d := range plain.GetDescriptors() {
 		ds := &sc.descs[i]
-		ud := UsageDescriptor{Descriptor: descriptorText(d), Unlimited: ds.unlimited, Shadow: ds.shadow, Quota: ds.quota}
+		ud := UsageDescriptor{Descriptor: descriptorText(d), Unlimited: ds.unlimited, Shadow: ds.shadow, Quota: ds.quota && ds.rule != nil}
 		if ds.rule != nil {
 			ud.Rule = &UsageRule{Path: ds.rule.Path, Name: ds.rule.Name}
 		} else if r := s.replacedRule(dom, d); r != nil {
