@@ -135,8 +135,9 @@ func newTopRefused(k, maxRules int) *topRefused {
 }
 
 // rule returns the top-K of a rule, adding it when there is room; nil
-// when there is none.
-func (t *topRefused) rule(domain, path string) *ruleTop {
+// when there is none. A full table first drops the rules without a
+// refusal in the windows kept (rules gone with a reload, or quiet ones).
+func (t *topRefused) rule(minute int64, domain, path string) *ruleTop {
 	key := topKey{domain, path}
 	t.mu.RLock()
 	r := t.rules[key]
@@ -146,21 +147,44 @@ func (t *topRefused) rule(domain, path string) *ruleTop {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if r = t.rules[key]; r == nil && len(t.rules) < t.maxRules {
+	if r = t.rules[key]; r != nil {
+		return r
+	}
+	if len(t.rules) >= t.maxRules {
+		for k, old := range t.rules {
+			if old.quietSince(minute) {
+				delete(t.rules, k)
+			}
+		}
+	}
+	if len(t.rules) < t.maxRules {
 		r = new(ruleTop)
 		t.rules[key] = r
 	}
 	return r
 }
 
+// quietSince reports whether r counted nothing in the windows kept at
+// minute.
+func (r *ruleTop) quietSince(minute int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.windows {
+		if w := &r.windows[i]; w.minute > minute-TopRefusedMinutes && w.ss.n > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // add counts one refusal of value for a rule at now.
 func (t *topRefused) add(now time.Time, domain, path string, value []byte) {
-	r := t.rule(domain, path)
+	minute := now.UnixNano() / int64(topWindow)
+	r := t.rule(minute, domain, path)
 	if r == nil {
 		t.untracked.Add(1)
 		return
 	}
-	minute := now.UnixNano() / int64(topWindow)
 	r.mu.Lock()
 	w := &r.windows[minute%TopRefusedMinutes]
 	if w.minute != minute {
@@ -243,8 +267,9 @@ type TopRefusedValue struct {
 type TopRefusedAnswer struct {
 	K       int `json:"k"`       // counters per rule and minute (--top-refused)
 	Minutes int `json:"minutes"` // the windows answered: the last Minutes minutes, this one included
-	// Untracked counts refusals of rules not tracked because
-	// TopRefusedRules were already (since the start).
+	// Untracked counts refusals not tracked because TopRefusedRules rules
+	// with refusals in the last TopRefusedMinutes were already (since the
+	// start).
 	Untracked uint64           `json:"untracked_refusals,omitempty"`
 	Rules     []TopRefusedRule `json:"rules"`
 }

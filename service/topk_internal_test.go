@@ -122,6 +122,19 @@ func TestTopRefusedBounded(t *testing.T) {
 	if ans, _ := s.TopRefused("", "", TopRefusedMinutes); len(ans.Rules) != 0 {
 		t.Fatalf("after %d minutes: %+v, want no rule with refusals", TopRefusedMinutes, ans.Rules)
 	}
+	// The quiet rules make room for new ones (after a reload, say).
+	s.top.add(clock.Now(), "other", "other.x", []byte("x=1"))
+	ans, _ = s.TopRefused("", "", TopRefusedMinutes)
+	if len(ans.Rules) != 1 || ans.Rules[0].Rule != "other.x" || ans.Untracked != 2 {
+		t.Fatalf("a new rule once the others are quiet: %+v, want other.x tracked", ans)
+	}
+	// A rule refused within the windows is kept at the cap.
+	clock.Advance(topWindow)
+	s.top.add(clock.Now(), "edge", "edge.a", []byte("a=1"))
+	s.top.add(clock.Now(), "edge", "edge.b", []byte("b=1"))
+	if _, ok := s.top.rules[topKey{"other", "other.x"}]; !ok || s.top.untracked.Load() != 3 {
+		t.Fatalf("other.x (refused a minute ago) dropped, or edge.b tracked beyond the cap: rules %d, untracked %d", len(s.top.rules), s.top.untracked.Load())
+	}
 }
 
 // TestSpaceSavingReplacesSmallest pins the algorithm on a tiny stream.
