@@ -140,7 +140,7 @@ type Serve struct {
 
 // maxTopRefused bounds --top-refused: each counter may hold a value of up
 // to --max-value-bytes, for every tracked rule and minute.
-const maxTopRefused = 1024
+const maxTopRefused = 256
 
 // ParseServe parses the flags of `rls serve` from args, taking defaults from
 // the environment through getenv. Every error is also printed to out (the
