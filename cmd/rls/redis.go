@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
@@ -33,6 +34,11 @@ func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg p
 	}
 	if st.RedisCA != "" {
 		if err := trustCA(opts, st.RedisCA); err != nil {
+			return nil, nil, err
+		}
+	}
+	if st.RedisTLSCert != "" {
+		if err := useRedisClientCert(opts, st, clockwork.NewRealClock(), log, reg); err != nil {
 			return nil, nil, err
 		}
 	}
