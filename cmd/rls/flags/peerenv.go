@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -111,10 +112,6 @@ type peerVar struct {
 	// flag is the sluice flag the variable maps to (hMapped) or that
 	// replaces it (hRefused, hAccepted): giving it lifts a refusal.
 	flag string
-	// soon names what the variable needs that is being added on another
-	// branch and is not in this build (a flag, a form of address): the
-	// variable is refused naming it. Remove it to map the variable.
-	soon string
 	ok   []string // values accepted as they are (they change nothing)
 	// anyOK accepts every value of the kind: sluice always does what the
 	// variable turns on.
@@ -166,9 +163,31 @@ var (
 	headersOff   = whenFalse("LIMIT_RESPONSE_HEADERS_ENABLED", "false", "unused by the peer")
 	memcacheOff  = whenNot("BACKEND_TYPE", "redis", "memcache", "unused by the peer")
 	xdsOff       = whenNot("CONFIG_TYPE", "FILE", "GRPC_XDS_SOTW", "unused by the peer")
-	redisOff     = func(getenv func(string) string) string {
+	// The peer checks GRPC_CLIENT_TLS_SAN only in certificates it asks
+	// for, which it does only with a client CA.
+	clientCAOff = func(getenv func(string) string) string {
+		if s := grpcTLSOff(getenv); s != "" {
+			return s
+		}
+		if getenv("GRPC_CLIENT_TLS_CACERT") == "" {
+			return "unused by the peer, which asks for no client certificate without GRPC_CLIENT_TLS_CACERT"
+		}
+		return ""
+	}
+	redisOff = func(getenv func(string) string) string {
 		if v := orDefault(getenv, "BACKEND_TYPE", "redis"); !strings.EqualFold(v, "redis") {
 			return "unused by the peer (BACKEND_TYPE=" + v + ")"
+		}
+		return ""
+	}
+	// The peer dials TCP to a Redis Cluster or Sentinel, whatever
+	// REDIS_SOCKET_TYPE says: it reads it only for REDIS_TYPE=SINGLE.
+	socketOff = func(getenv func(string) string) string {
+		if s := redisOff(getenv); s != "" {
+			return s
+		}
+		if t := orDefault(getenv, "REDIS_TYPE", "SINGLE"); !strings.EqualFold(t, "SINGLE") {
+			return "unused by the peer, which dials TCP with REDIS_TYPE=" + t
 		}
 		return ""
 	}
@@ -222,7 +241,7 @@ var peerVars = []peerVar{
 	{name: "PORT", def: "8080", kind: kNumber, how: hMapped, flag: "http-addr"},
 	{name: "DEBUG_HOST", def: "0.0.0.0", how: hRefused, flag: "admin-addr", why: "the peer's debug listener (pprof, /rlconfig, /stats) has no equal: sluice serves /rlconfig on --http-addr, and pprof (with --pprof) and /json on --admin-addr, which should not be reachable from the network"},
 	{name: "DEBUG_PORT", def: "6070", kind: kNumber, how: hRefused, flag: "admin-addr", why: "the peer's debug listener (pprof, /rlconfig, /stats) has no equal: sluice serves /rlconfig on --http-addr, and pprof (with --pprof) and /json on --admin-addr, which should not be reachable from the network"},
-	{name: "GRPC_UDS", def: "", how: hMapped, flag: "grpc-addr", soon: "unix: addresses in --grpc-addr"},
+	{name: "GRPC_UDS", def: "", how: hMapped, flag: "grpc-addr"},
 	{name: "GRPC_HOST", def: "0.0.0.0", how: hMapped, flag: "grpc-addr", inert: udsSet},
 	{name: "GRPC_PORT", def: "8081", kind: kNumber, how: hMapped, flag: "grpc-addr", inert: udsSet},
 	{name: "GRPC_MAX_CONNECTION_AGE", def: "24h", kind: kDuration, how: hMapped, flag: "grpc-max-conn-age"},
@@ -231,7 +250,7 @@ var peerVars = []peerVar{
 	{name: "GRPC_SERVER_TLS_CERT", def: "", how: hMapped, flag: "tls-cert", inert: grpcTLSOff},
 	{name: "GRPC_SERVER_TLS_KEY", def: "", how: hMapped, flag: "tls-key", inert: grpcTLSOff},
 	{name: "GRPC_CLIENT_TLS_CACERT", def: "", how: hMapped, flag: "tls-client-ca", inert: grpcTLSOff},
-	{name: "GRPC_CLIENT_TLS_SAN", def: "", how: hMapped, flag: "tls-client-san", soon: "--tls-client-san", inert: grpcTLSOff},
+	{name: "GRPC_CLIENT_TLS_SAN", def: "", how: hMapped, flag: "tls-client-san", inert: clientCAOff},
 	{name: "LOG_LEVEL", def: "WARN", kind: kWord, how: hMapped, flag: "log-level"},
 	{name: "LOG_FORMAT", def: "text", kind: kWord, how: hMapped, flag: "log-format"},
 
@@ -293,14 +312,14 @@ var peerVars = []peerVar{
 	{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", def: "false", kind: kBool, how: hAccepted, ok: []string{"false", "true"}, why: "rls serve reports healthy only once it has loaded its rules"},
 
 	// Redis.
-	{name: "REDIS_SOCKET_TYPE", def: "unix", kind: kWord, how: hMapped, flag: "redis", inert: redisOff},
+	{name: "REDIS_SOCKET_TYPE", def: "unix", kind: kWord, how: hMapped, flag: "redis", inert: socketOff},
 	{name: "REDIS_TYPE", def: "SINGLE", kind: kWord, how: hMapped, flag: "redis", inert: redisOff},
 	{name: "REDIS_URL", def: "/var/run/nutcracker/ratelimit.sock", how: hMapped, flag: "redis", inert: redisOff, secret: true},
 	{name: "REDIS_POOL_SIZE", def: "10", kind: kNumber, how: hMapped, flag: "redis", inert: redisOff},
 	{name: "REDIS_AUTH", def: "", how: hMapped, flag: "redis", inert: redisOff, secret: true},
 	{name: "REDIS_TLS", def: "false", kind: kBool, how: hMapped, flag: "redis", inert: redisOff},
-	{name: "REDIS_TLS_CLIENT_CERT", def: "", how: hMapped, flag: "redis-tls-cert", soon: "--redis-tls-cert", inert: redisTLSOff},
-	{name: "REDIS_TLS_CLIENT_KEY", def: "", how: hMapped, flag: "redis-tls-key", soon: "--redis-tls-key", inert: redisTLSOff},
+	{name: "REDIS_TLS_CLIENT_CERT", def: "", how: hMapped, flag: "redis-tls-cert", inert: redisTLSOff},
+	{name: "REDIS_TLS_CLIENT_KEY", def: "", how: hMapped, flag: "redis-tls-key", inert: redisTLSOff},
 	{name: "REDIS_TLS_CACERT", def: "", how: hMapped, flag: "redis-ca", inert: redisTLSOff},
 	{name: "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", def: "false", kind: kBool, how: hAccepted, ok: []string{"false"}, inert: redisTLSOff, why: "sluice checks Redis' certificate and its host name; rediss://…?skip_verify=true in --redis skips every check, not only the name: give Redis a certificate that names the host instead"},
 	{name: "REDIS_PIPELINE_WINDOW", def: "0", kind: kDuration, how: hAccepted, ok: []string{"0"}, inert: redisOff, why: whyPipelining},
@@ -370,10 +389,6 @@ var peerVars = []peerVar{
 	{name: "SANITIZE_DESCRIPTOR_METRIC_DOTS", def: "false", kind: kBool, how: hRefused, inert: anyStatsOff, why: "sluice's rule label keeps the rule path as it is; no stat name needs sanitizing"},
 }
 
-// unixRedisSoon: unix:// in --redis is being added on another branch.
-// Set it to false to map REDIS_SOCKET_TYPE=unix.
-const unixRedisSoon = true
-
 // peerMap converts the variables vars into the value of one sluice flag.
 // convert returns "" when nothing is to be set.
 type peerMap struct {
@@ -395,7 +410,7 @@ var peerMaps = []peerMap{
 	{flag: "tls-cert", vars: []string{"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT"}, convert: grpcTLSCert},
 	{flag: "tls-key", vars: []string{"GRPC_SERVER_TLS_KEY"}, convert: same("GRPC_SERVER_TLS_KEY")},
 	{flag: "tls-client-ca", vars: []string{"GRPC_CLIENT_TLS_CACERT"}, convert: same("GRPC_CLIENT_TLS_CACERT")},
-	{flag: "tls-client-san", vars: []string{"GRPC_CLIENT_TLS_SAN"}, convert: same("GRPC_CLIENT_TLS_SAN")},
+	{flag: "tls-client-san", vars: []string{"GRPC_CLIENT_TLS_SAN"}, convert: clientSAN},
 	{flag: "log-level", vars: []string{"LOG_LEVEL"}, convert: logLevel},
 	{flag: "log-format", vars: []string{"LOG_FORMAT"}, convert: logFormat},
 	{flag: "xds-server", vars: []string{"CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL"}, convert: xdsServer},
@@ -476,6 +491,18 @@ func grpcTLSCert(getenv func(string) string) (string, error) {
 	return getenv("GRPC_SERVER_TLS_CERT"), nil
 }
 
+// clientSAN is --tls-client-san from GRPC_CLIENT_TLS_SAN, which the peer
+// checks as one host name (or IP address) with x509's rules. A value
+// --tls-client-san would read otherwise, as a list (a comma) or a URI SAN
+// ("://"), is refused: the peer accepted no client with it.
+func clientSAN(getenv func(string) string) (string, error) {
+	v := getenv("GRPC_CLIENT_TLS_SAN")
+	if strings.Contains(v, ",") || strings.Contains(v, "://") {
+		return "", fmt.Errorf("GRPC_CLIENT_TLS_SAN=%q: the peer checks it as one host name, which no client certificate matches; --tls-client-san would read a list or a URI SAN: give --tls-client-san yourself", v)
+	}
+	return v, nil
+}
+
 // xdsServer is --xds-server for CONFIG_TYPE=GRPC_XDS_SOTW.
 func xdsServer(getenv func(string) string) (string, error) {
 	if xdsOff(getenv) != "" {
@@ -506,16 +533,20 @@ func runtimePath(getenv func(string) string) (string, error) {
 
 // redisURL is --redis from the peer's REDIS_* variables: REDIS_URL is
 // host:port (SINGLE), master,host:port,... (SENTINEL) or host:port,...
-// (CLUSTER), or a socket path with REDIS_SOCKET_TYPE=unix; REDIS_AUTH is
+// (CLUSTER), or a socket path with REDIS_SOCKET_TYPE=unix (read, as by the
+// peer, only for SINGLE); REDIS_AUTH is
 // password or user:password; REDIS_TLS picks rediss:// (sentinels://).
 func redisURL(getenv func(string) string) (string, error) {
 	typ := strings.ToUpper(orDefault(getenv, "REDIS_TYPE", "SINGLE"))
 	addr := orDefault(getenv, "REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
-	defSocket := "unix"
-	if strings.Contains(addr, "://") {
-		defSocket = "tcp" // redis://host:port is no socket path, whatever the default
+	socket := "tcp" // the peer dials TCP to a Cluster or Sentinel
+	if typ == "SINGLE" {
+		def := "unix"
+		if strings.Contains(addr, "://") {
+			def = "tcp" // redis://host:port is no socket path, whatever the default
+		}
+		socket = orDefault(getenv, "REDIS_SOCKET_TYPE", def)
 	}
-	socket := orDefault(getenv, "REDIS_SOCKET_TYPE", defSocket)
 	tls := peerBool(getenv, "REDIS_TLS", "false")
 	userinfo := ""
 	if auth := getenv("REDIS_AUTH"); auth != "" {
@@ -543,14 +574,16 @@ func redisURL(getenv func(string) string) (string, error) {
 		q = "?" + strings.Join(query, "&")
 	}
 	if strings.EqualFold(socket, "unix") {
-		if unixRedisSoon {
-			return "", fmt.Errorf("REDIS_SOCKET_TYPE=unix (the peer's default; set REDIS_SOCKET_TYPE=tcp for host:port): Redis on a unix socket needs unix:// in --redis, which this build of rls does not have")
+		if tls {
+			return "", fmt.Errorf("REDIS_TLS=true with REDIS_SOCKET_TYPE=unix: unix:// in --redis speaks plain Redis, without TLS")
 		}
-		if typ != "SINGLE" {
-			return "", fmt.Errorf("REDIS_SOCKET_TYPE=unix with REDIS_TYPE=%s: a socket is one Redis", typ)
+		// REDIS_URL is secret (it may hold a password): not repeated here.
+		if !strings.HasPrefix(addr, "/") {
+			return "", fmt.Errorf("REDIS_SOCKET_TYPE=unix: REDIS_URL must be the socket's absolute path (/path/redis.sock) for unix:// in --redis")
 		}
-		scheme := "unix://"
-		return scheme + userinfo + addr + q, nil
+		// The path is escaped (a '?', '#' or '%' in it stays in the path);
+		// go-redis unescapes it.
+		return "unix://" + userinfo + (&url.URL{Path: addr}).EscapedPath() + q, nil
 	}
 	if !strings.EqualFold(socket, "tcp") {
 		return "", fmt.Errorf("REDIS_SOCKET_TYPE=%q: want tcp or unix", socket)
@@ -741,8 +774,6 @@ func applyPeerEnv(fs *flag.FlagSet, mode PeerEnvMode, getenv func(string) string
 			continue
 		}
 		switch {
-		case p.soon != "":
-			refuse("%s=%s: needs %s, which this build of rls does not have", p.name, shown(p, v), p.soon)
 		case p.how == hMapped:
 			mapped[p.name] = true
 		case p.flag != "":

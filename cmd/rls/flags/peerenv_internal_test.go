@@ -96,11 +96,8 @@ func TestMigrationDocListsEveryPeerVar(t *testing.T) {
 // TestPeerVarsAreConsistent checks each entry: a mapped variable is
 // converted by exactly one peerMaps entry for its flag; a refusal says
 // why; accepted values are values of the variable's kind; every flag named
-// exists, or is one of those being added (soonFlags).
+// exists.
 func TestPeerVarsAreConsistent(t *testing.T) {
-	// Flags other branches are adding; once merged, they exist and the
-	// entries naming them drop their soon.
-	soonFlags := map[string]bool{"tls-client-san": true, "redis-tls-cert": true, "redis-tls-key": true}
 	exists := serveFlags(t)
 
 	converters := map[string][]string{} // variable → flags of its peerMaps entries
@@ -110,14 +107,8 @@ func TestPeerVarsAreConsistent(t *testing.T) {
 		}
 	}
 	for _, p := range peerVars {
-		if p.flag != "" && !exists[p.flag] && !soonFlags[p.flag] {
+		if p.flag != "" && !exists[p.flag] {
 			t.Errorf("%s names --%s, which does not exist", p.name, p.flag)
-		}
-		if soonFlags[p.flag] && p.soon == "" {
-			t.Errorf("%s maps to --%s, not in this build, without soon", p.name, p.flag)
-		}
-		if exists[p.flag] && p.soon != "" && !strings.Contains(p.soon, "addresses") {
-			t.Errorf("%s: --%s exists now: drop soon", p.name, p.flag)
 		}
 		switch p.how {
 		case hMapped:
@@ -128,7 +119,7 @@ func TestPeerVarsAreConsistent(t *testing.T) {
 			if len(converters[p.name]) > 0 {
 				t.Errorf("%s is not mapped but peerMaps converts it", p.name)
 			}
-			if p.why == "" && p.soon == "" {
+			if p.why == "" {
 				t.Errorf("%s: refused or accepted without a why", p.name)
 			}
 		}

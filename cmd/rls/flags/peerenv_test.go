@@ -31,11 +31,23 @@ func TestPeerEnvMaps(t *testing.T) {
 		{"GRPC_HOST and GRPC_PORT", map[string]string{"GRPC_HOST": "::1", "GRPC_PORT": "9001"}, nil, func(s flags.Serve) error {
 			return want("--grpc-addr", s.GRPCAddr, "[::1]:9001")
 		}},
+		// GRPC_HOST and GRPC_PORT are unused while GRPC_UDS is set.
+		{"GRPC_UDS", map[string]string{"GRPC_UDS": "/run/rl.sock", "GRPC_HOST": "10.0.0.1", "GRPC_PORT": "9001"}, nil, func(s flags.Serve) error {
+			return want("--grpc-addr", s.GRPCAddr, "unix:/run/rl.sock")
+		}},
 		{"connection age", map[string]string{"GRPC_MAX_CONNECTION_AGE": "30m", "GRPC_MAX_CONNECTION_AGE_GRACE": "1m"}, nil, func(s flags.Serve) error {
 			return errors.Join(want("--grpc-max-conn-age", s.GRPCMaxConnAge, 30*time.Minute), want("--grpc-max-conn-age-grace", s.GRPCMaxConnAgeGrace, time.Minute))
 		}},
 		{"gRPC mTLS", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c.pem", "GRPC_SERVER_TLS_KEY": "k.pem", "GRPC_CLIENT_TLS_CACERT": "ca.pem"}, nil, func(s flags.Serve) error {
 			return errors.Join(want("--tls-cert", s.TLSCert, "c.pem"), want("--tls-key", s.TLSKey, "k.pem"), want("--tls-client-ca", s.TLSClientCA, "ca.pem"))
+		}},
+		{"client SAN", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c.pem", "GRPC_SERVER_TLS_KEY": "k.pem", "GRPC_CLIENT_TLS_CACERT": "ca.pem", "GRPC_CLIENT_TLS_SAN": "envoy.edge.svc"}, nil, func(s flags.Serve) error {
+			return errors.Join(want("--tls-client-ca", s.TLSClientCA, "ca.pem"), want("--tls-client-san", s.TLSClientSAN, "envoy.edge.svc"))
+		}},
+		// Without a client CA the peer asks for no client certificate, so
+		// checks no SAN: neither does sluice.
+		{"client SAN without a client CA", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c.pem", "GRPC_SERVER_TLS_KEY": "k.pem", "GRPC_CLIENT_TLS_SAN": "envoy.edge.svc"}, nil, func(s flags.Serve) error {
+			return errors.Join(want("--tls-client-ca", s.TLSClientCA, ""), want("--tls-client-san", s.TLSClientSAN, ""), want("--tls-cert", s.TLSCert, "c.pem"))
 		}},
 		{"gRPC TLS files without GRPC_SERVER_USE_TLS", map[string]string{"GRPC_SERVER_TLS_CERT": "c.pem", "GRPC_SERVER_TLS_KEY": "k.pem"}, nil, func(s flags.Serve) error {
 			return errors.Join(want("--tls-cert", s.TLSCert, ""), want("--tls-key", s.TLSKey, ""))
@@ -57,6 +69,12 @@ func TestPeerEnvMaps(t *testing.T) {
 		}},
 		{"Redis CA", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "/ca.pem"}, nil, func(s flags.Serve) error {
 			return errors.Join(want("--redis", s.Redis, "rediss://redis:6379"), want("--redis-ca", s.RedisCA, "/ca.pem"))
+		}},
+		{"Redis client certificate", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/tls/c.pem", "REDIS_TLS_CLIENT_KEY": "/tls/k.pem"}, nil, func(s flags.Serve) error {
+			return errors.Join(want("--redis", s.Redis, "rediss://r:6379"), want("--redis-tls-cert", s.RedisTLSCert, "/tls/c.pem"), want("--redis-tls-key", s.RedisTLSKey, "/tls/k.pem"))
+		}},
+		{"Redis client certificate without REDIS_TLS", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_TLS_CLIENT_CERT": "/tls/c.pem", "REDIS_TLS_CLIENT_KEY": "/tls/k.pem"}, nil, func(s flags.Serve) error {
+			return errors.Join(want("--redis", s.Redis, "redis://r:6379"), want("--redis-tls-cert", s.RedisTLSCert, ""), want("--redis-tls-key", s.RedisTLSKey, ""))
 		}},
 		{"response metadata", map[string]string{"RESPONSE_DYNAMIC_METADATA": "true"}, nil, func(s flags.Serve) error {
 			return want("--response-metadata", s.ResponseMetadata, true)
@@ -179,8 +197,24 @@ func TestPeerEnvRedis(t *testing.T) {
 			"redis://n1:6379?pool_size=5&cluster=true", []string{"n1:6379"}, "", "", false, ""},
 		{"sentinel", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379"},
 			"sentinel://mymaster@s1:26379,s2:26379", []string{"s1:26379", "s2:26379"}, "", "", false, "mymaster"},
+		// The peer reads REDIS_SOCKET_TYPE only for SINGLE: it dials TCP to
+		// a Cluster or Sentinel, with the default unix too.
+		{"cluster, REDIS_SOCKET_TYPE left at unix", map[string]string{"REDIS_TYPE": "CLUSTER", "REDIS_URL": "n1:6379,n2:6379"},
+			"redis://n1:6379,n2:6379", []string{"n1:6379", "n2:6379"}, "", "", false, ""},
+		{"sentinel, REDIS_SOCKET_TYPE=unix", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,s1:26379"},
+			"sentinel://mymaster@s1:26379", []string{"s1:26379"}, "", "", false, "mymaster"},
 		{"sentinel with passwords over TLS", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379", "REDIS_AUTH": "pw", "REDIS_SENTINEL_AUTH": "s&pw", "REDIS_TLS": "true", "REDIS_POOL_SIZE": "10"},
 			"sentinels://:pw@mymaster@s1:26379?sentinel_password=s%26pw", []string{"s1:26379"}, "", "pw", true, "mymaster"},
+		// REDIS_SOCKET_TYPE=unix (the peer's default): REDIS_URL is a
+		// socket path, which must be absolute.
+		{"unix socket", map[string]string{"REDIS_URL": "/run/redis/redis.sock"},
+			"unix:///run/redis/redis.sock", []string{"/run/redis/redis.sock"}, "", "", false, ""},
+		{"unix socket with user, password and pool", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/run/redis.sock", "REDIS_AUTH": "rl:p@ss/w rd", "REDIS_POOL_SIZE": "20"},
+			"unix://rl:p%40ss%2Fw%20rd@/run/redis.sock?pool_size=20", []string{"/run/redis.sock"}, "rl", "p@ss/w rd", false, ""},
+		{"unix socket at the peer's default path", map[string]string{"REDIS_AUTH": "pw"},
+			"unix://:pw@/var/run/nutcracker/ratelimit.sock", []string{"/var/run/nutcracker/ratelimit.sock"}, "", "pw", false, ""},
+		{"unix socket path with a space, '?', '%' and '#'", map[string]string{"REDIS_SOCKET_TYPE": "UNIX", "REDIS_URL": "/run/my redis/r?%#.sock"},
+			"unix:///run/my%20redis/r%3F%25%23.sock", []string{"/run/my redis/r?%#.sock"}, "", "", false, ""},
 		{"a URL already", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis://redis:6379/2"},
 			"redis://redis:6379/2", []string{"redis:6379"}, "", "", false, ""},
 		// A URL is no socket path: REDIS_SOCKET_TYPE's default unix does not apply.
@@ -204,6 +238,9 @@ func TestPeerEnvRedis(t *testing.T) {
 			if fmt.Sprint(o.Addrs) != fmt.Sprint(tt.addrs) || o.Username != tt.user || o.Password != tt.pass || (o.TLSConfig != nil) != tt.tls || o.MasterName != tt.master {
 				t.Errorf("parsed: addrs %v user %q password %q TLS %v master %q; want %v %q %q %v %q",
 					o.Addrs, o.Username, o.Password, o.TLSConfig != nil, o.MasterName, tt.addrs, tt.user, tt.pass, tt.tls, tt.master)
+			}
+			if ps := tt.env["REDIS_POOL_SIZE"]; ps != "" && tt.master == "" && fmt.Sprint(o.PoolSize) != ps {
+				t.Errorf("pool size %d, want %s", o.PoolSize, ps)
 			}
 			if tt.env["REDIS_SENTINEL_AUTH"] != "" && o.SentinelPassword != tt.env["REDIS_SENTINEL_AUTH"] {
 				t.Errorf("sentinel password %q, want %q", o.SentinelPassword, tt.env["REDIS_SENTINEL_AUTH"])
@@ -256,16 +293,22 @@ func TestPeerEnvRefusals(t *testing.T) {
 			`CONFIG_GRPC_XDS_NODE_METADATA="a:b": not supported: sluice's xDS client sends no node metadata (--xds-node-id and --xds-node-cluster name the node)`,
 			`CONFIG_GRPC_XDS_SERVER_USE_TLS=true without CONFIG_GRPC_XDS_SERVER_TLS_CACERT: sluice's xDS client uses TLS only with a CA bundle; give --xds-tls-ca`,
 		}},
-		{"unix sockets", map[string]string{"GRPC_UDS": "/run/rl.sock", "REDIS_URL": "/run/redis.sock"}, nil, []string{
-			`GRPC_UDS="/run/rl.sock": needs unix: addresses in --grpc-addr, which this build of rls does not have`,
-			`REDIS_SOCKET_TYPE=unix (the peer's default; set REDIS_SOCKET_TYPE=tcp for host:port): Redis on a unix socket needs unix:// in --redis, which this build of rls does not have`,
+		{"unix socket with TLS", map[string]string{"REDIS_URL": "/run/redis.sock", "REDIS_TLS": "true"}, nil, []string{
+			`REDIS_TLS=true with REDIS_SOCKET_TYPE=unix: unix:// in --redis speaks plain Redis, without TLS`,
 		}},
-		{"Redis client certificate", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "c.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}, nil, []string{
-			`REDIS_TLS_CLIENT_CERT="c.pem": needs --redis-tls-cert, which this build of rls does not have`,
+		{"relative unix socket path", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "run/redis.sock"}, nil, []string{
+			`REDIS_SOCKET_TYPE=unix: REDIS_URL must be the socket's absolute path (/path/redis.sock) for unix:// in --redis`,
+		}},
+		{"Redis host name not checked", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_TLS": "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}, nil, []string{
 			`REDIS_TLS_SKIP_HOSTNAME_VERIFICATION="true": not supported: sluice checks Redis' certificate and its host name; rediss://…?skip_verify=true in --redis skips every check, not only the name: give Redis a certificate that names the host instead`,
 		}},
-		{"client SAN", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c", "GRPC_SERVER_TLS_KEY": "k", "GRPC_CLIENT_TLS_SAN": "envoy"}, nil, []string{
-			`GRPC_CLIENT_TLS_SAN="envoy": needs --tls-client-san, which this build of rls does not have`,
+		// The peer checks one host name: a list or a URI matches no client
+		// there, and would widen what --tls-client-san accepts.
+		{"client SAN list", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c", "GRPC_SERVER_TLS_KEY": "k", "GRPC_CLIENT_TLS_CACERT": "ca", "GRPC_CLIENT_TLS_SAN": "a.example,b.example"}, nil, []string{
+			`GRPC_CLIENT_TLS_SAN="a.example,b.example": the peer checks it as one host name, which no client certificate matches; --tls-client-san would read a list or a URI SAN: give --tls-client-san yourself`,
+		}},
+		{"client SAN URI", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c", "GRPC_SERVER_TLS_KEY": "k", "GRPC_CLIENT_TLS_CACERT": "ca", "GRPC_CLIENT_TLS_SAN": "spiffe://cluster.local/ns/edge/sa/envoy"}, nil, []string{
+			`GRPC_CLIENT_TLS_SAN="spiffe://cluster.local/ns/edge/sa/envoy": the peer checks it as one host name, which no client certificate matches; --tls-client-san would read a list or a URI SAN: give --tls-client-san yourself`,
 		}},
 		{"TLS without a certificate", map[string]string{"GRPC_SERVER_USE_TLS": "true"}, nil, []string{
 			`GRPC_SERVER_USE_TLS=true without GRPC_SERVER_TLS_CERT: give --tls-cert and --tls-key`,
