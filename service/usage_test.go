@@ -200,8 +200,12 @@ func TestUsageKeysAsDecisions(t *testing.T) {
 	if l := getUsage(t, base, "edge", "team=andromeda").Descriptors[0].Layers[0]; l.Remaining != 5 {
 		t.Errorf("team=andromeda (shares alpha's bucket): remaining %d, want 5", l.Remaining)
 	}
+	before := metricValue(t, h, "ratelimit_malformed_parts_total", map[string]string{"kind": "long_value"})
 	if l := getUsage(t, base, "edge", "tenant="+long).Descriptors[0].Layers; len(l) != 1 || l[0].Layer != "local" || l[0].Remaining != 4 {
 		t.Errorf("long tenant value: %+v, want one local layer with 4 left", l)
+	}
+	if got := metricValue(t, h, "ratelimit_malformed_parts_total", map[string]string{"kind": "long_value"}); got != before+1 {
+		t.Errorf("long values counted %v after /usage, want %v (as a decision counts them)", got, before+1)
 	}
 	d := getUsage(t, base, "edge", "route=/healthz", "nothing=here").Descriptors
 	if !d[0].Unlimited || d[0].Rule == nil || len(d[0].Layers) != 0 {
