@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -35,7 +36,7 @@ TLS: --tls-ca (or --tls-cert) switches to HTTPS and verifies the server;
 func usageCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("usage", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", "127.0.0.1:8082", "admin address of the server (--admin-addr)")
+	addr := fs.String("addr", "127.0.0.1:8082", "admin address of the server (--admin-addr): host:port or unix:path")
 	domain := fs.String("domain", "", "rate-limit domain (required without --top)")
 	top := fs.Bool("top", false, "print the values refused most per rule instead (GET /usage/top)")
 	rule := fs.String("rule", "", "with --top: only this rule (its path, as in /rlconfig)")
@@ -98,13 +99,13 @@ func usageCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			q.Add("descriptor", arg)
 		}
 	}
-	client, scheme, err := tf.httpClient()
+	client, base, err := tf.httpClient(*addr)
 	if err != nil {
 		return checkError{err}
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	u := scheme + "://" + *addr + path + "?" + q.Encode()
+	u := base + path + "?" + q.Encode()
 	body, err := fetch(ctx, client, u)
 	if err != nil {
 		return checkError{err}
@@ -157,17 +158,31 @@ func fetch(ctx context.Context, client *http.Client, u string) ([]byte, error) {
 	return body, nil
 }
 
-// httpClient returns a plain HTTP client without --tls-ca and
-// --tls-cert, else one speaking HTTPS as credentials configures gRPC.
-func (f checkTLSFlags) httpClient() (*http.Client, string, error) {
+// httpClient returns a client for the admin address addr (host:port, or
+// unix:path as rls serve takes it) and the base of its URLs: plain HTTP
+// without --tls-ca and --tls-cert, else HTTPS configured as credentials
+// configures gRPC.
+func (f checkTLSFlags) httpClient(addr string) (*http.Client, string, error) {
+	tr := &http.Transport{}
+	host := addr
+	if path, ok, err := unixPath(addr); err != nil {
+		return nil, "", fmt.Errorf("--addr: %w", err)
+	} else if ok {
+		var d net.Dialer
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", path)
+		}
+		host = "localhost"
+	}
 	if !f.enabled() {
-		return &http.Client{}, "http", nil
+		return &http.Client{Transport: tr}, "http://" + host, nil
 	}
 	cfg, err := f.config()
 	if err != nil {
 		return nil, "", err
 	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}, "https", nil
+	tr.TLSClientConfig = cfg
+	return &http.Client{Transport: tr}, "https://" + host, nil
 }
 
 // printUsage writes a Usage answer, one block per descriptor.

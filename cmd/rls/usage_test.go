@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -139,13 +141,20 @@ func TestUsageCommand(t *testing.T) {
 }
 
 // TestUsageOffWhenTopRefusedZero: `rls serve --top-refused 0` keeps no
-// values, and `rls usage --top` says so (exit 2). Plaintext admin address.
+// values, and `rls usage --top` says so (exit 2). Plaintext admin address
+// on a unix socket.
 func TestUsageOffWhenTopRefusedZero(t *testing.T) {
+	dir, err := os.MkdirTemp("", "rls") // short: socket paths are bounded
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	admin := "unix:" + filepath.Join(dir, "admin.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	var stderr lockedBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
+		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", admin,
 			"--log-format", "json", "--top-refused", "0"}, &stderr, &stderr, noEnv)
 	}()
 	defer func() {
@@ -153,7 +162,7 @@ func TestUsageOffWhenTopRefusedZero(t *testing.T) {
 		<-done
 	}()
 	line := servingLine(t, &stderr)
-	admin, httpAddr := line["admin_addr"].(string), line["http_addr"].(string)
+	httpAddr := line["http_addr"].(string)
 	code, out, errOut := runRLS(t, nil, "usage", "--addr", admin, "--top")
 	if code != 2 || !strings.Contains(errOut, "--top-refused 0") {
 		t.Fatalf("rls usage --top: exit %d, stdout %q, stderr %q; want 2 naming --top-refused 0", code, out, errOut)
