@@ -178,6 +178,9 @@ func TestPrometheusRules(t *testing.T) {
 		{"SluiceInvalidRequests", "ratelimit_invalid_requests_total"},
 		{"SluiceMalformedRequests", "ratelimit_malformed_parts_total"},
 		{"SluiceMemoryTableFull", "ratelimit_memory_full_refusals_total"},
+		{"SluiceEmergencyChannelUsed", `ratelimit_emergency_requests_total{result="allowed"}`},
+		{"SluiceEmergencySecretGuessing", `ratelimit_emergency_requests_total{result="rejected"}`},
+		{"SluiceEmergencySecretsFileRejected", `ratelimit_emergency_secret_loads_total{result="error"}`},
 	} {
 		if expr, ok := alerts[want.alert]; !ok || !strings.Contains(expr, want.uses) {
 			t.Errorf("alert %s missing or not on %s: %q", want.alert, want.uses, expr)
@@ -332,6 +335,8 @@ func TestGrafanaDashboard(t *testing.T) {
 		{"requests", "rate(ratelimit_requests_total"},
 		{"429 rate by rule", `by (domain, rule) (rate(ratelimit_decisions_total{domain=~"$domain", result="over_limit"}`},
 		{"layer split", "sum by (layer) (rate(ratelimit_decisions_total"},
+		{"gray refusals", `ratelimit_decisions_total{domain=~"$domain", result="over_limit", gray="true"}`},
+		{"emergency channel", "rate(ratelimit_emergency_requests_total"},
 		{"handler latency", "histogram_quantile(0.99, sum by (le) (rate(ratelimit_request_duration_seconds_bucket"},
 		{"Redis latency", "histogram_quantile(0.99, sum by (le, op) (rate(ratelimit_redis_duration_seconds_bucket"},
 		{"fallback state", "ratelimit_fallback_active"},
@@ -391,7 +396,7 @@ func TestGrafanaDashboardPromtool(t *testing.T) {
 func TestDocumentedMetrics(t *testing.T) {
 	specs := documentedMetrics(t)
 	for name, want := range map[string]metricSpec{
-		"ratelimit_decisions_total":          {labels: []string{"domain", "rule", "layer", "result"}},
+		"ratelimit_decisions_total":          {labels: []string{"domain", "rule", "layer", "result", "gray"}},
 		"ratelimit_request_duration_seconds": {histogram: true},
 		"ratelimit_redis_duration_seconds":   {histogram: true, labels: []string{"op"}},
 		"ratelimit_redis_errors_total":       {labels: []string{"kind"}},

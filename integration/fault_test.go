@@ -257,7 +257,7 @@ func TestFaultRedisRestartWipesData(t *testing.T) {
 	admin := s.Client()
 	waitGlobal(t, p, probe)
 	const scriptErrors = `ratelimit_redis_errors_total{kind="script"}`
-	const globalOK = `ratelimit_decisions_total{domain="fault",layer="global",result="ok",rule="fault.slow"}`
+	const globalOK = `ratelimit_decisions_total{domain="fault",gray="false",layer="global",result="ok",rule="fault.slow"}`
 
 	remaining := func(want uint32, when string) {
 		t.Helper()

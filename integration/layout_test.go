@@ -32,8 +32,9 @@ var allowedImports = map[string][]string{
 	"fallback":          {"bucket"},
 	"service":           {"bucket", "descriptors"},
 	"tracing":           {},
+	"emergency":         {},
 	"audit":             {},
-	"cmd/rls":           {"backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "fallback", "ruleset", "service", "tracing", "xds"},
+	"cmd/rls":           {"backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "emergency", "fallback", "ruleset", "service", "tracing", "xds"},
 	"cmd/rls/flags":     {"backend/memory", "backend/redis", "fallback", "ruleset", "service", "xds"},
 	"cmd/rlsbench":      {},
 }

@@ -80,6 +80,9 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, note *
 	sc.reset()
 	out := outcome{allowed: true, gray: s.isGray(req), cfg: cfg, domain: dom.Name}
 	s.match(sc, dom, req)
+	if secret, ok := s.emergencySecret(req); ok && s.emergencyAllows(dom.Name, secret) {
+		return s.emergencyOK(req, sc, dom.Name, note), nil
+	}
 	s.buildHits(sc, req, out.gray)
 
 	if len(sc.local) > 0 {
@@ -272,7 +275,8 @@ func (s *Server) isGray(req *rlsv3.RateLimitRequest) bool {
 	return false
 }
 
-// match copies every descriptor's entries, without gray entries, into the
+// match copies every descriptor's entries, without gray and emergency
+// entries (marker), into the
 // scratch buffer and finds its rule. Rules replaced by another matched rule
 // (rate_limit.replaces) are dropped afterwards.
 func (s *Server) match(sc *scratch, dom *descriptors.Domain, req *rlsv3.RateLimitRequest) {
@@ -280,7 +284,7 @@ func (s *Server) match(sc *scratch, dom *descriptors.Domain, req *rlsv3.RateLimi
 	for _, d := range req.GetDescriptors() {
 		ds := descState{start: len(sc.entries), local: none, global: none}
 		for _, e := range d.GetEntries() {
-			if s.opts.GrayKey == "" || e.GetKey() != s.opts.GrayKey {
+			if !s.marker(e.GetKey()) {
 				sc.entries = append(sc.entries, descriptors.Entry{Key: e.GetKey(), Value: e.GetValue()})
 			}
 		}

@@ -14,8 +14,10 @@ import (
 //
 //	domain       the request's domain
 //	descriptors  one {entries: ["key=value", …], limit, hitsAddend} per
-//	             descriptor as sent; limit (the override in protobuf text
-//	             form) and hitsAddend only when the descriptor has them
+//	             descriptor as sent, except entries of emergencyKey (the
+//	             emergency secret, which Envoy's access logs must not
+//	             see); limit (the override in protobuf text form) and
+//	             hitsAddend only when the descriptor has them
 //	hitsAddend   the request's hits_addend, when not 0
 //	metadata     the metadata of the rules whose descriptor is answered OK
 //	             (not unlimited, not limited by an override), merged in
@@ -24,7 +26,7 @@ import (
 //
 // sc is nil when no rule was consulted (unknown domain, a bypass). Only
 // built with Options.ResponseMetadata: it allocates per descriptor.
-func dynamicMetadata(req *rlsv3.RateLimitRequest, sc *scratch, resp *rlsv3.RateLimitResponse) *structpb.Struct {
+func dynamicMetadata(req *rlsv3.RateLimitRequest, sc *scratch, resp *rlsv3.RateLimitResponse, emergencyKey string) *structpb.Struct {
 	fields := map[string]*structpb.Value{
 		"domain": structpb.NewStringValue(req.GetDomain()),
 	}
@@ -33,6 +35,9 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, sc *scratch, resp *rlsv3.RateL
 	for _, d := range req.GetDescriptors() {
 		entries := make([]*structpb.Value, 0, len(d.GetEntries()))
 		for _, e := range d.GetEntries() {
+			if emergencyKey != "" && e.GetKey() == emergencyKey {
+				continue
+			}
 			b.Reset()
 			b.WriteString(e.GetKey())
 			b.WriteByte('=')

@@ -35,6 +35,20 @@ func (r result) String() string {
 	return "ok"
 }
 
+// grayLabels are the gray label values of ratelimit_decisions_total, by
+// whether the request was gray: two values, built once, so the label
+// costs no allocation per request.
+var grayLabels = [2]string{"false", "true"}
+
+// grayIndex is the index of a request's gray label in grayLabels and
+// decisionCounters.
+func grayIndex(gray bool) int {
+	if gray {
+		return 1
+	}
+	return 0
+}
+
 // Indexes into malformedKinds: request parts decided despite a problem.
 const (
 	malformedLongValue = iota
@@ -67,6 +81,8 @@ type Metrics struct {
 	rules  atomic.Pointer[ruleCounters]
 
 	values valueLabels
+
+	emergencyReqs *emergencyCounters // ratelimit_emergency_requests_total (emergency.go)
 }
 
 // DefaultMaxMetricValues is the default cap on rule labels that carry
@@ -133,8 +149,9 @@ type ruleCounters struct {
 	m   sync.Map // *descriptors.Rule → *decisionCounters
 }
 
-// decisionCounters are one rule's counters by deciding layer and result.
-type decisionCounters [LayerNone][numResults]prometheus.Counter
+// decisionCounters are one rule's counters by gray (grayIndex), deciding
+// layer and result.
+type decisionCounters [len(grayLabels)][LayerNone][numResults]prometheus.Counter
 
 // NewMetrics creates the request-path metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -145,8 +162,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"domain", "code"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_decisions_total",
-			Help: "Per-descriptor decisions, by domain, rule path, deciding layer and result.",
-		}, []string{"domain", "rule", "layer", "result"}),
+			Help: "Per-descriptor decisions, by domain, rule path, deciding layer, result and whether the request was gray.",
+		}, []string{"domain", "rule", "layer", "result", "gray"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ratelimit_request_duration_seconds",
 			Help:    "Time to decide a ShouldRateLimit request.",
@@ -172,7 +189,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for i, k := range malformedKinds {
 		m.malformedParts[i] = malformed.WithLabelValues(k)
 	}
-	reg.MustRegister(m.requests, m.decisions, m.duration, m.unknownDomains, m.invalid, m.globalErrors, malformed)
+	m.emergencyReqs = newEmergencyCounters()
+	reg.MustRegister(m.requests, m.decisions, m.duration, m.unknownDomains, m.invalid, m.globalErrors, malformed, m.emergencyReqs.vec)
 	return m
 }
 
@@ -195,21 +213,22 @@ func (m *Metrics) request(domain string, ok bool) {
 	}
 }
 
-func (m *Metrics) decision(cfg *descriptors.Config, domain string, r *descriptors.Rule, entries []descriptors.Entry, layer Layer, res result) {
+func (m *Metrics) decision(cfg *descriptors.Config, domain string, r *descriptors.Rule, entries []descriptors.Entry, layer Layer, res result, gray bool) {
 	if m == nil {
 		return
 	}
+	g := grayIndex(gray)
 	if r == nil {
-		m.decisions.WithLabelValues(domain, overrideRule, layer.String(), res.String()).Inc()
+		m.decisions.WithLabelValues(domain, overrideRule, layer.String(), res.String(), grayLabels[g]).Inc()
 		return
 	}
 	if label := r.MetricLabel(entries); label != r.Path {
 		// detailed_metric or value_to_metric: labels carry request values.
 		label = m.values.admit(r, label)
-		m.decisions.WithLabelValues(domain, label, layer.String(), res.String()).Inc()
+		m.decisions.WithLabelValues(domain, label, layer.String(), res.String(), grayLabels[g]).Inc()
 		return
 	}
-	m.ruleCounters(cfg, r)[layer][res].Inc()
+	m.ruleCounters(cfg, r)[g][layer][res].Inc()
 }
 
 // useRules notes the rule set a request is decided with. The first request
@@ -253,6 +272,7 @@ func (m *Metrics) deleteRemoved(old, cur *descriptors.Config) {
 			m.requests.DeletePartialMatch(prometheus.Labels{"domain": d})
 			m.decisions.DeletePartialMatch(prometheus.Labels{"domain": d})
 			m.okReqs.Delete(d)
+			m.emergencyReqs.forgetDomain(d)
 		}
 	}
 }
@@ -265,9 +285,11 @@ func (m *Metrics) ruleCounters(cfg *descriptors.Config, r *descriptors.Rule) *de
 		return v.(*decisionCounters)
 	}
 	dc := new(decisionCounters)
-	for l := range LayerNone {
-		for res := range numResults {
-			dc[l][res] = m.decisions.WithLabelValues(r.Domain, r.Path, l.String(), res.String())
+	for g, gray := range grayLabels {
+		for l := range LayerNone {
+			for res := range numResults {
+				dc[g][l][res] = m.decisions.WithLabelValues(r.Domain, r.Path, l.String(), res.String(), gray)
+			}
 		}
 	}
 	v, _ := rc.m.LoadOrStore(r, dc)

@@ -80,7 +80,7 @@ func newResponse(n int) (*rlsv3.RateLimitResponse, []statusParts) {
 func (s *Server) allOK(req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
 	resp, _ := newResponse(len(req.GetDescriptors()))
 	if s.opts.ResponseMetadata {
-		resp.DynamicMetadata = dynamicMetadata(req, nil, resp)
+		resp.DynamicMetadata = dynamicMetadata(req, nil, resp, s.opts.EmergencyKey)
 	}
 	return resp
 }
@@ -174,7 +174,7 @@ func (s *Server) respond(sc *scratch, req *rlsv3.RateLimitRequest, out *outcome)
 		if !limited || c.state.Remaining < tightest.state.Remaining {
 			tightest, limited = c, true
 		}
-		s.opts.Metrics.decision(out.cfg, out.domain, ds.rule, sc.entries[ds.start:ds.end], c.layer, result)
+		s.opts.Metrics.decision(out.cfg, out.domain, ds.rule, sc.entries[ds.start:ds.end], c.layer, result, out.gray)
 	}
 	if out.quota && quotaIdx != none && resp.OverallCode == rlsv3.RateLimitResponse_OK {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -191,7 +191,7 @@ func (s *Server) respond(sc *scratch, req *rlsv3.RateLimitRequest, out *outcome)
 		s.addDraftHeaders(resp, tightest)
 	}
 	if s.opts.ResponseMetadata {
-		resp.DynamicMetadata = dynamicMetadata(req, sc, resp)
+		resp.DynamicMetadata = dynamicMetadata(req, sc, resp, s.opts.EmergencyKey)
 	}
 	return resp
 }
@@ -256,7 +256,11 @@ func (s *Server) addRefusal(resp *rlsv3.RateLimitResponse, c chosen, retry time.
 	b = strconv.AppendUint(b, uint64(clamp32(c.state.Remaining)), 10)
 	b = append(b, `,"layer":"`...)
 	b = append(b, c.layer.String()...)
-	b = append(b, `"}`...)
+	b = append(b, '"')
+	if gray { // omitted when false: non-gray refusals keep their body
+		b = append(b, `,"gray":true`...)
+	}
+	b = append(b, '}')
 	resp.RawBody = b
 }
 

@@ -78,6 +78,15 @@ type Options struct {
 	// Empty: no gray marker, and every entry is matched. rls serve's
 	// --gray-key defaults to DefaultGrayKey.
 	GrayKey string
+	// EmergencyKey is the descriptor key of the emergency channel: a
+	// request with an entry of this key whose value Emergency accepts is
+	// allowed whatever the limits, counted and logged (emergency.go).
+	// Its entries are stripped before matching whether the secret is
+	// right or not, so the value never reaches a bucket key, a metric
+	// label or a log. Empty (the default): the channel is off.
+	EmergencyKey string
+	// Emergency holds the accepted secrets; nil accepts none.
+	Emergency EmergencySecrets
 	// Shadow puts every rule in shadow mode, as envoyproxy/ratelimit's
 	// SHADOW_MODE: decide and count, answer OK overall, while each
 	// refused descriptor's status still says OVER_LIMIT.

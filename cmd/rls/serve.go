@@ -133,6 +133,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		localLayer = global.sw.GuardLocal(local) // --redis-failure allow bypasses it
 	}
 
+	secrets, err := startEmergency(ctx, st.Emergency, log, reg)
+	if err != nil {
+		return err
+	}
 	srv := service.New(service.Options{
 		Rules:            store,
 		Local:            localLayer,
@@ -140,6 +144,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		Logger:           log,
 		Metrics:          service.NewMetrics(reg),
 		GrayKey:          st.GrayKey,
+		EmergencyKey:     st.Emergency.Key,
+		Emergency:        secrets,
 		Shadow:           st.Shadow,
 		QuotaMode:        st.QuotaMode,
 		ResponseMetadata: st.ResponseMetadata,

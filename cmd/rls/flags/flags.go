@@ -105,6 +105,8 @@ type Serve struct {
 	// (0: DefaultFallbackNodesInitial).
 	FallbackNodesInitial int
 
+	Emergency Emergency // --emergency-key, --emergency-secret-file
+
 	Shadow           bool
 	QuotaMode        bool // every rule a quota (envoyproxy/ratelimit's quota mode)
 	ResponseMetadata bool // the response's dynamic_metadata, as the peer's RESPONSE_DYNAMIC_METADATA
@@ -186,6 +188,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.DurationVar(&s.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", 10*time.Second, "gRPC: clients may send keepalive pings this often, with or without calls; faster ones are disconnected")
 	s.Rules.register(fs)
 	s.XDS.register(fs)
+	s.Emergency.register(fs)
 	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, unix:///path/redis.sock, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
 	fs.StringVar(&s.RedisCA, "redis-ca", "", "CA bundle (PEM) to verify Redis' TLS certificate with rediss:// (default: the system roots)")
 	fs.StringVar(&s.RedisTLSCert, "redis-tls-cert", "", "client certificate (PEM) presented to Redis over TLS (Redis' tls-auth-clients); read again when the file changes")
@@ -355,6 +358,9 @@ func (s Serve) validate() error {
 		return err
 	}
 	if err := s.XDS.validate(s.Config); err != nil {
+		return err
+	}
+	if err := s.Emergency.validate(s.GrayKey); err != nil {
 		return err
 	}
 	if s.RedisTimeout <= 0 {

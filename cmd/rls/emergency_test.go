@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluice-rls/sluice/emergency"
+)
+
+// TestServeEmergencyChannel: --emergency-key and --emergency-secret-file
+// reach the server: on the embedded rules, the blocklisted 50.0.0.5 is let
+// through with the secret, logged with the rule it bypassed and without
+// the secret, and refused with a wrong one.
+func TestServeEmergencyChannel(t *testing.T) {
+	const secret = "break-glass-5a1b"
+	path := filepath.Join(t.TempDir(), "digests")
+	if err := os.WriteFile(path, []byte("# on-call, 2026-12\n"+emergency.Digest(secret)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "", "--log-format", "json",
+			"--emergency-key", "emergency"}, &stderr, &stderr,
+			func(k string) string { return map[string]string{"RLS_EMERGENCY_SECRET_FILE": path}[k] })
+	}()
+	conn, err := grpc.NewClient(grpcAddr(t, &stderr), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	call := func(value string) rlsv3.RateLimitResponse_Code {
+		t.Helper()
+		resp, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{
+			{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "50.0.0.5"}}},
+			{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "emergency", Value: value}}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetOverallCode()
+	}
+	if got := call(secret); got != rlsv3.RateLimitResponse_OK {
+		t.Errorf("blocklisted address with the secret: %v, want OK", got)
+	}
+	if got := call("not-" + secret); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("blocklisted address with a wrong secret: %v, want OVER_LIMIT", got)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop after cancel")
+	}
+	logs := stderr.String()
+	for _, want := range []string{`"msg":"emergency channel on"`, `"secrets":1`, `"bypassed_rules":["edge.remote_address_50.0.0.5"]`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %s:\n%s", want, logs)
+		}
+	}
+	if strings.Contains(logs, secret) || strings.Contains(logs, emergency.Digest(secret)[:16]) {
+		t.Errorf("logs hold the secret or its digest:\n%s", logs)
+	}
+}
+
+// TestServeEmergencyBadFile: a secrets file that does not parse stops rls
+// serve at start, naming the line and not repeating it.
+func TestServeEmergencyBadFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "digests")
+	if err := os.WriteFile(path, []byte("plain-secret-by-mistake\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stderr lockedBuffer
+	err := run(context.Background(), []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "",
+		"--emergency-key", "emergency", "--emergency-secret-file", path}, &stderr, &stderr, noEnv)
+	if err == nil || !strings.Contains(err.Error(), "line 1: not a SHA-256 digest") || strings.Contains(err.Error(), "plain-secret") {
+		t.Errorf("serve with a bad secrets file: %v, want an error naming line 1 without its content", err)
+	}
+}
