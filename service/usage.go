@@ -141,13 +141,14 @@ func (s *Server) Usage(ctx context.Context, req *rlsv3.RateLimitRequest) (*Usage
 	return u, nil
 }
 
-// replacedRule returns the rule d matches on its own, gray entries
-// stripped as match strips them; Usage calls it for a descriptor left
-// without a rule, which then has one only when another rule replaced it.
+// replacedRule returns the rule d matches on its own, marker entries
+// (gray, emergency) stripped as match strips them; Usage calls it for a
+// descriptor left without a rule, which then has one only when another
+// rule replaced it.
 func (s *Server) replacedRule(dom *descriptors.Domain, d *commonv3.RateLimitDescriptor) *descriptors.Rule {
 	var entries []descriptors.Entry
 	for _, e := range d.GetEntries() {
-		if s.opts.GrayKey == "" || e.GetKey() != s.opts.GrayKey {
+		if !s.marker(e.GetKey()) {
 			entries = append(entries, descriptors.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
 	}
