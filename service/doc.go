@@ -8,6 +8,10 @@
 // are given back. It builds one status per descriptor, the overall code and,
 // on OVER_LIMIT, the retry headers and a JSON body.
 //
+// Usage (GET /usage) reads the buckets a request would be decided by with
+// check-only hits, spending nothing; the refused descriptors of OVER_LIMIT
+// answers feed a bounded top-K of refused values per rule (GET /usage/top).
+//
 // It sees both layers only through the bucket.Limiter contract: it never
 // knows which backend answers, nor whether the fail-open switch (package
 // fallback) stands in front of one; a Decision says who answered. It

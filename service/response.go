@@ -185,6 +185,7 @@ func (s *Server) respond(sc *scratch, req *rlsv3.RateLimitRequest, out *outcome)
 			s.addRefusal(resp, refused, retry, out.gray)
 		}
 		s.logRefusal(sc, refusedIdx, refused, out)
+		s.noteRefusals(sc, out, resp)
 	}
 	if s.opts.RateLimitHeaders && limited {
 		s.addDraftHeaders(resp, tightest)

@@ -111,6 +111,11 @@ type Options struct {
 	// headers and the JSON body.
 	NoRefusalDetails bool
 	RefusalLogEvery  int // log one refused request in N (0 = none)
+	// TopRefused keeps, per rule, the values refused most over the last
+	// minutes in TopRefused counters per minute (GET /usage/top); 0: off.
+	// TopRefusedRules caps the rules tracked; default
+	// DefaultTopRefusedRules.
+	TopRefused, TopRefusedRules int
 
 	MaxDescriptors int // per request; default 256
 	MaxEntries     int // per descriptor; default 32
@@ -144,6 +149,7 @@ type Server struct {
 	traced     bool          // opts.Tracer was set
 	startRoot  startFunc     // starts a span without a parent (tracer.Start, or its StartRoot)
 	tapped     atomic.Bool   // a gRPC call came through TapHandle
+	top        *topRefused   // nil when Options.TopRefused is 0
 }
 
 // New returns a Server deciding with opts.
@@ -173,6 +179,7 @@ func New(opts Options) *Server {
 		s.clock = clockwork.NewRealClock()
 	}
 	s.scratch.New = func() any { return new(scratch) }
+	s.top = newTopRefused(opts.TopRefused, opts.TopRefusedRules)
 	s.tracer, s.traced = opts.Tracer, opts.Tracer != nil
 	if !s.traced {
 		s.tracer = noop.NewTracerProvider().Tracer("")

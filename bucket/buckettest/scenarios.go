@@ -157,6 +157,20 @@ var scenarios = []scenario{
 		},
 	},
 	{
+		// Independent checks (what GET /usage sends) read a bucket and
+		// change nothing: not a partly drained bucket, not an empty one,
+		// not one that does not exist; and an empty one refuses nothing.
+		name: "independent checks change nothing",
+		calls: []call{
+			{hits: []hit{take(0, perMinute, 4)}, allowed: true, states: []bucket.State{ok(6, 4*minute)}},
+			{hits: []hit{shadow(check(0, perMinute)), shadow(check(1, perMinute))}, allowed: true, states: []bucket.State{ok(6, 4*minute), ok(10, 0)}},
+			{hits: []hit{take(0, perMinute, 6)}, allowed: true, states: []bucket.State{ok(0, 10*minute)}},
+			{hits: []hit{shadow(check(0, perMinute)), take(1, perMinute, 1)}, allowed: true, states: []bucket.State{no(0, minute, 10*minute), ok(9, minute)}},
+			{hits: []hit{shadow(check(0, perMinute)), shadow(check(1, perMinute))}, allowed: true, states: []bucket.State{no(0, minute, 10*minute), ok(9, minute)}},
+			{hits: []hit{take(1, perMinute, 9)}, allowed: true, states: []bucket.State{ok(0, 10*minute)}},
+		},
+	},
+	{
 		// Independent (shadow-mode) hits take their tokens when they can,
 		// never block the others, and are applied when the call is refused.
 		name: "independent hits",

@@ -119,6 +119,15 @@ func (f checkTLSFlags) credentials() (credentials.TransportCredentials, error) {
 	if !f.enabled() {
 		return insecure.NewCredentials(), nil
 	}
+	cfg, err := f.config()
+	if err != nil {
+		return nil, err
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+// config is the client TLS configuration the flags ask for (f.enabled()).
+func (f checkTLSFlags) config() (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.serverName}
 	if f.ca != "" {
 		pool, err := loadCertPool(f.ca)
@@ -134,7 +143,7 @@ func (f checkTLSFlags) credentials() (credentials.TransportCredentials, error) {
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
-	return credentials.NewTLS(cfg), nil
+	return cfg, nil
 }
 
 // parseDescriptor turns "k=v,k2=v2" into a descriptor.

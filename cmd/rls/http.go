@@ -17,7 +17,7 @@ import (
 
 // newHTTPMux serves the HTTP address (--http-addr): /healthcheck, /metrics
 // and /rlconfig, which spend no tokens, for kubelet probes and Prometheus.
-// /json answers 404 saying where it moved.
+// /json, /usage and /usage/top answer 404 saying where they are served.
 //
 // /healthcheck answers 200 while serving — in fallback too, since the
 // service still works; its body says which layer answers global rules —
@@ -53,18 +53,23 @@ func newHTTPMux(globalState func() string, store *ruleset.Store, reg *prometheus
 	if adminAddr == "" {
 		where = "on the admin address, which is off (--admin-addr is empty)"
 	}
-	mux.HandleFunc("/json", func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "/json is served "+where, http.StatusNotFound)
-	})
+	for _, path := range []string{"/json", "/usage", "/usage/top"} {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, path+" is served "+where, http.StatusNotFound)
+		})
+	}
 	return mux
 }
 
 // newAdminMux serves the admin address (--admin-addr): /json, which spends
-// and (with --json-negative-hits) returns tokens, and, when enabled,
-// /debug/pprof/.
+// and (with --json-negative-hits) returns tokens; /usage and /usage/top,
+// which read buckets and the values refused most (values may be personal
+// data); and, when enabled, /debug/pprof/.
 func newAdminMux(srv *service.Server, st flags.Serve) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/json", srv.JSONHandler(service.JSONOptions{AllowNegativeHits: st.JSONNegativeHits}))
+	mux.Handle("/usage", srv.UsageHandler())
+	mux.Handle("/usage/top", srv.TopRefusedHandler())
 	if st.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		// Not pprof.Cmdline: the command line may hold secrets, such as a

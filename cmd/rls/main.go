@@ -6,6 +6,8 @@
 //	rls check --domain D k=v[,k=v]... ask a running server for a decision
 //	                                  (exit 0 OK, 1 OVER_LIMIT, 2 error)
 //	rls audit --redis URL             print the audit trail (reloads, overrides)
+//	rls usage --domain D k=v[,k=v]... read a server's buckets without spending
+//	                                  (--top: the values refused most)
 //	rls version                       print the version, commit and Go version
 //
 // main only wires signals and exit codes; run holds the logic so that tests
@@ -55,6 +57,10 @@ const usage = `usage:
                                        exit 0 OK, 1 OVER_LIMIT, 2 error (--tls-* for TLS)
   rls audit --redis URL [--count N] [--since 1h] [--kind reload|override.*] [--json]
                                        print the audit trail newest first; exit 0, 2 on error
+  rls usage [flags] --domain D KEY=VALUE[,KEY=VALUE]...
+                                       read each descriptor's buckets on the admin address
+                                       without spending a token; --top: the values refused
+                                       most per rule; exit 0 answered, 2 error
   rls version                          print the version, commit and Go version
 `
 
@@ -73,6 +79,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return check(ctx, args[1:], stdout, stderr)
 	case "audit":
 		return auditCmd(ctx, args[1:], stdout, stderr, getenv)
+	case "usage":
+		return usageCmd(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, currentBuild())
 		return nil

@@ -160,6 +160,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		HeaderReset:      st.HeaderReset,
 		NoRefusalDetails: !st.RefusalDetails,
 		RefusalLogEvery:  st.LogRefusals,
+		TopRefused:       st.TopRefused,
 		MaxDescriptors:   st.MaxDescriptors,
 		MaxEntries:       st.MaxEntries,
 		MaxValueBytes:    st.MaxValueBytes,

@@ -127,7 +127,10 @@ type Serve struct {
 	LogLevel    slog.Level
 	LogFormat   LogFormat
 	LogRefusals int
-	Pprof       bool
+	// TopRefused is the counters per rule and minute of the top-K of
+	// refused values (GET /usage/top); 0: off.
+	TopRefused int
+	Pprof      bool
 
 	TLSCert     string
 	TLSKey      string
@@ -154,6 +157,10 @@ type Serve struct {
 	PeerNotes []PeerNote
 	Audit     Audit // the audit trail's Redis stream
 }
+
+// maxTopRefused bounds --top-refused: each counter may hold a value of up
+// to --max-value-bytes, for every tracked rule and minute.
+const maxTopRefused = 256
 
 // ParseServe parses the flags of `rls serve` from args, taking defaults from
 // the environment through getenv. Every error is also printed to out (the
@@ -208,6 +215,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.TextVar(&s.LogLevel, "log-level", slog.LevelInfo, "least `level` logged: debug | info | warn | error")
 	fs.TextVar(&s.LogFormat, "log-format", LogText, "log line `format`: "+formatList())
 	fs.IntVar(&s.LogRefusals, "log-refusals", 100, "log one refused request in N, with domain, rule and descriptor values (0: none)")
+	fs.IntVar(&s.TopRefused, "top-refused", service.DefaultTopRefused, fmt.Sprintf("keep the values refused most per rule over the last %d minutes, this many per rule and minute, for /usage/top on the admin address; values may be personal data (0: off, at most %d)", service.TopRefusedMinutes, maxTopRefused))
 	fs.BoolVar(&s.Pprof, "pprof", false, "serve /debug/pprof/ on the admin address (--admin-addr)")
 	fs.StringVar(&s.TLSCert, "tls-cert", "", "gRPC (and admin) server certificate (PEM); enables TLS; read again when the files change")
 	fs.StringVar(&s.TLSKey, "tls-key", "", "gRPC server private key (PEM)")
@@ -395,6 +403,9 @@ func (s Serve) validate() error {
 	}
 	if !(s.TracingSampleRatio >= 0 && s.TracingSampleRatio <= 1) {
 		return fmt.Errorf("--tracing-sample-ratio must be in [0, 1], not %v", s.TracingSampleRatio)
+	}
+	if s.TopRefused < 0 || s.TopRefused > maxTopRefused {
+		return fmt.Errorf("--top-refused must be in [0, %d], not %d", maxTopRefused, s.TopRefused)
 	}
 	if s.FallbackNodes < 0 || s.FallbackNodesInitial < 0 || s.MaxDescriptors < 1 || s.MaxEntries < 1 || s.MaxValueBytes < 1 || s.MaxBuckets < 1 ||
 		s.MaxMetricValues < 1 || s.LogRefusals < 0 {
