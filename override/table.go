@@ -17,6 +17,9 @@ import (
 type Effect struct {
 	// Block refuses the descriptor: limit 0, whatever else applies.
 	Block bool
+	// Name is the current_limit name of a blocked descriptor:
+	// "override <ID>" of the block.
+	Name string
 	// Allow bypasses the rule: OK, no tokens taken.
 	Allow bool
 	// Shadow answers OK whatever the rule decides.
@@ -171,7 +174,7 @@ func Compile(cfg *descriptors.Config, all []Override, now time.Time) *Table {
 		for _, o := range active {
 			if o.Kind == KindBlock && o.Domain == dn && o.Rule == "" {
 				k, v, _ := parseValue(o.Value)
-				t.unruled[dn] = append(t.unruled[dn], valueEffect{k, v, &Effect{Block: true}})
+				t.unruled[dn] = append(t.unruled[dn], valueEffect{k, v, &Effect{Block: true, Name: "override " + o.ID}})
 			}
 		}
 	}
@@ -263,7 +266,9 @@ func resolve(r *descriptors.Rule, os []Override) *Effect {
 		o := &os[i]
 		switch o.Kind {
 		case KindBlock:
-			e.Block = true
+			if !e.Block {
+				e.Block, e.Name = true, "override "+o.ID
+			}
 		case KindAllow:
 			e.Allow = true
 		case KindShadow:
