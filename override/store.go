@@ -96,7 +96,6 @@ func (s *FileStore) list() []Override {
 	return out
 }
 
-
 // Put stores o and rewrites the file; on a failed write nothing changes.
 func (s *FileStore) Put(ctx context.Context, o Override) error {
 	s.mu.Lock()
