@@ -22,20 +22,22 @@ const mod = "github.com/sluice-rls/sluice/"
 // fail-open switch sees the contract, never a backend; backends and rules
 // see only the contract; the contract sees nothing.
 var allowedImports = map[string][]string{
-	"bucket":            {},
-	"bucket/buckettest": {"bucket"},
-	"descriptors":       {"bucket"},
-	"ruleset":           {"descriptors"},
-	"xds":               {"descriptors", "ruleset"},
-	"backend/memory":    {"bucket"},
-	"backend/redis":     {"bucket"},
-	"fallback":          {"bucket"},
-	"service":           {"bucket", "descriptors"},
-	"tracing":           {},
-	"audit":             {},
-	"cmd/rls":           {"backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "fallback", "ruleset", "service", "tracing", "xds"},
-	"cmd/rls/flags":     {"backend/memory", "backend/redis", "fallback", "ruleset", "service", "xds"},
-	"cmd/rlsbench":      {},
+	"bucket":              {},
+	"bucket/buckettest":   {"bucket"},
+	"descriptors":         {"bucket"},
+	"ruleset":             {"descriptors"},
+	"xds":                 {"descriptors", "ruleset"},
+	"backend/memory":      {"bucket"},
+	"backend/redis":       {"bucket"},
+	"fallback":            {"bucket"},
+	"service":             {"bucket", "descriptors", "override"},
+	"override":            {"audit", "bucket", "descriptors"},
+	"override/redisstore": {"override"},
+	"tracing":             {},
+	"audit":               {},
+	"cmd/rls":             {"audit", "backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "fallback", "override", "override/redisstore", "ruleset", "service", "tracing", "xds"},
+	"cmd/rls/flags":       {"backend/memory", "backend/redis", "fallback", "override", "ruleset", "service", "xds"},
+	"cmd/rlsbench":        {},
 }
 
 // TestDependencyDirection checks every package's sluice imports against

@@ -28,6 +28,10 @@ const (
 // ErrNotFound is returned by Remove for an unknown ID.
 var ErrNotFound = errors.New("no such override")
 
+// ErrStore is wrapped by Set's and Remove's errors when the store failed
+// (nothing was changed, or the change is unknown).
+var ErrStore = errors.New("override store")
+
 // ManagerOptions configures a Manager. Store and Rules are required.
 type ManagerOptions struct {
 	Store Store
@@ -327,7 +331,7 @@ func (m *Manager) Set(ctx context.Context, o Override, author string) (Override,
 	defer cancel()
 	list, err := m.opts.Store.List(sctx)
 	if err != nil {
-		return Override{}, fmt.Errorf("reading overrides from %s: %w", m.opts.Store.Name(), err)
+		return Override{}, fmt.Errorf("%w %s: reading: %w", ErrStore, m.opts.Store.Name(), err)
 	}
 	var old *Override
 	for i := range list {
@@ -336,7 +340,7 @@ func (m *Manager) Set(ctx context.Context, o Override, author string) (Override,
 		}
 	}
 	if err := m.opts.Store.Put(sctx, o); err != nil {
-		return Override{}, fmt.Errorf("storing the override in %s: %w", m.opts.Store.Name(), err)
+		return Override{}, fmt.Errorf("%w %s: storing: %w", ErrStore, m.opts.Store.Name(), err)
 	}
 	m.record(ctx, audit.Event{Kind: audit.KindOverrideSet, Time: o.Created, Author: author, Reason: o.Reason, Subject: o.ID,
 		Changes: []audit.Change{{What: o.Scope(), Old: describe(old), New: describe(&o)}}})
@@ -351,7 +355,7 @@ func (m *Manager) Remove(ctx context.Context, id, author, reason string) (Overri
 	defer cancel()
 	list, err := m.opts.Store.List(sctx)
 	if err != nil {
-		return Override{}, fmt.Errorf("reading overrides from %s: %w", m.opts.Store.Name(), err)
+		return Override{}, fmt.Errorf("%w %s: reading: %w", ErrStore, m.opts.Store.Name(), err)
 	}
 	var old *Override
 	for i := range list {
@@ -361,7 +365,7 @@ func (m *Manager) Remove(ctx context.Context, id, author, reason string) (Overri
 	}
 	removed, err := m.opts.Store.Delete(sctx, id)
 	if err != nil {
-		return Override{}, fmt.Errorf("removing the override from %s: %w", m.opts.Store.Name(), err)
+		return Override{}, fmt.Errorf("%w %s: removing: %w", ErrStore, m.opts.Store.Name(), err)
 	}
 	if !removed || old == nil {
 		return Override{}, fmt.Errorf("%w: %q", ErrNotFound, id)

@@ -5,6 +5,7 @@
 //	                                  rule set, with serve's loading flags
 //	rls check --domain D k=v[,k=v]... ask a running server for a decision
 //	                                  (exit 0 OK, 1 OVER_LIMIT, 2 error)
+//	rls override set|list|rm          change runtime overrides (admin address)
 //	rls version                       print the version, commit and Go version
 //
 // main only wires signals and exit codes; run holds the logic so that tests
@@ -52,6 +53,8 @@ const usage = `usage:
   rls check [flags] KEY=VALUE[,KEY=VALUE]...
                                        ask a running server; one argument per descriptor;
                                        exit 0 OK, 1 OVER_LIMIT, 2 error (--tls-* for TLS)
+  rls override set|list|rm [flags]     change a running fleet's runtime overrides through the
+                                       admin address (rls override -h; docs/operating-limits.md)
   rls version                          print the version, commit and Go version
 `
 
@@ -68,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return validate(args[1:], stdout, stderr, getenv)
 	case "check":
 		return check(ctx, args[1:], stdout, stderr)
+	case "override":
+		return overrideCmd(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, currentBuild())
 		return nil

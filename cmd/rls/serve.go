@@ -121,8 +121,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		localLayer = global.sw.GuardLocal(local) // --redis-failure allow bypasses it
 	}
 
+	ovr, stopOverrides, err := startOverrides(ctx, st, store, log, reg)
+	if err != nil {
+		return err
+	}
+	defer stopOverrides()
+
 	srv := service.New(service.Options{
 		Rules:            store,
+		Overrides:        ovr.mgr,
 		Local:            localLayer,
 		Global:           global.limiter,
 		Logger:           log,
@@ -186,14 +193,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		adminAddr = adminLis.Addr().String()
 	}
 	var draining atomic.Bool
-	httpServer := newHTTPServer(newHTTPMux(global.state, store, reg, &draining, st.AdminAddr, xsrc, st.XDS.Server), st, log)
+	httpServer := newHTTPServer(newHTTPMux(global.state, store, reg, &draining, st.AdminAddr, xsrc, st.XDS.Server, ovr), st, log)
 
 	errc := make(chan error, 3)
 	go func() { errc <- grpcServer.Serve(grpcLis) }()
 	go func() { errc <- httpServer.Serve(limitConns(httpLis, st.HTTPMaxConns)) }()
 	var adminServer *http.Server
 	if adminLis != nil {
-		adminServer = newHTTPServer(newAdminMux(srv, st), st, log)
+		adminMux := newAdminMux(srv, st)
+		ovr.mount(adminMux)
+		adminServer = newHTTPServer(adminMux, st, log)
 		adminLis = limitConns(adminLis, st.HTTPMaxConns)
 		if tlsConfig != nil {
 			adminServer.TLSConfig = tlsConfig.Clone()

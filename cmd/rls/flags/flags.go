@@ -70,6 +70,8 @@ type Serve struct {
 	HTTPAddr string
 	Rules        // --config, --merge-domains, --max-rule-bytes
 	XDS      XDS // --xds-*: the rules from an xDS management server instead of files
+	// Overrides: --admin-token-file, --override-file, --override-resync.
+	Overrides Overrides
 
 	// The admin listener: /json and /debug/pprof/, which spend tokens or
 	// expose internals. Loopback by default; TLS (and mTLS) as gRPC when
@@ -162,6 +164,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.DurationVar(&s.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", 10*time.Second, "gRPC: clients may send keepalive pings this often, with or without calls; faster ones are disconnected")
 	s.Rules.register(fs)
 	s.XDS.register(fs)
+	s.Overrides.register(fs)
 	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
 	fs.StringVar(&s.RedisCA, "redis-ca", "", "CA bundle (PEM) to verify Redis' TLS certificate with rediss:// (default: the system roots)")
 	fs.DurationVar(&s.RedisTimeout, "redis-timeout", redisbackend.DefaultTimeout, "deadline of every Redis call")
@@ -303,6 +306,9 @@ func (s Serve) validate() error {
 		return err
 	}
 	if err := s.XDS.validate(s.Config); err != nil {
+		return err
+	}
+	if err := s.Overrides.validate(s.Redis); err != nil {
 		return err
 	}
 	if s.RedisTimeout <= 0 {
