@@ -11,7 +11,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"time"
 )
 
 // minTokenBytes is the shortest bearer token --admin-token-file accepts:
@@ -29,11 +28,8 @@ type adminAuth struct {
 	tokenFile string
 	mtls      bool
 
-	mu      sync.Mutex
-	modTime time.Time
-	size    int64
-	tokens  []namedToken
-	loadErr error
+	mu     sync.Mutex
+	tokens []namedToken
 }
 
 // namedToken is one line of the token file, the token kept as its digest
@@ -63,18 +59,10 @@ func newAdminAuth(tokenFile string, mtls bool) (*adminAuth, error) {
 // enabled reports whether any authentication is configured.
 func (a *adminAuth) enabled() bool { return a.tokenFile != "" || a.mtls }
 
-// reload re-reads the token file when its size or modification time
-// changed since the last read.
+// reload re-reads the token file. It runs on every authenticated call:
+// admin calls are rare, and a file read (unlike a modification time)
+// never misses a rewrite.
 func (a *adminAuth) reload() error {
-	fi, err := os.Stat(a.tokenFile)
-	if err != nil {
-		return fmt.Errorf("--admin-token-file: %w", err)
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.tokens != nil && fi.ModTime().Equal(a.modTime) && fi.Size() == a.size {
-		return nil
-	}
 	data, err := os.ReadFile(a.tokenFile)
 	if err != nil {
 		return fmt.Errorf("--admin-token-file: %w", err)
@@ -83,7 +71,9 @@ func (a *adminAuth) reload() error {
 	if err != nil {
 		return fmt.Errorf("--admin-token-file %s: %w", a.tokenFile, err)
 	}
-	a.tokens, a.modTime, a.size = tokens, fi.ModTime(), fi.Size()
+	a.mu.Lock()
+	a.tokens = tokens
+	a.mu.Unlock()
 	return nil
 }
 
