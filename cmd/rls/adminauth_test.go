@@ -123,7 +123,7 @@ func TestOverridesNeedAToken(t *testing.T) {
 	writeTokens(t, ctok, "carol-token-0123456789abc\n")
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	var out, errOut bytes.Buffer
-	if err := run(context.Background(), []string{"override", "rm", "--addr", addr, "--token-file", ctok, l[0].ID}, &out, &errOut, noEnv); err != nil {
+	if err := run(context.Background(), []string{"override", "rm", "--addr", addr, "--token-file", ctok, "--reason", "promo over", l[0].ID}, &out, &errOut, noEnv); err != nil {
 		t.Fatalf("rls override rm: %v\n%s", err, errOut.String())
 	}
 	out.Reset()

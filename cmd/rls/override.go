@@ -23,7 +23,7 @@ import (
 const overrideUsage = `usage:
   rls override set [flags] (--scale F | --limit N/unit | --block | --allow | --shadow) --reason "..." [--expires 2h]
   rls override list [flags]
-  rls override rm [flags] ID
+  rls override rm [flags] [--reason "..."] ID
 
 Changes the runtime overrides of a running server through its admin address
 (/overrides): every node sharing its Redis applies them within a second.
@@ -75,6 +75,9 @@ func overrideCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var block, allow, shadow bool
 	var scale float64
 	var expires time.Duration
+	if args[0] == "rm" {
+		fs.StringVar(&req.Reason, "reason", "", "why (recorded in the audit log)")
+	}
 	if args[0] == "set" {
 		fs.StringVar(&req.Domain, "domain", "", "domain the override applies to (empty: every domain)")
 		fs.StringVar(&req.Rule, "rule", "", "rule the override applies to, by its /rlconfig path (e.g. edge.user_id)")
@@ -120,7 +123,11 @@ func overrideCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return errUsage
 		}
 		var out override.Override
-		if err := c.call(ctx, http.MethodDelete, "/overrides/"+url.PathEscape(fs.Arg(0)), nil, &out); err != nil {
+		path := "/overrides/" + url.PathEscape(fs.Arg(0))
+		if req.Reason != "" {
+			path += "?reason=" + url.QueryEscape(req.Reason)
+		}
+		if err := c.call(ctx, http.MethodDelete, path, nil, &out); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "removed %s\n", out.String())
