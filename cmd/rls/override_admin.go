@@ -69,13 +69,15 @@ func startOverrides(ctx context.Context, st flags.Serve, rules *ruleset.Store, l
 	}
 	host, _ := os.Hostname()
 	mgr := override.NewManager(override.ManagerOptions{
-		Store:   store,
-		Rules:   rules.Rules,
-		Logger:  log,
-		Audit:   audit.Log{Logger: log},
-		Node:    host + ":" + strconv.Itoa(os.Getpid()),
-		Resync:  st.Overrides.Resync,
-		Timeout: st.RedisTimeout * stallCalls,
+		Store:  store,
+		Rules:  rules.Rules,
+		Logger: log,
+		Audit:  audit.Log{Logger: log},
+		Node:   host + ":" + strconv.Itoa(os.Getpid()),
+		Resync: st.Overrides.Resync,
+		// Timeout: override.DefaultTimeout, not --redis-timeout: these
+		// calls are off the request path, and a busy Redis must not make
+		// an operator's set fail.
 	})
 	if err := mgr.Load(ctx); err != nil {
 		log.Warn("runtime overrides not read at start; retrying every --override-resync", "err", err)
