@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -140,5 +141,39 @@ func TestManagerKeepsLastOverridesWhileRedisIsDown(t *testing.T) {
 	}
 	if m.Table(cfg) == nil || len(m.List()) != 1 {
 		t.Errorf("with Redis gone the override is no longer applied: %v", m.List())
+	}
+}
+
+// TestManagerRereadsWithoutNotification: an override written to the hash
+// without its announcement (a notice lost) is applied at the next re-read,
+// within the 1 s bound.
+func TestManagerRereadsWithoutNotification(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := rules(t)
+	m := override.NewManager(override.ManagerOptions{
+		Store: redisstore.New(redisstore.Options{Client: newClient(t, srv)}), Rules: func() *descriptors.Config { return cfg },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	o := override.Override{Domain: "edge", Kind: override.KindShadow, Reason: "r", Author: "a"}
+	o.ID = override.NewID(o)
+	v, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := srv.Client().HSet(ctx, redisstore.DefaultKey, o.ID, v).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for m.Table(cfg) == nil {
+		if time.Since(start) > 3*time.Second {
+			t.Fatal("never applied without a notification")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("applied after %v without a notification, want ≤ 1 s (resync %v)", d, override.DefaultResync)
 	}
 }
