@@ -118,8 +118,14 @@ func (m *Manager) Table(cfg *descriptors.Config) *Table {
 	return m.rebuild(cfg)
 }
 
-// rebuild compiles the current list against cfg and swaps it in.
+// rebuild compiles the current list against cfg and swaps it in. A
+// request still holding the rule set a reload replaced gets a table of
+// its own, not kept: swapping it in would make the old and new rule sets'
+// requests recompile in turn until the old ones drain.
 func (m *Manager) rebuild(cfg *descriptors.Config) *Table {
+	if cfg != m.opts.Rules() {
+		return Compile(cfg, m.cur.Load().list, m.Now())
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st := m.cur.Load()

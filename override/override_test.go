@@ -354,3 +354,26 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestManagerTableForReplacedRules: a request holding the rule set a
+// reload replaced gets a table compiled for it, and the current rule set's
+// table stays cached.
+func TestManagerTableForReplacedRules(t *testing.T) {
+	t.Parallel()
+	oldCfg, newCfg := mustRules(t, rulesYAML), mustRules(t, rulesYAML)
+	store, _ := override.OpenFile("")
+	m := override.NewManager(override.ManagerOptions{Store: store, Rules: func() *descriptors.Config { return newCfg }})
+	if _, err := m.Set(context.Background(), override.Override{Kind: override.KindScale, Factor: 2, Reason: "r"}, "a"); err != nil {
+		t.Fatal(err)
+	}
+	cur := m.Table(newCfg)
+	if cur == nil || cur.Rules() != newCfg {
+		t.Fatalf("Table(current) = %v, want a table of the current rules", cur)
+	}
+	if old := m.Table(oldCfg); old == nil || old.Rules() != oldCfg {
+		t.Errorf("Table(replaced rules) = %v, want a table compiled for them", old)
+	}
+	if again := m.Table(newCfg); again != cur {
+		t.Error("the current rules' table was replaced by a request holding old rules")
+	}
+}
