@@ -30,8 +30,8 @@ Changes the runtime overrides of a running server through its admin address
 Scope: --domain D, --rule PATH (as /rlconfig names it), --value key=value;
 none: everything (scale and shadow only). Authenticate with --token-file (a
 file holding the bearer token, or name:token) or a client certificate
-(--tls-cert, --tls-key). Exit status: 0 done, 1 refused, 2 usage or
-connection error.
+(--tls-cert, --tls-key). Exit status: 0 done, 1 refused, 2 usage,
+connection or authentication error.
 
 `
 
