@@ -13,6 +13,14 @@ type Options struct {
 	// agree on value_to_metric and share_threshold. Without it a repeated
 	// domain is an error (as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG).
 	MergeDomains bool
+	// GrayKey is the descriptor key the service removes from requests
+	// before matching (--gray-key); empty when the gray marker is off. A
+	// rule level with this key can never match, so New warns about it.
+	GrayKey string
+	// LoaderWarnings are warnings the caller found outside the files'
+	// content (ruleset: files of the rules directory it did not read),
+	// reported by Config.Warnings with New's own.
+	LoaderWarnings []*Error
 }
 
 // Config is an immutable, validated rule set: every domain of every file.
@@ -21,6 +29,7 @@ type Config struct {
 	domains map[string]*Domain
 	names   []string
 	rules   []*Rule
+	warns   []*Error
 }
 
 // New builds the rule set from parsed files, in order. It validates each
@@ -29,8 +38,12 @@ type Config struct {
 // domain line, unless opts.MergeDomains; replaces must name a rule of the
 // domain; two rules of a domain must not share a Path. All problems are
 // returned at once (errors.Join of *Error). Nil files are skipped.
+//
+// What envoyproxy/ratelimit loads but sluice finds suspect is loaded with
+// the peer's meaning and reported as a warning instead (Config.Warnings).
 func New(files []*File, opts Options) (*Config, error) {
 	var errs []*Error
+	warns := slices.Clone(opts.LoaderWarnings)
 	builders := make(map[string]*builder)
 	firstFile := make(map[string]*File)
 	var order []*builder
@@ -38,9 +51,15 @@ func New(files []*File, opts Options) (*Config, error) {
 		if f == nil {
 			continue
 		}
-		if fe := validateFile(f); len(fe) > 0 {
+		fe, fw := validateFile(f)
+		if len(fe) > 0 {
 			errs = append(errs, fe...)
 			continue
+		}
+		warns = append(warns, f.warns...)
+		warns = append(warns, fw...)
+		if opts.GrayKey != "" {
+			warns = grayKeyWarnings(warns, f.Name, f.Descriptors, opts.GrayKey)
 		}
 		b := builders[f.Domain]
 		if b != nil && !opts.MergeDomains {
@@ -61,6 +80,7 @@ func New(files []*File, opts Options) (*Config, error) {
 	for _, b := range order {
 		b.finish()
 		errs = append(errs, b.errs...)
+		warns = append(warns, b.warns...)
 		slices.SortFunc(b.dom.rules, func(x, y *Rule) int { return cmp.Compare(x.Path, y.Path) })
 		c.domains[b.dom.Name] = b.dom
 		c.names = append(c.names, b.dom.Name)
@@ -69,11 +89,43 @@ func New(files []*File, opts Options) (*Config, error) {
 	if len(errs) > 0 {
 		return nil, joinErrors(errs)
 	}
+	c.warns = sortCapped(warns)
 	slices.Sort(c.names)
 	slices.SortFunc(c.rules, func(x, y *Rule) int {
 		return cmp.Or(cmp.Compare(x.Path, y.Path), cmp.Compare(x.Domain, y.Domain))
 	})
 	return c, nil
+}
+
+// Warnings returns what the rule files do that envoyproxy/ratelimit
+// accepts but sluice finds suspect, sorted by file and position, each
+// "file:line:column: reason" (at most 100, then one line counting the
+// rest). The rules were loaded with the peer's meaning: for example a unit
+// without requests_per_unit is a limit of 0, a duplicate field's last
+// value counts, a field in the wrong place is ignored. `rls serve` logs
+// them at each load; `rls validate --strict` fails on them. The slice is
+// shared: do not modify it.
+func (c *Config) Warnings() []*Error {
+	if c == nil {
+		return nil
+	}
+	return c.warns
+}
+
+// grayKeyWarnings appends a warning for every descriptor of ds, at any
+// depth, whose key is the gray key: the service removes such entries from
+// requests before matching, so the level can never match.
+func grayKeyWarnings(warns []*Error, file string, ds []Descriptor, gray string) []*Error {
+	for i := range ds {
+		d := &ds[i]
+		if d.Key == gray {
+			warns = append(warns, newError(file, d.keyPos,
+				"descriptor key %q is the gray key: sluice removes %q entries from requests before matching, so this rule never matches; "+
+					"give --gray-key another key, or --gray-key \"\" to turn the gray marker off", d.Key, gray))
+		}
+		warns = grayKeyWarnings(warns, file, d.Descriptors, gray)
+	}
+	return warns
 }
 
 // Domain returns the named domain, or nil when it is not configured.

@@ -13,11 +13,12 @@ func TestNewAcrossFiles(t *testing.T) {
 	const c = "domain: d\ndescriptors:\n  - key: route\n    value: /a\n    descriptors:\n      - key: user\n        rate_limit: {unit: second, requests_per_unit: 3}\n"
 	const e = "domain: d\ndescriptors:\n  - key: route\n    value: /a\n    value_to_metric: true\n"
 	tests := []struct {
-		name    string
-		files   []*File
-		opts    Options
-		wantErr string // empty: success
-		rules   int
+		name     string
+		files    []*File
+		opts     Options
+		wantErr  string // empty: success
+		wantWarn string // with success: one warning, exactly this
+		rules    int
 	}{
 		{name: "duplicate domain blames second file", files: []*File{mustParse(t, "a.yaml", a), mustParse(t, "b.yaml", b)},
 			wantErr: `b.yaml:2:9: duplicate domain "d" (first defined in a.yaml:1:9); merging is off`},
@@ -29,8 +30,8 @@ func TestNewAcrossFiles(t *testing.T) {
 			opts: Options{MergeDomains: true}, wantErr: `e.yaml:3:10: descriptor key "route" value "/a" disagrees on value_to_metric or share_threshold with a.yaml:3:10`},
 		{name: "replaces resolved across merged files", files: []*File{mustParse(t, "b.yaml", b), mustParse(t, "a.yaml", a)},
 			opts: Options{MergeDomains: true}, rules: 2},
-		{name: "replaces unknown without the other file", files: []*File{mustParse(t, "b.yaml", b)},
-			wantErr: `b.yaml:8:76: replaces "base", but no rate_limit in domain "d" has that name`},
+		{name: "replaces unknown without the other file", files: []*File{mustParse(t, "b.yaml", b)}, rules: 1,
+			wantWarn: `b.yaml:8:76: replaces "base", but no rate_limit in domain "d" has that name, so it replaces nothing (as in envoyproxy/ratelimit)`},
 		{name: "nil files skipped", files: []*File{nil, mustParse(t, "a.yaml", a)}, rules: 1},
 		{name: "hand-built file is validated", files: []*File{{Name: "hand", Descriptors: []Descriptor{{Key: "k"}}}},
 			wantErr: "hand: domain is required"},
@@ -50,6 +51,13 @@ func TestNewAcrossFiles(t *testing.T) {
 			}
 			if c.Len() != tt.rules {
 				t.Errorf("New().Len() = %d, want %d", c.Len(), tt.rules)
+			}
+			var warns []string
+			for _, w := range c.Warnings() {
+				warns = append(warns, w.Error())
+			}
+			if want := []string{tt.wantWarn}; tt.wantWarn == "" && len(warns) > 0 || tt.wantWarn != "" && !slices.Equal(warns, want) {
+				t.Errorf("New().Warnings() = %q, want %q", warns, tt.wantWarn)
 			}
 		})
 	}

@@ -28,6 +28,12 @@ type decoder struct {
 	exhausted bool
 	merging   int // depth of merge-key expansion
 	errs      []*Error
+	warns     []*Error
+	moreWarns int // warnings beyond maxErrors, counted, not kept
+	// combined holds the mappings fields builds from a duplicated field
+	// whose values are both mappings: their own repeated fields are the
+	// file's one duplicate, already warned about.
+	combined map[*yaml.Node]bool
 }
 
 var (
@@ -38,10 +44,32 @@ var (
 	replaceFields    = []string{"name"}
 )
 
+// peerFields are the field names envoyproxy/ratelimit accepts anywhere in a
+// file: it checks every mapping key against this one list, whatever the
+// mapping, and its decoding ignores a name where its structs have no such
+// field. sluice warns about such a field in the wrong place and ignores it
+// too. quota_mode and metadata are descriptor fields of the peer.
+var peerFields = []string{
+	"domain", "key", "value", "descriptors", "rate_limit", "unit", "requests_per_unit",
+	"unlimited", "shadow_mode", "quota_mode", "name", "replaces", "detailed_metric",
+	"value_to_metric", "share_threshold", "metadata",
+}
+
 func at(n *yaml.Node) pos { return pos{n.Line, n.Column} }
 
 func (d *decoder) errorf(n *yaml.Node, format string, args ...any) {
 	d.errs = append(d.errs, newError(d.file, at(n), format, args...))
+}
+
+// warnf records a warning: something envoyproxy/ratelimit loads, loaded
+// with its meaning, that sluice finds suspect. At most maxErrors are kept
+// per file; the rest are counted (Parse adds one line saying how many).
+func (d *decoder) warnf(n *yaml.Node, format string, args ...any) {
+	if len(d.warns) >= maxErrors-1 { // one place left for the count
+		d.moreWarns++
+		return
+	}
+	d.warns = append(d.warns, newError(d.file, at(n), format, args...))
 }
 
 // resolve follows aliases and charges the node budget; nil means stop.
@@ -92,20 +120,65 @@ func (d *decoder) fields(n *yaml.Node, what string, known []string) []field {
 			d.errorf(k, "field names in %s must be strings", what)
 			continue
 		}
-		if first, dup := seen[k.Value]; dup {
-			d.errorf(k, "duplicate field %q in %s (first at %s)", k.Value, what, at(first))
-			continue
-		}
-		seen[k.Value] = k
 		if !slices.Contains(known, k.Value) {
+			if slices.Contains(peerFields, k.Value) {
+				d.warnf(k, "%q is not a field of %s: ignored, as envoyproxy/ratelimit ignores a field it knows in the wrong place", k.Value, what)
+				continue
+			}
 			d.errorf(k, "unknown field %q in %s (known: %s)", k.Value, what, strings.Join(known, ", "))
 			continue
 		}
+		if first, dup := seen[k.Value]; dup {
+			out = d.duplicate(n, out, field{k.Value, k, v}, first, what)
+			continue
+		}
+		seen[k.Value] = k
 		out = append(out, field{k.Value, k, v})
 	}
 	for _, m := range merges {
 		out = d.merge(out, seen, m, what, known)
 	}
+	return out
+}
+
+// duplicate handles field f of mapping n, whose name an earlier field of
+// out (key first) already has, as envoyproxy/ratelimit's YAML decoding
+// (yaml.v2, not strict) does: the later value replaces the earlier one,
+// except that two mappings (two rate_limit blocks, say) are combined, the
+// later's fields replacing the earlier's of the same name. yaml.v3 would
+// refuse the file; sluice loads it and warns.
+func (d *decoder) duplicate(n *yaml.Node, out []field, f field, first *yaml.Node, what string) []field {
+	i := slices.IndexFunc(out, func(o field) bool { return o.name == f.name })
+	if i < 0 { // cannot happen: seen and out agree
+		return append(out, f)
+	}
+	prev, cur := d.resolve(out[i].value), d.resolve(f.value)
+	if prev == nil || cur == nil {
+		return out
+	}
+	if prev.Kind == yaml.MappingNode && cur.Kind == yaml.MappingNode {
+		if !d.combined[n] {
+			d.warnf(f.key, "duplicate field %q in %s (first at %s): the two are combined, this one's fields winning, as envoyproxy/ratelimit does; write it once", f.name, what, at(first))
+		}
+		// A mapping built here grows in place, so that a field repeated n
+		// times costs O(n), not O(n²).
+		both := prev
+		if !d.combined[prev] {
+			both = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: prev.Line, Column: prev.Column,
+				Content: slices.Clone(prev.Content)}
+			if d.combined == nil {
+				d.combined = make(map[*yaml.Node]bool)
+			}
+			d.combined[both] = true
+		}
+		both.Content = append(both.Content, cur.Content...)
+		out[i].value = both
+		return out
+	}
+	if !d.combined[n] {
+		d.warnf(f.key, "duplicate field %q in %s (first at %s): this one counts, as in envoyproxy/ratelimit; write it once", f.name, what, at(first))
+	}
+	out[i].key, out[i].value = f.key, cur
 	return out
 }
 
@@ -274,8 +347,8 @@ func (d *decoder) metaValue(n *yaml.Node, depth int) any {
 				continue
 			}
 			if first, dup := seen[k.Value]; dup {
-				d.errorf(k, "duplicate key %q in metadata (first at %s)", k.Value, at(first))
-				continue
+				// envoyproxy/ratelimit's yaml.v2 keeps the last.
+				d.warnf(k, "duplicate key %q in metadata (first at %s): this one counts, as in envoyproxy/ratelimit; write it once", k.Value, at(first))
 			}
 			seen[k.Value] = k
 			m[k.Value] = d.metaValue(v, depth+1)
@@ -319,7 +392,16 @@ func (d *decoder) rateLimit(n *yaml.Node) *RateLimit {
 	}
 	r := &RateLimit{pos: at(n)}
 	before, inLocal := len(d.errs), 0
-	defer func() { r.bad = len(d.errs)-before > inLocal }()
+	var badUnit *yaml.Node
+	defer func() {
+		// envoyproxy/ratelimit checks the unit only of a limited rule.
+		if badUnit != nil && r.Unlimited {
+			d.warnf(badUnit, "unit %q is not a unit; ignored: the rate_limit is unlimited (as in envoyproxy/ratelimit); remove it", badUnit.Value)
+		} else if badUnit != nil {
+			d.unit(badUnit) // reports it
+		}
+		r.bad = len(d.errs)-before > inLocal
+	}()
 	for _, fl := range d.fields(n, "rate_limit", rateLimitFields) {
 		v := d.resolve(fl.value)
 		if v == nil {
@@ -328,7 +410,11 @@ func (d *decoder) rateLimit(n *yaml.Node) *RateLimit {
 		switch fl.name {
 		case "unit":
 			r.unitPos = at(v)
-			r.Unit = d.unit(v)
+			if _, ok := ParseUnit(v.Value); v.Kind == yaml.ScalarNode && !ok {
+				badUnit = v // an error, unless the rule is unlimited: decided below
+			} else {
+				r.Unit = d.unit(v)
+			}
 		case "requests_per_unit":
 			r.rpuPos = at(v)
 			r.RequestsPerUnit = d.u32(v, fl.name)

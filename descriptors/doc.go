@@ -15,6 +15,11 @@
 // errors.Join, each "file:line:column: reason". A reload builds a new
 // Config and swaps it in only when New succeeds.
 //
+// What envoyproxy/ratelimit loads is never an error, unless loading it
+// would let a request reach a rule written for another key (two rules
+// whose paths collide): it loads with the peer's meaning, and
+// Config.Warnings lists what sluice finds suspect, as *Error values too.
+//
 // # Rule files
 //
 // Every field of envoyproxy/ratelimit's format keeps its meaning: domain,
@@ -31,8 +36,8 @@
 //
 // # Matching
 //
-// See Domain.Match: level-exact, most specific first (exact value, then
-// '*' patterns by number of literal characters, then key-only), no
+// See Domain.Match: level-exact; the exact value, else the first '*'
+// pattern in file order, else key-only (as envoyproxy/ratelimit); no
 // backtracking across levels.
 //
 // # Rule paths

@@ -19,7 +19,8 @@ type File struct {
 	Descriptors []Descriptor `yaml:"descriptors,omitempty"`
 
 	domainPos pos
-	domainOK  bool // false when the domain failed to decode (already reported)
+	domainOK  bool     // false when the domain failed to decode (already reported)
+	warns     []*Error // Parse's warnings, which New reports (Config.Warnings)
 }
 
 // Descriptor is one node of the rule tree: a key, an optional value (exact,
@@ -100,48 +101,67 @@ type LocalLimit struct {
 // are reported at once, joined with errors.Join, each an *Error reading
 // "file:line:column: reason" (sorted by position). filename is only used in
 // messages.
+//
+// What envoyproxy/ratelimit's YAML decoding accepts is not an error but a
+// warning, loaded with the peer's meaning: a field repeated in one mapping
+// (the last counts; two mappings are combined), a field the peer knows in
+// the wrong place (ignored), more YAML documents after the first (ignored).
+// New reports these with its own warnings (Config.Warnings).
 func Parse(filename string, data []byte) (*File, error) {
-	root, err := decodeDocument(filename, data)
+	root, more, err := decodeDocument(filename, data)
 	if err != nil {
 		return nil, err
 	}
 	d := decoder{file: filename, budget: maxNodes}
+	if more != nil {
+		d.warns = append(d.warns, more)
+	}
 	f := d.root(root)
 	f.Name = filename
 	if !d.exhausted {
-		d.errs = append(d.errs, validateFile(f)...)
+		errs, _ := validateFile(f) // New validates again and reports the warnings
+		d.errs = append(d.errs, errs...)
 	}
 	if len(d.errs) > 0 {
 		return nil, joinErrors(d.errs)
 	}
+	if d.moreWarns > 0 {
+		d.warns = append(d.warns, &Error{File: filename, Reason: fmt.Sprintf("%d more warnings not shown", d.moreWarns)})
+	}
+	f.warns = d.warns
 	return f, nil
 }
 
-// decodeDocument reads exactly one YAML document into a node tree.
-func decodeDocument(filename string, data []byte) (root *yaml.Node, err error) {
+// decodeDocument reads the first YAML document into a node tree. When
+// more follow, more is the warning saying they are ignored, as
+// envoyproxy/ratelimit's yaml.Unmarshal ignores them.
+func decodeDocument(filename string, data []byte) (root *yaml.Node, more *Error, err error) {
 	// yaml.v3 is not ours: turn a panic on hostile input into an error.
 	defer func() {
 		if r := recover(); r != nil {
-			root, err = nil, &Error{File: filename, Reason: fmt.Sprintf("invalid YAML: %v", r)}
+			root, more, err = nil, nil, &Error{File: filename, Reason: fmt.Sprintf("invalid YAML: %v", r)}
 		}
 	}()
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, &Error{File: filename, Line: 1, Column: 1, Reason: "empty file: domain is required"}
+			return nil, nil, &Error{File: filename, Line: 1, Column: 1, Reason: "empty file: domain is required"}
 		}
-		return nil, yamlError(filename, err)
+		return nil, nil, yamlError(filename, err)
 	}
+	const ignored = "more than one YAML document in the file: only the first is loaded, as envoyproxy/ratelimit does"
 	var next yaml.Node
 	switch err := dec.Decode(&next); {
 	case err == nil:
-		return nil, &Error{File: filename, Line: next.Line, Column: next.Column, Reason: "more than one YAML document in the file"}
+		more = &Error{File: filename, Line: next.Line, Column: next.Column, Reason: ignored}
 	case !errors.Is(err, io.EOF):
-		return nil, yamlError(filename, err)
+		// A later document that does not even parse: still ignored.
+		more = yamlError(filename, err)
+		more.Reason = ignored + " (the next one is " + more.Reason + ")"
 	}
 	if len(doc.Content) == 0 {
-		return nil, &Error{File: filename, Line: 1, Column: 1, Reason: "empty file: domain is required"}
+		return nil, nil, &Error{File: filename, Line: 1, Column: 1, Reason: "empty file: domain is required"}
 	}
-	return doc.Content[0], nil
+	return doc.Content[0], more, nil
 }

@@ -19,12 +19,12 @@ type Domain struct {
 // Matching is level-exact, as in envoyproxy/ratelimit: a descriptor of N
 // entries matches only a rule N levels deep that has a rate_limit (an
 // unlimited rule is a match). Entry i is looked up among the rule
-// descriptors of level i with the same key, most specific first:
+// descriptors of level i with the same key, in this order (the peer's):
 //
 //  1. the exact value;
 //  2. wildcard values ('*' matches any run of characters, '/' and the
-//     empty run included), the pattern with the most literal characters
-//     first, ties in file order;
+//     empty run included), in file order: the first pattern that matches
+//     wins, however many literal characters a later one has;
 //  3. the key-only descriptor.
 //
 // The first that matches is taken and the walk goes on beneath it; it never

@@ -311,12 +311,11 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 9}
 `, []matchCase{
 		{"exact beats wildcard", []string{"path=/api/v1/orders"}, "d.path_/api/v1/orders"},
-		{"more literals win", []string{"path=/api/v2/orders"}, "d.path_/api/*/orders"},
-		{"star spans slashes", []string{"path=/api/a/b/c/orders"}, "d.path_/api/*/orders"},
-		{"star matches empty", []string{"path=/api//orders"}, "d.path_/api/*/orders"},
+		{"first wildcard in file order wins, not the most literal", []string{"path=/api/v2/orders"}, "d.path_/api/*"},
 		{"prefix pattern", []string{"path=/api/v1/users"}, "d.path_/api/*"},
 		{"leading star", []string{"path=/x.json"}, "d.path_*.json"},
-		{"suffix with more literals beats prefix", []string{"path=/a.json"}, "d.path_*.json"},
+		{"earlier suffix pattern beats later prefix", []string{"path=/a.json"}, "d.path_*.json"},
+		{"later prefix pattern when the earlier fail", []string{"path=/abc"}, "d.path_/a*"},
 		{"middle star", []string{"path=xiy"}, "d.path_*i*"},
 		{"lone star matches anything", []string{"path=zzz"}, "d.path_*"},
 		{"lone star matches empty", []string{"path="}, "d.path_*"},

@@ -7,11 +7,10 @@ import "strings"
 // number of times. There is no escape: a rule value containing '*' is
 // always a pattern.
 type pattern struct {
-	text     string   // as written in the rule file
-	prefix   string   // literal before the first '*'
-	suffix   string   // literal after the last '*'
-	middle   []string // non-empty literals between stars, in order
-	literals int      // number of literal (non-'*') bytes: the specificity
+	text   string   // as written in the rule file
+	prefix string   // literal before the first '*'
+	suffix string   // literal after the last '*'
+	middle []string // non-empty literals between stars, in order
 }
 
 // isPattern reports whether a rule value is a wildcard pattern.
@@ -21,10 +20,9 @@ func isPattern(value string) bool { return strings.Contains(value, "*") }
 func compilePattern(s string) pattern {
 	parts := strings.Split(s, "*")
 	p := pattern{
-		text:     s,
-		prefix:   parts[0],
-		suffix:   parts[len(parts)-1],
-		literals: len(s) - (len(parts) - 1),
+		text:   s,
+		prefix: parts[0],
+		suffix: parts[len(parts)-1],
 	}
 	for _, m := range parts[1 : len(parts)-1] {
 		if m != "" {

@@ -65,7 +65,6 @@ func TestParseQuotaModeAndMetadataErrors(t *testing.T) {
 		{"metadata: [a]", "e.yaml:4:15: metadata must be a mapping, got a list"},
 		{"metadata: text", `e.yaml:4:15: metadata must be a mapping, got "text"`},
 		{"metadata: {[a]: 1}", "e.yaml:4:16: metadata keys must be strings, got a list"},
-		{"metadata: {a: 1, a: 2}", `e.yaml:4:22: duplicate key "a" in metadata (first at 4:16)`},
 		{"metadata: {a: .nan}", `e.yaml:4:19: metadata numbers must be finite, got ".nan"`},
 		{"metadata: {<<: {a: 1}}", "e.yaml:4:16: merge keys (<<) are not supported in metadata"},
 	}

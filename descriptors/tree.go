@@ -2,12 +2,12 @@ package descriptors
 
 import (
 	"slices"
+	"strings"
 )
 
 // node is one level of a domain's rule tree. Children are grouped by key;
 // within a key, a request value is tried against exact values, then
-// wildcard patterns (most literal characters first, then file order), then
-// the key-only child.
+// wildcard patterns in file order, then the key-only child.
 type node struct {
 	children map[string]*group
 	rule     *Rule // nil when the descriptor has no rate_limit
@@ -61,23 +61,6 @@ func (g *group) add(l level, n *node) {
 	}
 }
 
-// sortWildcards orders every group's patterns most specific first (most
-// literal characters), keeping file order among equals.
-func (n *node) sortWildcards() {
-	for _, g := range n.children {
-		slices.SortStableFunc(g.wild, func(a, b wildChild) int { return b.pat.literals - a.pat.literals })
-		for _, c := range g.exact {
-			c.sortWildcards()
-		}
-		for _, w := range g.wild {
-			w.node.sortWildcards()
-		}
-		if g.any != nil {
-			g.any.sortWildcards()
-		}
-	}
-}
-
 // levelOf returns the path element a descriptor defines.
 func levelOf(d *Descriptor) level {
 	l := level{key: d.Key, value: d.Value, valueToMetric: d.ValueToMetric, share: d.ShareThreshold}
@@ -96,6 +79,7 @@ func levelOf(d *Descriptor) level {
 type builder struct {
 	dom      *Domain
 	errs     []*Error
+	warns    []*Error
 	replaces []replaceRef
 }
 
@@ -125,6 +109,9 @@ func (b *builder) insert(n *node, ds []Descriptor, path []level, file string) {
 		child := g.lookup(l)
 		switch {
 		case child == nil:
+			if l.kind == wildcard {
+				b.shadowed(g, d, file)
+			}
 			child = &node{lvl: l, file: file, pos: d.keyPos}
 			g.add(l, child)
 		case child.rule != nil && d.RateLimit != nil:
@@ -141,6 +128,26 @@ func (b *builder) insert(n *node, ds []Descriptor, path []level, file string) {
 			child.rule = b.rule(d, levels, file)
 		}
 		b.insert(child, d.Descriptors, levels, file)
+	}
+}
+
+// shadowed warns when an earlier wildcard of g matches every value the
+// wildcard value of d matches: the first matching wildcard in file order
+// wins, so d's could never be chosen. Only an earlier pattern with one '*'
+// is checked ("P*S" covers every pattern whose literal prefix starts with
+// P and whose literal suffix ends with S); that is the common mistake, a
+// catch-all before a narrower pattern.
+func (b *builder) shadowed(g *group, d *Descriptor, file string) {
+	p := compilePattern(d.Value)
+	for _, w := range g.wild {
+		e := &w.pat
+		if len(e.middle) == 0 && strings.Count(e.text, "*") == 1 &&
+			strings.HasPrefix(p.prefix, e.prefix) && strings.HasSuffix(p.suffix, e.suffix) {
+			b.warns = append(b.warns, newError(file, d.valuePos,
+				"wildcard value %q never matches: the earlier %q (%s:%s) matches every value it does, and the first matching wildcard in file order wins (as in envoyproxy/ratelimit); put the narrower pattern first",
+				d.Value, e.text, w.node.file, w.node.pos))
+			return
+		}
 	}
 }
 
@@ -174,8 +181,12 @@ func (b *builder) rule(d *Descriptor, levels []level, file string) *Rule {
 		b.replaces = append(b.replaces, replaceRef{rep.Name, file, rep.pos})
 	}
 	if !rl.Unlimited {
-		if rl.Unit != 0 && rl.RequestsPerUnit != nil {
-			r.GlobalRate = rateOf(rl.Unit, *rl.RequestsPerUnit, rl.UnitMultiplier, rl.Burst)
+		if rl.Unit != 0 {
+			var rpu uint32 // absent: 0, always over (as envoyproxy/ratelimit; validation warns)
+			if rl.RequestsPerUnit != nil {
+				rpu = *rl.RequestsPerUnit
+			}
+			r.GlobalRate = rateOf(rl.Unit, rpu, rl.UnitMultiplier, rl.Burst)
 			lim := r.GlobalRate.Limit()
 			r.Global = &lim
 		}
@@ -197,8 +208,9 @@ func rateOf(u Unit, rpu, mult uint32, burst *uint32) *Rate {
 	return r
 }
 
-// finish checks what needs the whole domain: replaces naming no rule, and
-// two rules with one Path.
+// finish checks what needs the whole domain: replaces naming no rule
+// (a warning), and two rules with one Path (an error when they collide
+// level by level, else a warning).
 func (b *builder) finish() {
 	names := make(map[string]bool)
 	paths := make(map[string]*Rule)
@@ -207,6 +219,17 @@ func (b *builder) finish() {
 			names[r.Name] = true
 		}
 		if first, dup := paths[r.Path]; dup {
+			if !slices.EqualFunc(first.levels, r.levels, func(a, b level) bool { return a.pathElem() == b.pathElem() }) {
+				// The '.' of a key or value shifts the levels ("a.b" beside
+				// "a" → "b"): envoyproxy/ratelimit loads these, and no
+				// request can reach the one through the other.
+				b.warns = append(b.warns, newError(r.file, r.pos,
+					"rule path %q is also the path of the rule at %s: metrics, /rlconfig and reload logs cannot tell them apart; rename a key or value", r.Path, first.Source()))
+				continue
+			}
+			// The same key_value at one level: envoyproxy/ratelimit refuses
+			// it too, and where it loads its lookup by key + "_" + value
+			// lets a request reach a rule written for another key.
 			b.addError(r.file, r.pos, "rule path %q is also the path of the rule at %s; rename a key or value", r.Path, first.Source())
 			continue
 		}
@@ -214,8 +237,9 @@ func (b *builder) finish() {
 	}
 	for _, ref := range b.replaces {
 		if ref.name != "" && !names[ref.name] {
-			b.addError(ref.file, ref.pos, "replaces %q, but no rate_limit in domain %q has that name", ref.name, b.dom.Name)
+			// envoyproxy/ratelimit loads it; it replaces nothing.
+			b.warns = append(b.warns, newError(ref.file, ref.pos,
+				"replaces %q, but no rate_limit in domain %q has that name, so it replaces nothing (as in envoyproxy/ratelimit)", ref.name, b.dom.Name))
 		}
 	}
-	b.dom.root.sortWildcards()
 }

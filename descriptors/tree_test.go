@@ -21,8 +21,10 @@ func TestLevelOf(t *testing.T) {
 }
 
 // TestTreeMergeKeepsBothSubtrees merges one domain from two files that
-// share an intermediate node and checks both subtrees and the sorting of
-// wildcards contributed by different files.
+// share an intermediate node and checks both subtrees and the order of
+// wildcards contributed by different files: load order, the first file's
+// "*" before the second's "x*", so "*" wins (as envoyproxy/ratelimit's
+// merge appends a file's wildcards to the level's list).
 func TestTreeMergeKeepsBothSubtrees(t *testing.T) {
 	t.Parallel()
 	var files []*File
@@ -46,7 +48,7 @@ func TestTreeMergeKeepsBothSubtrees(t *testing.T) {
 		want string
 	}{
 		{[]string{"r=/a"}, "d.r_/a"},
-		{[]string{"r=/a", "p=xy"}, "d.r_/a.p_x*"},
+		{[]string{"r=/a", "p=xy"}, "d.r_/a.p_*"},
 		{[]string{"r=/a", "p=yy"}, "d.r_/a.p_*"},
 	}
 	for _, tt := range tests {

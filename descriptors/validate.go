@@ -57,18 +57,25 @@ func newError(file string, p pos, format string, args ...any) *Error {
 	return &Error{File: file, Line: p.line, Column: p.col, Reason: fmt.Sprintf(format, args...)}
 }
 
-// joinErrors sorts errs by position and joins them.
-func joinErrors(errs []*Error) error {
+// sortCapped sorts problems by position and keeps the first maxErrors,
+// followed by one line counting the others.
+func sortCapped(errs []*Error) []*Error {
 	slices.SortStableFunc(errs, func(a, b *Error) int {
 		return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
 	})
-	all := make([]error, 0, min(len(errs), maxErrors)+1)
-	for _, e := range errs[:min(len(errs), maxErrors)] {
-		all = append(all, e)
+	if len(errs) <= maxErrors {
+		return errs
 	}
-	if len(errs) > maxErrors {
-		last := errs[len(errs)-1]
-		all = append(all, &Error{File: last.File, Reason: fmt.Sprintf("%d more problems not shown", len(errs)-maxErrors)})
+	last := errs[len(errs)-1]
+	return append(slices.Clip(errs[:maxErrors]), &Error{File: last.File, Reason: fmt.Sprintf("%d more problems not shown", len(errs)-maxErrors)})
+}
+
+// joinErrors sorts errs by position and joins them.
+func joinErrors(errs []*Error) error {
+	errs = sortCapped(errs)
+	all := make([]error, len(errs))
+	for i, e := range errs {
+		all[i] = e
 	}
 	return errors.Join(all...)
 }
@@ -89,23 +96,30 @@ func yamlError(file string, err error) *Error {
 }
 
 // validateFile checks what the decoder cannot see field by field: required
-// fields, duplicates, and how the fields of a rate_limit combine.
-func validateFile(f *File) []*Error {
+// fields, duplicates, and how the fields of a rate_limit combine. It
+// returns the errors, and the warnings: what envoyproxy/ratelimit loads but
+// sluice finds suspect (see Config.Warnings).
+func validateFile(f *File) (errs, warns []*Error) {
 	v := validator{file: f.Name}
 	if f.Domain == "" && (f.domainOK || f.domainPos == pos{}) {
 		v.add(f.domainPos, "domain is required and must not be empty")
 	}
 	v.descriptors(f.Descriptors)
-	return v.errs
+	return v.errs, v.warns
 }
 
 type validator struct {
-	file string
-	errs []*Error
+	file  string
+	errs  []*Error
+	warns []*Error
 }
 
 func (v *validator) add(p pos, format string, args ...any) {
 	v.errs = append(v.errs, newError(v.file, p, format, args...))
+}
+
+func (v *validator) warn(p pos, format string, args ...any) {
+	v.warns = append(v.warns, newError(v.file, p, format, args...))
 }
 
 // nodeID identifies a descriptor within its level: key plus value, where an
@@ -174,7 +188,13 @@ func (v *validator) rateLimit(r *RateLimit) {
 			v.add(r.multPos, "unit_multiplier needs unit and requests_per_unit")
 		}
 	default:
-		v.rate("rate_limit", r.pos, r.Unit, r.RequestsPerUnit, r.rpuPos, r.UnitMultiplier, r.multPos, r.Burst, r.burstPos)
+		rpu := r.RequestsPerUnit
+		if r.Unit != 0 && rpu == nil {
+			// envoyproxy/ratelimit reads the missing number as 0.
+			v.warn(r.unitPos, "rate_limit has a unit but no requests_per_unit: the limit is 0, so every request is over it (as in envoyproxy/ratelimit); write requests_per_unit: 0 to say so")
+			rpu = new(uint32)
+		}
+		v.rate("rate_limit", r.pos, r.Unit, rpu, r.rpuPos, r.UnitMultiplier, r.multPos, r.Burst, r.burstPos)
 	}
 	if l := r.Local; l != nil && !l.bad {
 		v.rate("local", l.pos, l.Unit, l.RequestsPerUnit, l.rpuPos, l.UnitMultiplier, l.multPos, l.Burst, l.burstPos)
@@ -187,7 +207,7 @@ func (v *validator) unlimited(r *RateLimit) {
 		v.add(r.unitPos, "unlimited rate_limit must not have a unit")
 	}
 	if r.RequestsPerUnit != nil {
-		v.add(r.rpuPos, "unlimited rate_limit must not have requests_per_unit")
+		v.warn(r.rpuPos, "requests_per_unit is ignored: the rate_limit is unlimited (as in envoyproxy/ratelimit); remove one of them")
 	}
 	if r.UnitMultiplier != 0 {
 		v.add(r.multPos, "unlimited rate_limit must not have unit_multiplier")

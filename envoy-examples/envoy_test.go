@@ -206,9 +206,12 @@ func loadRules(t *testing.T, files map[string]string, domain string) *descriptor
 		}
 		parsed = append(parsed, f)
 	}
-	cfg, err := descriptors.New(parsed, descriptors.Options{})
+	cfg, err := descriptors.New(parsed, descriptors.Options{GrayKey: "gray"})
 	if err != nil {
 		t.Fatalf("rules: %v", err)
+	}
+	for _, w := range cfg.Warnings() {
+		t.Errorf("rules load with a warning (rls validate --strict fails): %v", w)
 	}
 	d := cfg.Domain(domain)
 	if d == nil {

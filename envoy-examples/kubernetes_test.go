@@ -320,10 +320,13 @@ func TestRuleConfigMaps(t *testing.T) {
 				t.Errorf("%s: no rule file (a data key ending in .yaml)", cm)
 				continue
 			}
-			cfg, err := descriptors.New(files, descriptors.Options{})
+			cfg, err := descriptors.New(files, descriptors.Options{GrayKey: "gray"})
 			if err != nil {
 				t.Errorf("%s: %v", cm, err)
 				continue
+			}
+			for _, w := range cfg.Warnings() {
+				t.Errorf("%s: rules load with a warning (rls validate --strict fails): %v", cm, w)
 			}
 			if cfg.Len() == 0 {
 				t.Errorf("%s: rules load, but define no rule", cm)

@@ -70,9 +70,24 @@ var servingLine = regexp.MustCompile(`msg=serving grpc_addr=(\S+) http_addr=(\S+
 // test cleanup if still running.
 func startRLS(t *testing.T, args ...string) *rlsProcess {
 	t.Helper()
+	return startRLSEnv(t, nil, args...)
+}
+
+// rlsEnv is the environment of the rls processes the tests start: the
+// machine's, which may hold envoyproxy/ratelimit's variables (REDIS_URL,
+// PORT, ...) or KUBERNETES_SERVICE_HOST, made harmless (the tests say what
+// they mean by flags), then extra ("NAME=value"; later ones win).
+func rlsEnv(extra ...string) []string {
+	env := append(os.Environ(), "GORACE=halt_on_error=1", "RLS_PEER_ENV=ignore", "KUBERNETES_SERVICE_HOST=")
+	return append(env, extra...)
+}
+
+// startRLSEnv is startRLS with env added to rlsEnv's.
+func startRLSEnv(t *testing.T, env []string, args ...string) *rlsProcess {
+	t.Helper()
 	full := append([]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, args...)
 	cmd := exec.Command(rlsBinary, full...)
-	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	cmd.Env = rlsEnv(env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -220,6 +235,7 @@ func runRLS(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, rlsBinary, args...)
+	cmd.Env = rlsEnv()
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -131,6 +131,46 @@ func TestReloadFollowsConfigSymlinkSwapThroughTheBinary(t *testing.T) {
 	pollUntil(t, "an edit in the new directory to reload", func() bool { return limit() == 6 })
 }
 
+// TestServePeerRuntimeRootThroughTheBinary: --config is
+// envoyproxy/ratelimit's runtime root, a symlink to a version holding the
+// rules in ratelimit/config/ (a subdirectory), with a file the peer loads
+// but sluice finds suspect (a unit without requests_per_unit: limit 0).
+// The binary serves it with the peer's meaning, logs the warning with its
+// position, and reloads when the root link is swapped (the peer's default
+// reload).
+func TestServePeerRuntimeRootThroughTheBinary(t *testing.T) {
+	base := t.TempDir()
+	for _, v := range []struct{ dir, rules string }{
+		{"data-1", "domain: r\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n"},
+		{"data-2", minuteRules("r", "4")},
+	} {
+		dir := filepath.Join(base, v.dir, "ratelimit", "config")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, dir, "rules.yaml", v.rules)
+	}
+	current := filepath.Join(base, "current")
+	if err := os.Symlink("data-1", current); err != nil {
+		t.Fatal(err)
+	}
+	p := startRLS(t, "--config", current)
+	if st := p.Check(t, "r", "k=x").GetStatuses()[0]; st.GetCode().String() != "OVER_LIMIT" || st.GetCurrentLimit().GetRequestsPerUnit() != 0 {
+		t.Errorf("a unit without requests_per_unit: status %v, want OVER_LIMIT with limit 0 (as envoyproxy/ratelimit)", st)
+	}
+	waitForLog(t, p, `msg="rule file warning" at=`+filepath.Join(current, "ratelimit", "config", "rules.yaml")+`:5:13`)
+	waitForLog(t, p, `msg="watching rule files"`)
+	if err := os.Symlink("data-2", current+".tmp"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(current+".tmp", current); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, "the runtime root swap to reload", func() bool {
+		return p.Check(t, "r", "k=x").GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == 4
+	})
+}
+
 // TestServeRefusesUnreadableRuleFiles: at start, a rule file that cannot be
 // read stops rls serve with an error naming the file.
 func TestServeRefusesUnreadableRuleFiles(t *testing.T) {

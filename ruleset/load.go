@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -37,7 +38,8 @@ var defaultRules []byte
 func DefaultRules() []byte { return defaultRules }
 
 // Load reads the rule files at path — one file, or every *.yaml and *.yml
-// file directly inside a directory — and builds the rule set, reading at
+// file in a directory and its subdirectories (RuleFiles) — and builds the
+// rule set, reading at
 // most DefaultMaxRuleBytes. An empty path loads the embedded example. Errors
 // name file:line:column for each problem.
 func Load(path string, opts descriptors.Options) (*descriptors.Config, error) {
@@ -81,6 +83,10 @@ func LoadPaths(paths []string, opts descriptors.Options, maxBytes int64) (*descr
 type ruleSet struct {
 	names []string
 	data  [][]byte
+	// skipped are the files of the rules directories not named *.yaml or
+	// *.yml: not read, but reported as warnings (envoyproxy/ratelimit
+	// reads every file of its runtime directory).
+	skipped []string
 }
 
 // readRuleSet reads every rule file the paths stand for, at most maxBytes
@@ -89,20 +95,21 @@ func readRuleSet(paths []string, maxBytes int64) (*ruleSet, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxRuleBytes
 	}
-	var names []string
+	var names, skipped []string
 	var errs []error
 	for _, path := range paths {
-		n, err := RuleFiles(path)
+		n, sk, err := ruleFiles(path)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		names = append(names, n...)
+		skipped = append(skipped, sk...)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	set := &ruleSet{names: names}
+	set := &ruleSet{names: names, skipped: skipped}
 	left := maxBytes
 	for _, name := range names {
 		data, err := readRuleFile(name, left, maxBytes)
@@ -206,6 +213,10 @@ func (s *ruleSet) build(opts descriptors.Options) (*descriptors.Config, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	for _, name := range s.skipped {
+		opts.LoaderWarnings = append(slices.Clip(opts.LoaderWarnings), &descriptors.Error{File: name,
+			Reason: "not named *.yaml or *.yml, so not read (envoyproxy/ratelimit reads every file of its runtime directory); rename it, or move it out of the rules directory"})
+	}
 	return descriptors.New(files, opts)
 }
 
@@ -222,48 +233,157 @@ func (s *ruleSet) fingerprint() [sha256.Size]byte {
 	return sum
 }
 
-// RuleFiles lists the rule files path stands for, sorted: path itself when it
-// is not a directory, else the *.yaml and *.yml entries directly inside it
-// that are not directories. Names that start with a dot are skipped, so a
-// Kubernetes ConfigMap volume's ..data directory and its timestamped twin
-// are not read twice. A dangling symlink is listed, so that reading it fails
-// instead of its rules silently disappearing.
+// Bounds of the walk below a --config directory, so that a hostile or
+// mistaken tree (a link to /, a million empty directories) cannot hang a
+// load. envoyproxy/ratelimit's layout needs two levels
+// (runtime/<app>/config/*.yaml).
+const (
+	// MaxRuleDepth is how many directory levels below --config are read.
+	MaxRuleDepth = 8
+	// MaxRuleDirs is how many directories one load reads, --config included.
+	MaxRuleDirs = 1000
+	// MaxRuleFiles is how many rule files one load reads.
+	MaxRuleFiles = 10000
+)
+
+// RuleFiles lists the rule files path stands for, sorted: path itself when
+// it is not a directory, else every *.yaml and *.yml file in it and in its
+// subdirectories, as envoyproxy/ratelimit reads its runtime directory
+// (runtime/<app>/config/*.yaml). Names that start with a dot are skipped,
+// files and directories alike, so a Kubernetes ConfigMap volume's ..data
+// directory and its timestamped twin are not read twice. Symlinks are
+// followed (ConfigMap files and subdirectories are links into ..data); a
+// directory reached twice (a link loop, two links to one directory) is read
+// once. A dangling symlink with a rule file's name is listed, so that
+// reading it fails instead of its rules silently disappearing. A tree
+// deeper than MaxRuleDepth, or with more than MaxRuleDirs directories or
+// MaxRuleFiles rule files, is an error.
 func RuleFiles(path string) ([]string, error) {
+	names, _, err := ruleFiles(path)
+	return names, err
+}
+
+// ruleFiles is RuleFiles, also returning the files of the rules
+// directories it skipped for their names (dot names aside), sorted.
+func ruleFiles(path string) (names, skipped []string, err error) {
 	info, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("rule config: %w", err)
+		return nil, nil, fmt.Errorf("rule config: %w", err)
 	}
 	if !info.IsDir() {
-		return []string{path}, nil
+		return []string{path}, nil, nil
 	}
-	entries, err := os.ReadDir(path)
+	w := ruleWalk{seen: map[fileID]bool{}, bounds: defaultWalkBounds}
+	if err := w.dir(path, info, 0); err != nil {
+		return nil, nil, err
+	}
+	sort.Strings(w.names)
+	sort.Strings(w.skipped)
+	if len(w.names) == 0 {
+		return nil, nil, fmt.Errorf("rule config: no *.yaml files in %s or its subdirectories", path)
+	}
+	return w.names, w.skipped, nil
+}
+
+// fileID identifies a directory whatever the path it is reached by.
+type fileID struct{ dev, ino uint64 }
+
+func idOf(st fs.FileInfo) (fileID, bool) {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, false
+	}
+	return fileID{uint64(sys.Dev), uint64(sys.Ino)}, true
+}
+
+// walkBounds are the bounds of one walk: MaxRuleDepth, MaxRuleDirs and
+// MaxRuleFiles, smaller in tests.
+type walkBounds struct{ depth, dirs, files int }
+
+var defaultWalkBounds = walkBounds{MaxRuleDepth, MaxRuleDirs, MaxRuleFiles}
+
+// ruleWalk is one bounded walk of a rules directory tree.
+type ruleWalk struct {
+	names   []string
+	skipped []string // other files, not read; at most bounds.files kept
+	seen    map[fileID]bool
+	dirs    int
+	bounds  walkBounds
+}
+
+// dir lists the rule files of dir (depth levels below --config) and
+// walks its subdirectories.
+func (w *ruleWalk) dir(dir string, st fs.FileInfo, depth int) error {
+	if id, ok := idOf(st); ok {
+		if w.seen[id] {
+			return nil
+		}
+		w.seen[id] = true
+	}
+	if w.dirs++; w.dirs > w.bounds.dirs {
+		return fmt.Errorf("rule config: more than %d directories below the rules directory (at %s)", w.bounds.dirs, dir)
+	}
+	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("rule config: %w", err)
+		return fmt.Errorf("rule config: %w", err)
 	}
-	var names []string
 	for _, e := range entries {
 		n := e.Name()
-		if strings.HasPrefix(n, ".") || !isRuleFile(n) {
+		if strings.HasPrefix(n, ".") {
 			continue
 		}
-		full := filepath.Join(path, n)
-		// Follow symlinks (ConfigMap files are links into ..data).
+		full := filepath.Join(dir, n)
+		if !e.IsDir() && e.Type()&fs.ModeSymlink == 0 {
+			if isRuleFile(n) {
+				if err := w.add(full); err != nil {
+					return err
+				}
+			} else if e.Type().IsRegular() {
+				w.skip(full)
+			}
+			continue
+		}
+		// A directory, or a symlink: follow it.
 		st, err := os.Stat(full)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			// Listed: readRuleFile reports the dangling link.
+			if isRuleFile(n) { // listed: readRuleFile reports the dangling link
+				if err := w.add(full); err != nil {
+					return err
+				}
+			}
 		case err != nil:
-			return nil, fmt.Errorf("rule config: %w", err)
+			return fmt.Errorf("rule config: %w", err)
 		case st.IsDir():
-			continue
+			if depth+1 > w.bounds.depth {
+				return fmt.Errorf("rule config: %s is more than %d directory levels below the rules directory", full, w.bounds.depth)
+			}
+			if err := w.dir(full, st, depth+1); err != nil {
+				return err
+			}
+		case isRuleFile(n):
+			if err := w.add(full); err != nil {
+				return err
+			}
+		case st.Mode().IsRegular():
+			w.skip(full)
 		}
-		names = append(names, full)
 	}
-	sort.Strings(names)
-	if len(names) == 0 {
-		return nil, fmt.Errorf("rule config: no *.yaml files in %s", path)
+	return nil
+}
+
+func (w *ruleWalk) skip(name string) {
+	if len(w.skipped) < w.bounds.files {
+		w.skipped = append(w.skipped, name)
 	}
-	return names, nil
+}
+
+func (w *ruleWalk) add(name string) error {
+	if len(w.names) >= w.bounds.files {
+		return fmt.Errorf("rule config: more than %d rule files", w.bounds.files)
+	}
+	w.names = append(w.names, name)
+	return nil
 }
 
 func isRuleFile(name string) bool {

@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -193,5 +195,77 @@ func TestLoadPathsIsOneSet(t *testing.T) {
 	cfg, err := ruleset.LoadPaths(nil, descriptors.Options{}, 0)
 	if err != nil || cfg.Domain("edge") == nil {
 		t.Errorf("LoadPaths(nil) = %v, want the embedded example", err)
+	}
+}
+
+// TestRuleFilesWalksSubdirectories: envoyproxy/ratelimit's layout
+// (runtime/<app>/config/*.yaml) loads from the runtime root: every rule
+// file below --config is read, dot names skipped, symlinked directories
+// followed, a directory reached twice (a loop, a second link) read once.
+func TestRuleFilesWalksSubdirectories(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "ratelimit", "config")
+	must(t, os.MkdirAll(cfg, 0o755))
+	must(t, os.MkdirAll(filepath.Join(dir, ".git", "x"), 0o755))
+	for _, name := range []string{"a.yaml", "ratelimit/config/b.yml", "ratelimit/config/notes.txt", ".git/x/c.yaml"} {
+		must(t, os.WriteFile(filepath.Join(dir, name), []byte("domain: "+strings.ReplaceAll(name, "/", "_")+"\n"), 0o644))
+	}
+	must(t, os.Symlink(".", filepath.Join(cfg, "loop")))
+	must(t, os.Symlink("ratelimit", filepath.Join(dir, "twice")))
+	names, err := ruleset.RuleFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Join(dir, "a.yaml"), filepath.Join(cfg, "b.yml")}
+	if !slices.Equal(names, want) {
+		t.Errorf("RuleFiles = %q, want %q", names, want)
+	}
+	c, err := ruleset.Load(dir, descriptors.Options{})
+	if err != nil || len(c.Domains()) != 2 {
+		t.Fatalf("Load(%s) = %v domains, %v; want a.yaml's and b.yml's", dir, c.Domains(), err)
+	}
+	// The peer reads every file of its runtime directory: the one not
+	// read says so.
+	var warns []string
+	for _, w := range c.Warnings() {
+		warns = append(warns, w.Error())
+	}
+	want = []string{filepath.Join(cfg, "notes.txt") + ": not named *.yaml or *.yml, so not read (envoyproxy/ratelimit reads every file of its runtime directory); rename it, or move it out of the rules directory"}
+	if !slices.Equal(warns, want) {
+		t.Errorf("Load(%s).Warnings() = %q, want %q", dir, warns, want)
+	}
+}
+
+// TestRuleFilesBounds: a tree deeper than MaxRuleDepth below --config is
+// an error naming the bound, not a walk without end.
+func TestRuleFilesBounds(t *testing.T) {
+	dir := t.TempDir()
+	deep := dir
+	for range ruleset.MaxRuleDepth + 1 {
+		deep = filepath.Join(deep, "d")
+	}
+	must(t, os.MkdirAll(deep, 0o755))
+	must(t, os.WriteFile(filepath.Join(deep, "r.yaml"), []byte(rulesYAML(1)), 0o644))
+	if _, err := ruleset.RuleFiles(dir); err == nil || !strings.Contains(err.Error(), "more than 8 directory levels") {
+		t.Errorf("RuleFiles of a tree 9 levels deep = %v, want an error naming the bound", err)
+	}
+	if _, err := ruleset.RuleFiles(filepath.Join(dir, "d")); err != nil {
+		t.Errorf("RuleFiles of a tree 8 levels deep = %v, want it read", err)
+	}
+
+	// The same walk with small bounds for directories and files.
+	wide := t.TempDir()
+	for i := range 4 {
+		must(t, os.Mkdir(filepath.Join(wide, strconv.Itoa(i)), 0o755))
+		must(t, os.WriteFile(filepath.Join(wide, strconv.Itoa(i), "r.yaml"), nil, 0o644))
+	}
+	if _, err := ruleset.RuleFilesWithin(wide, 8, 4, 100); err == nil || !strings.Contains(err.Error(), "more than 4 directories") {
+		t.Errorf("RuleFiles of 5 directories, at most 4 = %v, want an error naming the bound", err)
+	}
+	if _, err := ruleset.RuleFilesWithin(wide, 8, 100, 3); err == nil || !strings.Contains(err.Error(), "more than 3 rule files") {
+		t.Errorf("RuleFiles of 4 files, at most 3 = %v, want an error naming the bound", err)
+	}
+	if names, err := ruleset.RuleFilesWithin(wide, 8, 5, 4); err != nil || len(names) != 4 {
+		t.Errorf("RuleFiles of 5 directories and 4 files within the bounds = %v, %v; want 4 files", names, err)
 	}
 }

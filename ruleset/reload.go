@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -50,8 +51,9 @@ func (r *Reloader) clock() clockwork.Clock {
 
 // Reload loads the rules again. On failure it logs every problem (with
 // file:line:column), counts the error and returns it, keeping the running
-// rules. On success it swaps the new rules in atomically, logs one line per
-// rule added, removed or whose limits changed, and records the time.
+// rules. On success it swaps the new rules in atomically, logs each warning
+// (LogWarnings) and one line per rule added, removed or whose limits
+// changed, and records the time.
 func (r *Reloader) Reload() error { return r.apply(r.read()) }
 
 // snapshot is one read of the rule files: their content or the error.
@@ -84,12 +86,23 @@ func (r *Reloader) apply(snap snapshot) error {
 	}
 	old := r.Store.Swap(cfg)
 	r.Metrics.loaded(true, r.clock().Now())
+	LogWarnings(r.Log, cfg)
 	changes := Diff(old, cfg)
 	for _, c := range changes {
 		r.Log.Info("rule "+c.Kind, "rule", c.Rule, "old", c.Old, "new", c.New)
 	}
 	r.Log.Info("rules reloaded", "path", r.Path, "rule_count", cfg.Len(), "changed", len(changes))
 	return nil
+}
+
+// LogWarnings logs each warning of cfg (descriptors.Config.Warnings:
+// what envoyproxy/ratelimit loads but sluice finds suspect) at level warn,
+// with "at" (file:line:column) and "reason". `rls serve` calls it after
+// its first load; Reload after each.
+func LogWarnings(log *slog.Logger, cfg *descriptors.Config) {
+	for _, w := range cfg.Warnings() {
+		log.Warn("rule file warning", "at", strings.TrimSuffix(w.Error(), ": "+w.Reason), "reason", w.Reason)
+	}
 }
 
 // Watch reloads when the rules change until ctx is done. It watches

@@ -192,8 +192,14 @@ func TestWatchConfigMapSymlinkSwap(t *testing.T) {
 	if got := f.loads(t, "success"); got != 1 {
 		t.Errorf("%v successful loads for one ConfigMap update, want 1", got)
 	}
-	if strings.Contains(f.log.String(), "sluice.log") {
-		t.Errorf("sluice.log was taken for a rule file change:\n%s", f.log)
+	for _, line := range strings.Split(f.log.String(), "\n") {
+		if strings.Contains(line, "rule files changed") && strings.Contains(line, "sluice.log") {
+			t.Errorf("sluice.log was taken for a rule file change:\n%s", f.log)
+		}
+	}
+	// It is not read, and each load says so (envoyproxy/ratelimit would read it).
+	if !strings.Contains(f.log.String(), `msg="rule file warning" at=`+filepath.Join(dir, "sluice.log")+` reason="not named *.yaml or *.yml, so not read`) {
+		t.Errorf("the load does not warn that sluice.log is not read:\n%s", f.log)
 	}
 	if got, want := f.gauge(t, "ratelimit_config_last_success_timestamp_seconds"), float64(c.Now().UnixNano())/1e9; got != want {
 		t.Errorf("last success at %v, want the reloader's clock, %v", got, want)
@@ -204,5 +210,25 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReloadLogsWarnings: a reload of a file envoyproxy/ratelimit loads
+// but sluice finds suspect applies it and logs each warning with its
+// position.
+func TestReloadLogsWarnings(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	must(t, os.WriteFile(file, []byte(rulesYAML(10)), 0o644))
+	f := newFixture(t, file)
+	must(t, os.WriteFile(file, []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"), 0o644))
+	if err := f.r.Reload(); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if got := limitOf(t, f.store); got != 0 {
+		t.Errorf("limit after reload = %d, want 0 (a unit without requests_per_unit)", got)
+	}
+	want := `level=WARN msg="rule file warning" at=` + file + `:5:13 reason="rate_limit has a unit but no requests_per_unit`
+	if !strings.Contains(f.log.String(), want) {
+		t.Errorf("log =\n%s\nwant a line containing\n%s", f.log, want)
 	}
 }

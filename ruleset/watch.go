@@ -27,12 +27,14 @@ type watchDir struct {
 // a renamed directory changes it, and the watcher follows.
 type watchSet map[string]*watchDir
 
-// newWatchSet resolves path — and, when it is a directory, each rule file in
-// it — and returns the directories to watch: the directory holding each
-// symlink met on the way (for the link's name), the directory holding the
-// path itself (for its name, so that replacing the directory is seen), the
-// rules directory (for any rule file) and the directory really holding
-// each rule file (for its name). A path that does not exist (yet) is
+// newWatchSet resolves path — and, when it is a directory, each rule file
+// and subdirectory in it, recursively, as RuleFiles reads them — and
+// returns the directories to watch: the directory holding each symlink met
+// on the way (for the link's name), the directory holding the path itself
+// (for its name, so that replacing the directory is seen), the rules
+// directory and each subdirectory (for any rule file, and for new
+// subdirectories) and the directory really holding each rule file (for its
+// name). fsnotify does not watch subdirectories: each is a watch of its own. A path that does not exist (yet) is
 // watched for in the deepest directory that does.
 func newWatchSet(path string) watchSet {
 	s := watchSet{}
@@ -43,13 +45,7 @@ func newWatchSet(path string) watchSet {
 	real, err := s.resolve(abs)
 	if err == nil {
 		if st, err := os.Stat(real); err == nil && st.IsDir() {
-			s.dir(real).rules = true
-			entries, _ := os.ReadDir(real) // unreadable: the load reports it
-			for _, e := range entries {
-				if n := e.Name(); !strings.HasPrefix(n, ".") && isRuleFile(n) {
-					_, _ = s.resolve(filepath.Join(real, n)) // dangling: watched for; the load reports it
-				}
-			}
+			s.rulesDir(real, st, 0, map[fileID]bool{})
 		}
 	}
 	for dir, d := range s {
@@ -61,6 +57,49 @@ func newWatchSet(path string) watchSet {
 		d.info = st
 	}
 	return s
+}
+
+// rulesDir adds the rules directory real (a real path, depth levels below
+// --config) and, as RuleFiles reads them, its subdirectories, within the
+// same bounds (beyond them the load fails and reports it). Each rule file
+// and each subdirectory is resolved: the links on the way are watched, and
+// a subdirectory's name too, so that its removal or replacement is seen.
+func (s watchSet) rulesDir(real string, st fs.FileInfo, depth int, seen map[fileID]bool) {
+	if id, ok := idOf(st); ok {
+		if seen[id] {
+			return
+		}
+		seen[id] = true
+	}
+	if len(seen) > MaxRuleDirs {
+		return
+	}
+	s.dir(real).rules = true
+	entries, _ := os.ReadDir(real) // unreadable: the load reports it
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasPrefix(n, ".") {
+			continue
+		}
+		full := filepath.Join(real, n)
+		if isRuleFile(n) && !e.IsDir() {
+			_, _ = s.resolve(full) // dangling: watched for; the load reports it
+			if e.Type()&fs.ModeSymlink == 0 {
+				continue
+			}
+		}
+		if !e.IsDir() && e.Type()&fs.ModeSymlink == 0 || depth+1 > MaxRuleDepth {
+			continue
+		}
+		sub, err := s.resolve(full)
+		if err != nil {
+			continue
+		}
+		if sst, err := os.Stat(sub); err == nil && sst.IsDir() {
+			s.dir(real).names[n] = true
+			s.rulesDir(sub, sst, depth+1, seen)
+		}
+	}
 }
 
 func (s watchSet) dir(dir string) *watchDir {
@@ -139,7 +178,19 @@ func (s watchSet) concerns(name string) bool {
 		return false
 	}
 	base := filepath.Base(name)
-	return d.names[base] || d.rules && !strings.HasPrefix(base, ".") && isRuleFile(base)
+	if d.names[base] {
+		return true
+	}
+	if !d.rules || strings.HasPrefix(base, ".") {
+		return false
+	}
+	if isRuleFile(base) {
+		return true
+	}
+	// A new subdirectory (or a link to one) of a rules directory: the
+	// reload that follows watches it and reads its rule files.
+	st, err := os.Stat(name)
+	return err == nil && st.IsDir()
 }
 
 // sameDirs reports whether s and o watch the very same directories (same

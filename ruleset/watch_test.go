@@ -303,3 +303,56 @@ func TestWatchGivesUpOnFilesThatNeverSettle(t *testing.T) {
 	writeRules(t, file, 20)
 	c.settle(t, "the next change to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
 }
+
+// TestWatchSubdirectories: fsnotify does not recurse, yet an edit in a
+// subdirectory of --config, a new subdirectory with a rule file and a
+// file in it after that must each reload.
+func TestWatchSubdirectories(t *testing.T) {
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "app", "config")
+	must(t, os.MkdirAll(sub, 0o755))
+	writeRules(t, filepath.Join(sub, "rules.yaml"), 10)
+	f := newFixture(t, dir)
+	c := startWatch(t, f)
+
+	writeRules(t, filepath.Join(sub, "rules.yaml"), 20)
+	c.settle(t, "an edit two levels down to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
+
+	// A new subdirectory holding the only rule file of domain e.
+	other := filepath.Join(dir, "other")
+	must(t, os.Mkdir(other, 0o755))
+	must(t, os.WriteFile(filepath.Join(other, "e.yaml"), []byte("domain: e\n"), 0o644))
+	c.settle(t, "a new subdirectory to load", func() bool { return f.store.Rules().Domain("e") != nil }, nil)
+
+	nested := filepath.Join(other, "nested")
+	must(t, os.Mkdir(nested, 0o755))
+	must(t, os.WriteFile(filepath.Join(nested, "g.yaml"), []byte("domain: g\n"), 0o644))
+	c.settle(t, "a subdirectory of the new one to load", func() bool { return f.store.Rules().Domain("g") != nil }, nil)
+
+	must(t, os.RemoveAll(other))
+	c.settle(t, "a removed subdirectory to unload", func() bool { return f.store.Rules().Domain("e") == nil }, nil)
+}
+
+// TestWatchFollowsRuntimeRootSwapWithSubdirs: --config is
+// envoyproxy/ratelimit's runtime root itself, a symlink swapped to a new
+// version (its default reload), holding the rules in
+// <root>/ratelimit/config.
+func TestWatchFollowsRuntimeRootSwapWithSubdirs(t *testing.T) {
+	base := t.TempDir()
+	for i, limit := range []int{10, 20} {
+		cfg := filepath.Join(base, "data-"+string(rune('1'+i)), "ratelimit", "config")
+		must(t, os.MkdirAll(cfg, 0o755))
+		writeRules(t, filepath.Join(cfg, "rules.yaml"), limit)
+	}
+	current := filepath.Join(base, "current")
+	must(t, os.Symlink("data-1", current))
+	f := newFixture(t, current)
+	c := startWatch(t, f)
+
+	must(t, os.Symlink("data-2", current+".tmp"))
+	must(t, os.Rename(current+".tmp", current))
+	c.settle(t, "the swapped root to load", func() bool { return limitOf(t, f.store) == 20 }, nil)
+
+	writeRules(t, filepath.Join(base, "data-2", "ratelimit", "config", "rules.yaml"), 30)
+	c.settle(t, "an edit under the new root to load", func() bool { return limitOf(t, f.store) == 30 }, nil)
+}

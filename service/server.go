@@ -136,6 +136,8 @@ type Server struct {
 	refusals   atomic.Uint64 // refused requests, for sampled logging
 	tracer     trace.Tracer  // never nil
 	traced     bool          // opts.Tracer was set
+	startRoot  startFunc     // starts a span without a parent (tracer.Start, or its StartRoot)
+	tapped     atomic.Bool   // a gRPC call came through TapHandle
 }
 
 // New returns a Server deciding with opts.
@@ -169,6 +171,7 @@ func New(opts Options) *Server {
 	if !s.traced {
 		s.tracer = noop.NewTracerProvider().Tracer("")
 	}
+	s.startRoot = rootStart(s.tracer)
 	return s
 }
 

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/tap"
 )
 
 // Span and attribute names of the traces sluice writes (docs/operations.md
@@ -27,8 +28,11 @@ const (
 // Envoy's tracers propagate over gRPC metadata.
 var traceContext = propagation.TraceContext{}
 
-// traceparent is the W3C trace context header (gRPC metadata key).
-const traceparent = "traceparent"
+// The W3C trace context headers (gRPC metadata keys).
+const (
+	traceparent = "traceparent"
+	tracestate  = "tracestate"
+)
 
 // unsampled reports whether tp is a version-00 traceparent
 // ("00-<trace id>-<parent id>-<flags>") whose sampled flag is clear.
@@ -49,12 +53,11 @@ func unsampled(tp string) bool {
 // serverSpan are the start options of a request's span, made once.
 var serverSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 
-// mdCarrier reads trace context from a call's incoming gRPC metadata
-// without copying the metadata.
-type mdCarrier struct{ ctx context.Context }
+// mdCarrier reads trace context from gRPC metadata, as gRPC received it.
+type mdCarrier metadata.MD
 
 func (c mdCarrier) Get(key string) string {
-	if v := metadata.ValueFromIncomingContext(c.ctx, key); len(v) > 0 {
+	if v := c[key]; len(v) > 0 {
 		return v[0]
 	}
 	return ""
@@ -62,6 +65,74 @@ func (c mdCarrier) Get(key string) string {
 
 func (mdCarrier) Set(string, string) {}
 func (mdCarrier) Keys() []string     { return nil }
+
+// tapHeaderKey is the context key of a call's header, put there by
+// TapHandle when it carries trace context.
+type tapHeaderKey struct{}
+
+// TapHandle is a gRPC tap handle (grpc.InTapHandle) for a Server with a
+// Tracer: it finds Envoy's trace context in a call's header, before gRPC
+// copies the header for the handler. Without it the handler reads the
+// metadata through metadata.ValueFromIncomingContext, which copies the
+// value and, when a call has no traceparent, compares every key of the
+// header to it case-insensitively: 7% of a decision's CPU in the profile
+// of BenchmarkTracing. A call with trace context costs one allocation
+// here; one without, none. Install it on every gRPC server that serves s,
+// or on none: once s has seen a call through it, calls it did not see are
+// taken to carry no trace context.
+func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if !s.traced {
+		return ctx, nil
+	}
+	if !s.tapped.Load() {
+		s.tapped.Store(true)
+	}
+	if len(info.Header[traceparent]) > 0 {
+		ctx = context.WithValue(ctx, tapHeaderKey{}, info.Header)
+	}
+	return ctx, nil
+}
+
+// traceHeader is the header holding ctx's trace context, or nil if it has
+// none: the one TapHandle kept; else, until a call has come through the
+// tap (a gRPC server without it, direct calls), the call's incoming
+// metadata. (The JSON endpoint's calls have no metadata: once the tap is
+// in use they are not asked for it.)
+func (s *Server) traceHeader(ctx context.Context) metadata.MD {
+	if md, ok := ctx.Value(tapHeaderKey{}).(metadata.MD); ok {
+		return md
+	}
+	if s.tapped.Load() {
+		return nil // the tap saw this call (or it is no gRPC call): no trace context
+	}
+	tp := metadata.ValueFromIncomingContext(ctx, traceparent)
+	if len(tp) == 0 {
+		return nil
+	}
+	md := metadata.MD{traceparent: tp}
+	if ts := metadata.ValueFromIncomingContext(ctx, tracestate); len(ts) > 0 {
+		md[tracestate] = ts
+	}
+	return md
+}
+
+// startFunc is trace.Tracer's Start.
+type startFunc func(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span)
+
+// rootStarter is a tracer that can start a span its caller knows has no
+// parent without looking for one in the context (package tracing's: a
+// context walk saved on every call that came without trace context).
+type rootStarter interface {
+	StartRoot(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span)
+}
+
+// rootStart is t's StartRoot, or its Start.
+func rootStart(t trace.Tracer) startFunc {
+	if rs, ok := t.(rootStarter); ok {
+		return rs.StartRoot
+	}
+	return t.Start
+}
 
 // traceNote is what decide tells the request's span.
 type traceNote struct {
@@ -92,19 +163,22 @@ func (n *traceNote) note(sc *scratch, out *outcome) {
 // samples ParentBased (as package tracing's does): a request whose parent
 // Envoy did not sample gets no span.
 func (s *Server) shouldRateLimitTraced(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	switch tp := (mdCarrier{ctx}).Get(traceparent); {
-	case unsampled(tp):
-		// Envoy did not sample this trace, so ParentBased sampling would
-		// not either: skip the span's cost (ids, contexts) altogether.
-		return s.shouldRateLimit(ctx, req, nil)
-	case tp != "":
-		ctx = traceContext.Extract(ctx, mdCarrier{ctx})
+	start := s.startRoot
+	if md := s.traceHeader(ctx); md != nil {
+		if unsampled(mdCarrier(md).Get(traceparent)) {
+			// Envoy did not sample this trace, so ParentBased sampling
+			// would not either: skip the span's cost (ids, contexts).
+			return s.shouldRateLimit(ctx, req, nil)
+		}
+		ctx, start = traceContext.Extract(ctx, mdCarrier(md)), s.tracer.Start
 	}
-	ctx, span := s.tracer.Start(ctx, SpanShouldRateLimit, serverSpan...)
-	defer span.End()
+	ctx, span := start(ctx, SpanShouldRateLimit, serverSpan...)
 	if !span.IsRecording() {
-		return s.shouldRateLimit(ctx, req, nil)
+		resp, err := s.shouldRateLimit(ctx, req, nil)
+		span.End()
+		return resp, err
 	}
+	defer span.End()
 	n := traceNote{layer: LayerNone}
 	resp, err := s.shouldRateLimit(ctx, req, &n)
 	attrs := [...]attribute.KeyValue{

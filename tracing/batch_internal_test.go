@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -110,5 +111,42 @@ func TestBatcherTimeout(t *testing.T) {
 			t.Fatal("a lone span was not exported at the batch timeout")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// nameExporter records the names of each batch as it is exported.
+type nameExporter struct{ batches [][]string }
+
+func (e *nameExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+	var names []string
+	for _, s := range spans {
+		names = append(names, s.Name())
+	}
+	e.batches = append(e.batches, names)
+	return nil
+}
+
+func (e *nameExporter) Shutdown(context.Context) error { return nil }
+
+// TestBatcherReusesSlices: the queue and the spare slice take turns, and
+// each export sends the spans queued since the last one, no older ones.
+func TestBatcherReusesSlices(t *testing.T) {
+	exp := &nameExporter{}
+	b := newBatcher(exp, time.Hour, slog.New(slog.DiscardHandler))
+	defer b.Shutdown(context.Background())
+	end := func(names ...string) {
+		for _, n := range names {
+			b.OnEnd(tracetest.SpanStub{Name: n, SpanContext: span(true).SpanContext()}.Snapshot())
+		}
+		if err := b.ForceFlush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end("a", "b", "c")
+	end("d", "e")
+	end("f")
+	want := "[[a b c] [d e] [f]]"
+	if got := fmt.Sprint(exp.batches); got != want {
+		t.Fatalf("batches %s, want %s", got, want)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Starting a span costs the SDK some hundreds of nanoseconds even when its
@@ -43,15 +44,22 @@ func (t rootTracer) Start(ctx context.Context, name string, opts ...trace.SpanSt
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		return t.Tracer.Start(ctx, name, opts...) // the parent decides
 	}
+	return t.StartRoot(ctx, name, opts...)
+}
+
+// StartRoot is Start for a span its caller knows has no parent in ctx (a
+// call that came without trace context): it does not look for one.
+func (t rootTracer) StartRoot(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	if t.all {
 		return t.Tracer.Start(ctx, name, opts...)
 	}
 	// TraceIDRatioBased decides on the id's last 8 bytes: draw them first.
 	lo := rand.Uint64()
 	if lo>>1 >= t.bound {
-		// Not sampled: ctx holds no span, whose SpanFromContext is the
-		// no-op span.
-		return ctx, trace.SpanFromContext(ctx)
+		// Not sampled: nothing started. ctx has no valid span context, so
+		// whatever span it holds does not record either: the no-op span
+		// stands for it without a walk up ctx.
+		return ctx, noop.Span{}
 	}
 	var tid trace.TraceID
 	binary.BigEndian.PutUint64(tid[8:], lo)

@@ -113,6 +113,15 @@ func (p *Provider) Tracer() trace.Tracer {
 	return p.tracer
 }
 
+// ForceFlush exports the spans not yet exported, within ctx. A nil
+// Provider does nothing.
+func (p *Provider) ForceFlush(ctx context.Context) error {
+	if p == nil {
+		return nil
+	}
+	return p.tp.ForceFlush(ctx)
+}
+
 // Shutdown flushes the spans not yet exported, within ctx, and stops the
 // exporter. A nil Provider does nothing.
 func (p *Provider) Shutdown(ctx context.Context) error {

@@ -93,14 +93,15 @@ func (brokenRedis) Hit(context.Context, []bucket.Hit, []bucket.State) (bucket.De
 
 func (brokenRedis) Shared() bool { return true }
 
-// serveGRPC serves srv's RateLimitService on 127.0.0.1 and returns a client.
-func serveGRPC(t *testing.T, srv *service.Server) rlsv3.RateLimitServiceClient {
+// serveGRPC serves srv's RateLimitService on 127.0.0.1 with opts and
+// returns a client.
+func serveGRPC(t *testing.T, srv *service.Server, opts ...grpc.ServerOption) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(gs, srv)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = gs.Serve(lis) }()
@@ -119,11 +120,17 @@ func userRequest(user string) *rlsv3.RateLimitRequest {
 	}}}
 }
 
+// envoyHeaders are metadata Envoy's rate-limit calls carry besides trace
+// context; traceState is the tracestate sent with a traceparent.
+var envoyHeaders = []string{"x-envoy-internal", "true", "x-forwarded-for", "10.1.2.3", "x-envoy-expected-rq-timeout-ms", "20"}
+
+const traceState = "envoy=t61rcWkgMzE"
+
 func call(t *testing.T, c rlsv3.RateLimitServiceClient, traceparent string, want rlsv3.RateLimitResponse_Code) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), envoyHeaders...)
 	if traceparent != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "traceparent", traceparent)
+		ctx = metadata.AppendToOutgoingContext(ctx, "traceparent", traceparent, "tracestate", traceState)
 	}
 	resp, err := c.ShouldRateLimit(ctx, userRequest("alice"))
 	if err != nil {
@@ -147,8 +154,14 @@ func wantAttrs(t *testing.T, s otlptest.Span, want map[string]string) {
 // traceparent to a service whose Redis is down (answered by the fallback),
 // and checks the spans an OTLP collector receives: one per sampled call,
 // the child of Envoy's span, with a child for the fallback's answer; none
-// for an unsampled or a root call (ratio 0).
+// for an unsampled or a root call (ratio 0). With the service's tap handle,
+// as rls serve runs it, and without (the handler then reads the metadata).
 func TestSpansOverGRPC(t *testing.T) {
+	t.Run("tap", func(t *testing.T) { testSpansOverGRPC(t, true) })
+	t.Run("no tap", func(t *testing.T) { testSpansOverGRPC(t, false) })
+}
+
+func testSpansOverGRPC(t *testing.T, withTap bool) {
 	col := otlptest.Start(t)
 	p := newProvider(t, col)
 	fo := fallback.New(fallback.Options{
@@ -161,7 +174,11 @@ func TestSpansOverGRPC(t *testing.T) {
 	})
 	t.Cleanup(fo.Close)
 	srv := newServer(t, fo, p.Tracer())
-	client := serveGRPC(t, srv)
+	var opts []grpc.ServerOption
+	if withTap {
+		opts = append(opts, grpc.InTapHandle(srv.TapHandle))
+	}
+	client := serveGRPC(t, srv, opts...)
 
 	call(t, client, sampledA, rlsv3.RateLimitResponse_OK)
 	call(t, client, unsampledC, rlsv3.RateLimitResponse_OVER_LIMIT)
@@ -189,8 +206,8 @@ func TestSpansOverGRPC(t *testing.T) {
 		if !ok {
 			t.Fatalf("no %s span with parent %s (Envoy's span): parents %v", service.SpanShouldRateLimit, parent, byParent)
 		}
-		if s.TraceID() != traceID {
-			t.Errorf("trace id %s, want Envoy's %s", s.TraceID(), traceID)
+		if s.TraceID() != traceID || s.GetTraceState() != traceState {
+			t.Errorf("trace id %s, state %q; want Envoy's %s, %q", s.TraceID(), s.GetTraceState(), traceID, traceState)
 		}
 		if s.GetKind() != tracepb.Span_SPAN_KIND_SERVER {
 			t.Errorf("kind %v, want server", s.GetKind())

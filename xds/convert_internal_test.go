@@ -105,7 +105,6 @@ descriptors:
 
 func TestConvertErrors(t *testing.T) {
 	unnamed := &rlsconfv3.RateLimitConfig{Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{RequestsPerUnit: 3}}}}
-	unlimitedRate := &rlsconfv3.RateLimitConfig{Name: "u", Domain: "u", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{Unlimited: true, RequestsPerUnit: 3}}}}
 	noDomain := &rlsconfv3.RateLimitConfig{Name: "nodomain"}
 	wrongType, err := anypb.New(durationpb.New(time.Second))
 	if err != nil {
@@ -118,7 +117,6 @@ func TestConvertErrors(t *testing.T) {
 		want []string
 	}{
 		{"no unit, unnamed", anyOf(t, unnamed), []string{"xds:#0:", "rate_limit has requests_per_unit but no unit"}},
-		{"unlimited with a rate", anyOf(t, unlimitedRate), []string{"xds:u:", "unlimited rate_limit must not have requests_per_unit"}},
 		{"no domain", anyOf(t, noDomain), []string{"xds:nodomain:", "domain is required"}},
 		{"duplicate domain", anyOf(t, &rlsconfv3.RateLimitConfig{Name: "a", Domain: "d"}, &rlsconfv3.RateLimitConfig{Name: "b", Domain: "d"}), []string{"xds:b:", `duplicate domain "d"`}},
 		{"wrong type", []*anypb.Any{wrongType}, []string{"resource 0", "google.protobuf.Duration", TypeURL}},
@@ -160,5 +158,26 @@ func TestJitterBounds(t *testing.T) {
 				t.Fatalf("jitter(%v) = %v, want within [%v, %v]", d, got, d/2, d)
 			}
 		}
+	}
+}
+
+// TestConvertWarns: what envoyproxy/ratelimit loads, over xDS as from a
+// file, is applied with its meaning and a warning: here a rate beside
+// unlimited, which the peer ignores.
+func TestConvertWarns(t *testing.T) {
+	unlimitedRate := &rlsconfv3.RateLimitConfig{Name: "u", Domain: "u", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{Unlimited: true, RequestsPerUnit: 3}}}}
+	files, err := ruleFiles(anyOf(t, unlimitedRate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := build(files, descriptors.Options{})
+	if err != nil {
+		t.Fatalf("build: %v; want the peer's meaning, unlimited", err)
+	}
+	if r := cfg.Domain("u").Match([]descriptors.Entry{{Key: "k", Value: "v"}}); r == nil || !r.Unlimited {
+		t.Errorf("rule %v, want unlimited", r)
+	}
+	if w := cfg.Warnings(); len(w) != 1 || !strings.HasPrefix(w[0].Error(), "xds:u:") || !strings.Contains(w[0].Reason, "requests_per_unit is ignored: the rate_limit is unlimited") {
+		t.Errorf("Warnings() = %v, want one naming xds:u and the ignored requests_per_unit", w)
 	}
 }

@@ -234,6 +234,7 @@ func (s *Source) apply(resources []*anypb.Any, version string) error {
 	s.version.Store(&version)
 	s.opts.Reloads.Loaded(true, s.clock.Now())
 	s.opts.Metrics.setVersion(version)
+	ruleset.LogWarnings(s.opts.Log, cfg) // what the peer loads but sluice finds suspect
 	changes := ruleset.Diff(old, cfg)
 	for _, c := range changes {
 		s.opts.Log.Info("rule "+c.Kind, "rule", c.Rule, "old", c.Old, "new", c.New)

@@ -100,6 +100,18 @@ func TestDeployTLS(t *testing.T) {
 	})
 }
 
+// TestDeployUnixSocket decides over Redis' unix socket (unix:// URL), with
+// the database and password in the URL.
+func TestDeployUnixSocket(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithUnixSocket(), redistest.WithArgs("--requirepass", "s3cret"))
+	decideOnce(t, "unix://:s3cret@"+srv.Socket()+"?db=1", nil)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Password: "s3cret", DB: 1})
+	defer c.Close()
+	if keys, err := c.Keys(context.Background(), "*").Result(); err != nil || len(keys) == 0 {
+		t.Errorf("database 1 after deciding over the socket: keys %q, %v; want the bucket there", keys, err)
+	}
+}
+
 func TestDeploySentinel(t *testing.T) {
 	bin := lookRedis(t)
 	master := redistest.Start(t)

@@ -18,6 +18,7 @@ import (
 //
 //	redis://[user:pass@]host:port[/db]            one Redis
 //	rediss://[user:pass@]host:port[/db]           one Redis over TLS
+//	unix://[user:pass@]/path/redis.sock[?db=N]    one Redis on a unix socket
 //	host:port                                     one Redis
 //	redis://h1:p1,redis://h2:p2 or h1:p1,h2:p2    Redis Cluster (seed nodes)
 //	redis://host:port?cluster=true                Redis Cluster from one seed
@@ -103,6 +104,9 @@ func parseSingle(s string) (*goredis.UniversalOptions, error) {
 		return nil, err
 	}
 	if cluster {
+		if u.Scheme == "unix" {
+			return nil, errors.New("cluster=true needs host:port seeds, not a unix socket")
+		}
 		if o.DB != 0 {
 			return nil, fmt.Errorf("database %d requested, but Redis Cluster has only database 0", o.DB)
 		}
@@ -111,13 +115,21 @@ func parseSingle(s string) (*goredis.UniversalOptions, error) {
 	return o, nil
 }
 
-// fromURL converts a redis:// or rediss:// URL with go-redis' own parser.
+// fromURL converts a redis://, rediss:// or unix:// URL with go-redis' own
+// parser.
 func fromURL(u *url.URL) (*goredis.UniversalOptions, error) {
-	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, fmt.Errorf("unknown scheme %q (want redis, rediss or sentinel)", u.Scheme)
-	}
-	if u.Host == "" {
-		return nil, errors.New("missing host")
+	switch u.Scheme {
+	case "redis", "rediss":
+		if u.Host == "" {
+			return nil, errors.New("missing host")
+		}
+	case "unix":
+		// go-redis dials an address starting with '/' over a unix socket.
+		if u.Host != "" || !strings.HasPrefix(u.Path, "/") {
+			return nil, errors.New("want unix:///absolute/path/redis.sock")
+		}
+	default:
+		return nil, fmt.Errorf("unknown scheme %q (want redis, rediss, unix or sentinel)", u.Scheme)
 	}
 	p, err := goredis.ParseURL(u.String())
 	if err != nil {
@@ -168,6 +180,9 @@ func parseCluster(s string) (*goredis.UniversalOptions, error) {
 		u, err := url.Parse(part)
 		if err != nil {
 			return nil, errors.New("an element is not a URL")
+		}
+		if u.Scheme == "unix" {
+			return nil, errors.New("a Redis Cluster node list takes host:port nodes, not unix sockets")
 		}
 		p, err := fromURL(u)
 		if err != nil {

@@ -43,6 +43,8 @@ func TestParseURL(t *testing.T) {
 		{"sentinel://m@s1:1?sentinel_password=sp&sentinel_username=su",
 			want{Addrs: []string{"s1:1"}, MasterName: "m", SentinelUsername: "su", SentinelPassword: "sp"}},
 		{"sentinels://m@s1:1", want{Addrs: []string{"s1:1"}, MasterName: "m", TLS: true}},
+		{"unix:///run/redis/redis.sock", want{Addrs: []string{"/run/redis/redis.sock"}}},
+		{"unix://u:p@/run/redis.sock?db=2&pool_size=3", want{Addrs: []string{"/run/redis.sock"}, DB: 2, Username: "u", Password: "p", PoolSize: 3}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -117,6 +119,11 @@ func TestParseURLErrors(t *testing.T) {
 		{"sentinel://m@s1:1?sentinel_password=hunter2&pool=1", "unknown sentinel parameter"},
 		{"sentinel://m@s1:1?sentinel_password=hunter%32&pool=1", "sentinel_password=xxxxx"},
 		{"sentinel://m@s1:1?sentinel_password=a&sentinel_password=hunter2&pool=1", "sentinel_password=xxxxx&sentinel_password=xxxxx&pool"},
+		{"unix://run/redis.sock", "unix:///absolute/path"},
+		{"unix://relative.sock", "unix:///absolute/path"},
+		{"unix:///r.sock?cluster=true", "not a unix socket"},
+		{"unix:///a.sock,unix:///b.sock", "not unix sockets"},
+		{"unix://user:hunter2@/r.sock?db=x", "user:xxxxx@/r.sock"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

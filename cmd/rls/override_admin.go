@@ -16,7 +16,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rls/sluice/audit"
-	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/override"
 	"github.com/sluice-rls/sluice/override/redisstore"
@@ -35,29 +34,22 @@ type overrides struct {
 	auth  *adminAuth
 }
 
-// startOverrides builds the override store (Redis with --redis, else this
-// node's --override-file or memory), reads it once so that a restarted
-// node applies its overrides from the first request, and runs the Manager
-// until ctx is done; stop waits for it.
-func startOverrides(ctx context.Context, st flags.Serve, rules *ruleset.Store, log *slog.Logger, reg prometheus.Registerer) (*overrides, func(), error) {
+// startOverrides builds the override store (Redis with redisOpts, the
+// global layer's client options; else this node's --override-file or
+// memory), reads it once so that a restarted node applies its overrides
+// from the first request, and runs the Manager until ctx is done; stop
+// waits for it.
+func startOverrides(ctx context.Context, st flags.Serve, redisOpts *goredis.UniversalOptions, rules *ruleset.Store, log *slog.Logger, reg prometheus.Registerer) (*overrides, func(), error) {
 	auth, err := newAdminAuth(st.Overrides.AdminTokenFile, st.TLSClientCA != "")
 	if err != nil {
 		return nil, nil, err
 	}
 	var store override.Store
 	closeStore := func() {}
-	if st.Redis != "" {
-		opts, err := redisbackend.ParseURL(st.Redis, st.RedisTimeout)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--redis: %w", err)
-		}
-		if st.RedisCA != "" {
-			if err := trustCA(opts, st.RedisCA); err != nil {
-				return nil, nil, err
-			}
-		}
-		// A client of its own: the subscription holds a connection for good.
-		client := goredis.NewUniversalClient(opts)
+	if redisOpts != nil {
+		// A client of its own, on the global layer's options (TLS, client
+		// certificate, sockets): the subscription holds a connection for good.
+		client := goredis.NewUniversalClient(redisOpts)
 		store = redisstore.New(redisstore.Options{Client: client})
 		closeStore = func() { _ = client.Close() }
 	} else {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
@@ -26,14 +27,21 @@ const stallCalls = 3
 // newRedisGlobal connects the global layer to --redis, wrapped in the
 // fail-open switch: a memory fallback enforcing this node's share, the
 // node registry that gives N, and the probe.
-func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (*fallback.Limiter, func(), error) {
+// It also returns the client options, for the other Redis clients of the
+// process (runtime overrides).
+func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (*fallback.Limiter, *goredis.UniversalOptions, func(), error) {
 	opts, err := redisbackend.ParseURL(st.Redis, st.RedisTimeout)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--redis: %w", err)
+		return nil, nil, nil, fmt.Errorf("--redis: %w", err)
 	}
 	if st.RedisCA != "" {
 		if err := trustCA(opts, st.RedisCA); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
+		}
+	}
+	if st.RedisTLSCert != "" {
+		if err := useRedisClientCert(opts, st, clockwork.NewRealClock(), log, reg); err != nil {
+			return nil, nil, nil, err
 		}
 	}
 	// go-redis logs through a package-level logger; route it to ours so its
@@ -81,7 +89,7 @@ func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg p
 		lim.Close() // fails what is queued, waits for calls in flight
 		_ = client.Close()
 	}
-	return sw, closeAll, nil
+	return sw, opts, closeAll, nil
 }
 
 // Sources of N, the values of ratelimit_fallback_nodes' source label.

@@ -7,7 +7,7 @@ import (
 )
 
 // loadRules loads the rule files at paths as one rule set, with the loading
-// flags r (--merge-domains, --max-rule-bytes): serve loads --config through
+// flags r (--merge-domains, --max-rule-bytes, --gray-key): serve loads --config through
 // it, validate its PATH arguments, so that validate accepts exactly what
 // serve would load. No paths: the embedded example rules.
 func loadRules(r flags.Rules, paths ...string) (*descriptors.Config, error) {
@@ -17,5 +17,5 @@ func loadRules(r flags.Rules, paths ...string) (*descriptors.Config, error) {
 // ruleOptions are the rule-set options of the loading flags r, for loads
 // and reloads alike.
 func ruleOptions(r flags.Rules) descriptors.Options {
-	return descriptors.Options{MergeDomains: r.MergeDomains}
+	return descriptors.Options{MergeDomains: r.MergeDomains, GrayKey: r.GrayKey}
 }

@@ -17,8 +17,10 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	goredis "github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
@@ -50,10 +52,20 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	log := newLogger(st.LogLevel, st.LogFormat, stderr)
+	for _, n := range st.PeerNotes {
+		log.Log(ctx, n.Level, n.Msg, n.Args...)
+	}
+	if embeddedRules(st) {
+		// README's first command; a deployment without --config is a mistake
+		// (refused in Kubernetes unless --example-rules): say so loudly, and
+		// in ratelimit_config_embedded.
+		log.Warn("no --config: serving the embedded EXAMPLE rules, which limit traffic by rules written for the README, not for this deployment; give --config", "rules", ruleset.DefaultRulesName)
+	}
 	rules, err := initialRules(st)
 	if err != nil {
 		return fmt.Errorf("loading rules: %w", err)
 	}
+	ruleset.LogWarnings(log, rules)
 	store := ruleset.NewStore(rules)
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -61,6 +73,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerBuildInfo(reg, currentBuild())
+	registerEmbeddedRules(reg, embeddedRules(st))
 	reloadMetrics := ruleset.NewReloadMetrics(reg)
 	var xsrc *xds.Source // nil: rules from files
 	if st.XDS.Server != "" {
@@ -121,7 +134,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		localLayer = global.sw.GuardLocal(local) // --redis-failure allow bypasses it
 	}
 
-	ovr, stopOverrides, err := startOverrides(ctx, st, store, log, reg)
+	ovr, stopOverrides, err := startOverrides(ctx, st, global.redisOpts, store, log, reg)
 	if err != nil {
 		return err
 	}
@@ -151,7 +164,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		Tracer:           traces.Tracer(), // nil when off: no tracing cost
 	})
 
-	tlsConfig, err := serverTLSConfig(st)
+	serverTLS, err := newServerTLS(st, clockwork.NewRealClock(), log, reg)
 	if err != nil {
 		return err
 	}
@@ -159,8 +172,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	// to what a decision with a Redis call needs; a fresh goroutine per
 	// call spent ~9% of the CPU growing its stack (profiled under load).
 	// srv.Codec decodes values that are not UTF-8 instead of refusing them.
-	grpcOpts := append(serverCredentials(tlsConfig), grpc.NumStreamWorkers(streamWorkers()), grpc.ForceServerCodecV2(srv.Codec()))
+	grpcOpts := append(serverCredentials(serverTLS), grpc.NumStreamWorkers(streamWorkers()), grpc.ForceServerCodecV2(srv.Codec()))
 	grpcOpts = append(grpcOpts, grpcConnLimits(st)...)
+	if traces != nil {
+		// Envoy's trace context read from the call's header, not from a copy.
+		grpcOpts = append(grpcOpts, grpc.InTapHandle(srv.TapHandle))
+	}
 	grpcServer := grpc.NewServer(grpcOpts...)
 	rlsv3.RegisterRateLimitServiceServer(grpcServer, srv)
 	healthServer := health.NewServer()
@@ -172,11 +189,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		gateHealth(ctx, healthServer, xsrc)
 	}
 
-	grpcLis, err := net.Listen("tcp", st.GRPCAddr)
+	grpcLis, err := listen(st.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("gRPC listener: %w", err)
 	}
-	httpLis, err := net.Listen("tcp", st.HTTPAddr)
+	httpLis, err := listen(st.HTTPAddr)
 	if err != nil {
 		grpcLis.Close()
 		return fmt.Errorf("HTTP listener: %w", err)
@@ -184,7 +201,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	var adminLis net.Listener
 	adminAddr := "off"
 	if st.AdminAddr != "" {
-		adminLis, err = net.Listen("tcp", st.AdminAddr)
+		adminLis, err = listen(st.AdminAddr)
 		if err != nil {
 			grpcLis.Close()
 			httpLis.Close()
@@ -204,8 +221,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		ovr.mount(adminMux)
 		adminServer = newHTTPServer(adminMux, st, log)
 		adminLis = limitConns(adminLis, st.HTTPMaxConns)
-		if tlsConfig != nil {
-			adminServer.TLSConfig = tlsConfig.Clone()
+		if serverTLS != nil {
+			adminServer.TLSConfig = serverTLS.config("h2", "http/1.1")
 			go func() { errc <- adminServer.ServeTLS(adminLis, "", "") }()
 		} else {
 			go func() { errc <- adminServer.Serve(adminLis) }()
@@ -340,6 +357,9 @@ type globalLayer struct {
 	limiter bucket.Limiter
 	sw      *fallback.Limiter // the fail-open switch in front of Redis; nil without Redis
 	close   func()
+	// redisOpts are the Redis client's options, for runtime overrides;
+	// nil without Redis.
+	redisOpts *goredis.UniversalOptions
 }
 
 // backend names the global layer's backend in the "serving" log line.
@@ -370,11 +390,11 @@ func newGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg promet
 		registerFullRefusals(reg, "global", m.FullRefusals)
 		return globalLayer{limiter: m, close: func() {}}, nil
 	}
-	sw, closeAll, err := newRedisGlobal(ctx, st, log, reg, tracer)
+	sw, opts, closeAll, err := newRedisGlobal(ctx, st, log, reg, tracer)
 	if err != nil {
 		return globalLayer{}, err
 	}
-	return globalLayer{limiter: sw, sw: sw, close: closeAll}, nil
+	return globalLayer{limiter: sw, sw: sw, close: closeAll, redisOpts: opts}, nil
 }
 
 // shutdownTracing flushes the spans not yet exported, for up to timeout,
@@ -387,10 +407,16 @@ func shutdownTracing(p *tracing.Provider, timeout time.Duration, log *slog.Logge
 	}
 }
 
-// isLoopback reports whether addr is a TCP address on a loopback IP.
+// isLoopback reports whether addr is reachable from this host alone: a
+// TCP address on a loopback IP, or a unix socket.
 func isLoopback(addr net.Addr) bool {
-	tcp, ok := addr.(*net.TCPAddr)
-	return ok && tcp.IP.IsLoopback()
+	switch a := addr.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	return false
 }
 
 func ruleSource(path string) string {
@@ -398,6 +424,23 @@ func ruleSource(path string) string {
 		return ruleset.DefaultRulesName
 	}
 	return path
+}
+
+// embeddedRules reports whether serve runs the embedded example rules:
+// neither --config nor --xds-server.
+func embeddedRules(st flags.Serve) bool { return st.Config == "" && st.XDS.Server == "" }
+
+// registerEmbeddedRules exports ratelimit_config_embedded: 1 while the
+// embedded example rules are served (no --config), 0 otherwise.
+func registerEmbeddedRules(reg prometheus.Registerer, embedded bool) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ratelimit_config_embedded",
+		Help: "1 while rls serve runs its embedded example rules because no --config was given, 0 otherwise.",
+	})
+	if embedded {
+		g.Set(1)
+	}
+	reg.MustRegister(g)
 }
 
 // newLogger writes log lines at level and above to w, in format.

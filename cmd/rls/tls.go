@@ -3,46 +3,144 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net/url"
 	"os"
+	"slices"
+	"strings"
 
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
 )
 
-// serverTLSConfig returns the server TLS configuration of --tls-cert,
-// --tls-key and --tls-client-ca (mTLS: clients must present a certificate
-// signed by that CA), shared by the gRPC and admin listeners. None of them
-// set: nil, plaintext.
-func serverTLSConfig(st flags.Serve) (*tls.Config, error) {
+// serverTLS is the server side of --tls-cert, --tls-key, --tls-client-ca
+// (mTLS: clients must present a certificate signed by that CA) and
+// --tls-client-san, shared by the gRPC and admin listeners. The files are
+// read again when they change (certFiles).
+type serverTLS struct {
+	files *certFiles
+	sans  []string // --tls-client-san; empty: any certificate the CA signed
+	log   *slog.Logger
+}
+
+// newServerTLS reads the server's TLS files; nil, nil when --tls-cert is
+// not set (plaintext).
+func newServerTLS(st flags.Serve, clock clockwork.Clock, log *slog.Logger, reg prometheus.Registerer) (*serverTLS, error) {
 	if st.TLSCert == "" {
 		return nil, nil
 	}
-	cert, err := tls.LoadX509KeyPair(st.TLSCert, st.TLSKey)
+	files, err := newCertFiles(certFilesOptions{
+		Name: "grpc", Cert: st.TLSCert, Key: st.TLSKey, CA: st.TLSClientCA, Clock: clock, Log: log, Reg: reg,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("TLS: %w", err)
 	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if st.TLSClientCA != "" {
-		pool, err := loadCertPool(st.TLSClientCA)
-		if err != nil {
-			return nil, fmt.Errorf("TLS client CA: %w", err)
-		}
-		cfg.ClientCAs = pool
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	return cfg, nil
+	return &serverTLS{files: files, sans: splitList(st.TLSClientSAN), log: log}, nil
 }
 
-// serverCredentials returns the gRPC server options for cfg (nil:
-// plaintext).
-func serverCredentials(cfg *tls.Config) []grpc.ServerOption {
-	if cfg == nil {
+// config returns a listener's TLS configuration: each handshake gets the
+// certificate and client CA in use at that moment, offering nextProtos by
+// ALPN (gRPC adds h2 itself).
+func (s *serverTLS) config(nextProtos ...string) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			m := s.files.get()
+			cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{m.pair}, NextProtos: nextProtos}
+			if m.pool != nil {
+				cfg.ClientCAs = m.pool
+				cfg.ClientAuth = tls.RequireAndVerifyClientCert
+				if len(s.sans) > 0 {
+					cfg.VerifyConnection = s.checkSAN
+				}
+			}
+			return cfg, nil
+		},
+	}
+}
+
+// errClientSAN refuses a client certificate without an accepted SAN.
+var errClientSAN = errors.New("client certificate carries none of the names --tls-client-san accepts")
+
+// checkSAN refuses a client certificate (already verified against the
+// client CA) that carries none of --tls-client-san: see clientSANMatches.
+func (s *serverTLS) checkSAN(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) > 0 && clientSANMatches(cs.PeerCertificates[0], s.sans) {
 		return nil
 	}
-	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(cfg.Clone()))}
+	if len(cs.PeerCertificates) > 0 {
+		leaf := cs.PeerCertificates[0]
+		s.log.Debug("TLS client refused: no accepted SAN", "subject", leaf.Subject.String(),
+			"dns_sans", leaf.DNSNames, "uri_sans", fmt.Sprint(leaf.URIs))
+	}
+	return errClientSAN
+}
+
+// clientSANMatches reports whether leaf carries one of sans. A name with
+// "://" (a SPIFFE ID such as spiffe://cluster.local/ns/edge/sa/envoy) must
+// equal one of the URI SANs. Any other name is checked as
+// envoyproxy/ratelimit checks its GRPC_CLIENT_TLS_SAN, with x509's host
+// name rules: it matches a DNS SAN (case-insensitive; a wildcard SAN
+// *.example.com covers one label), or, when it is an IP address, an IP SAN.
+// The subject's common name is never used.
+func clientSANMatches(leaf *x509.Certificate, sans []string) bool {
+	for _, want := range sans {
+		if strings.Contains(want, "://") {
+			if slices.ContainsFunc(leaf.URIs, func(u *url.URL) bool { return u.String() == want }) {
+				return true
+			}
+			continue
+		}
+		if leaf.VerifyHostname(want) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for part := range strings.SplitSeq(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// serverCredentials returns the gRPC server options for s (nil: plaintext).
+func serverCredentials(s *serverTLS) []grpc.ServerOption {
+	if s == nil {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(s.config()))}
+}
+
+// useRedisClientCert makes a TLS Redis connection present the key pair of
+// --redis-tls-cert and --redis-tls-key (Redis' tls-auth-clients). The files
+// are read again when they change, for the connections opened after.
+func useRedisClientCert(opts *goredis.UniversalOptions, st flags.Serve, clock clockwork.Clock, log *slog.Logger, reg prometheus.Registerer) error {
+	if opts.TLSConfig == nil {
+		return fmt.Errorf("--redis-tls-cert needs a TLS URL (rediss:// or sentinels://)")
+	}
+	files, err := newCertFiles(certFilesOptions{
+		Name: "redis", Cert: st.RedisTLSCert, Key: st.RedisTLSKey, Clock: clock, Log: log, Reg: reg,
+	})
+	if err != nil {
+		return fmt.Errorf("--redis-tls-cert, --redis-tls-key: %w", err)
+	}
+	opts.TLSConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		return &files.get().pair, nil
+	}
+	return nil
 }
 
 // loadCertPool reads a PEM bundle of CA certificates.

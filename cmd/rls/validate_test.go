@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluice-rls/sluice/ruleset"
 )
 
 // domainRules is a rule file of domain with one rule, key k.
@@ -121,5 +123,47 @@ func TestValidateHelp(t *testing.T) {
 		if strings.Contains(out, "no such file") {
 			t.Errorf("validate %s read %s as a rule file: %q", h, h, out)
 		}
+	}
+}
+
+// TestValidateWarnings: a file envoyproxy/ratelimit loads but sluice finds
+// suspect passes, with each warning printed at its position; --strict
+// (or RLS_STRICT) fails on it, for CI. A rule keyed on the gray key warns
+// by --gray-key's name, and not once the marker is off.
+func TestValidateWarnings(t *testing.T) {
+	dir := t.TempDir()
+	peer := writeRuleFile(t, dir, "peer.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n")
+	const unitWarning = ":5:13: rate_limit has a unit but no requests_per_unit"
+
+	code, stdout, stderr := runRLS(t, nil, "validate", peer)
+	if code != 0 || stdout != peer+": ok, 1 rules, 1 warnings\n" || !strings.Contains(stderr, "warning: "+peer+unitWarning) {
+		t.Errorf("validate peer.yaml: exit %d, stdout %q, stderr %q; want exit 0, the warning and ok, 1 rules, 1 warnings", code, stdout, stderr)
+	}
+	for _, env := range []map[string]string{nil, {"RLS_STRICT": "true"}} {
+		args := []string{"validate", "--strict", peer}
+		if env != nil {
+			args = []string{"validate", peer}
+		}
+		code, stdout, stderr = runRLS(t, env, args...)
+		if code != 1 || stdout != "" || !strings.Contains(stderr, peer+unitWarning) || !strings.Contains(stderr, "1 warnings (--strict)") {
+			t.Errorf("%v %v: exit %d, stdout %q, stderr %q; want exit 1 with the warning", env, args, code, stdout, stderr)
+		}
+	}
+
+	gray := writeRuleFile(t, t.TempDir(), "gray.yaml", domainRules("d", "gray"))
+	if code, _, stderr := runRLS(t, nil, "validate", "--strict", gray); code != 1 || !strings.Contains(stderr, gray+`:3:10: descriptor key "gray" is the gray key`) || !strings.Contains(stderr, "--gray-key") {
+		t.Errorf("validate --strict gray.yaml: exit %d, stderr %q; want exit 1 warning about --gray-key", code, stderr)
+	}
+	if code, stdout, stderr := runRLS(t, nil, "validate", "--strict", "--gray-key", "", gray); code != 0 || stdout != gray+": ok, 1 rules\n" {
+		t.Errorf("validate --strict --gray-key '' gray.yaml: exit %d, stdout %q, stderr %q; want ok: the marker is off", code, stdout, stderr)
+	}
+}
+
+// TestValidateDefaultRules: the embedded example rules (what serve loads
+// without --config) load without a warning.
+func TestValidateDefaultRules(t *testing.T) {
+	path := writeRuleFile(t, t.TempDir(), "default.yaml", string(ruleset.DefaultRules()))
+	if code, stdout, stderr := runRLS(t, nil, "validate", "--strict", path); code != 0 || !strings.Contains(stdout, ": ok,") {
+		t.Errorf("validate --strict <embedded rules>: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }

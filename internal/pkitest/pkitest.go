@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -31,6 +32,51 @@ type PKI struct {
 	ClientCert, ClientKey string
 	Roots                 *x509.CertPool // holds CA
 	Server, Client        tls.Certificate
+
+	ca    *x509.Certificate
+	caKey *ecdsa.PrivateKey
+}
+
+// Leaf is one more certificate signed by a PKI's CA: its PEM files and the
+// loaded pair.
+type Leaf struct {
+	Cert, Key string
+	Pair      tls.Certificate
+}
+
+// IssueServer signs a new server certificate for ServerName and 127.0.0.1,
+// with a new key and serial number, and writes it to cert.pem and key.pem
+// in dir (replacing them: a certificate rotation).
+func (p PKI) IssueServer(t testing.TB, dir string) Leaf {
+	t.Helper()
+	cert, key := newLeaf(t, p.ca, p.caKey, leafSpec{name: ServerName, server: true})
+	return writeLeaf(t, dir, cert, key)
+}
+
+// IssueClient signs a new client certificate carrying dnsNames and uris as
+// SANs, written to a new temporary directory of t.
+func (p PKI) IssueClient(t testing.TB, dnsNames, uris []string) Leaf {
+	t.Helper()
+	spec := leafSpec{name: "client", dnsNames: dnsNames}
+	for _, s := range uris {
+		u, err := url.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec.uris = append(spec.uris, u)
+	}
+	cert, key := newLeaf(t, p.ca, p.caKey, spec)
+	return writeLeaf(t, t.TempDir(), cert, key)
+}
+
+func writeLeaf(t testing.TB, dir string, cert, key []byte) Leaf {
+	t.Helper()
+	l := Leaf{Cert: writePEM(t, dir, "cert.pem", "CERTIFICATE", cert), Key: writePEM(t, dir, "key.pem", "PRIVATE KEY", key)}
+	var err error
+	if l.Pair, err = tls.LoadX509KeyPair(l.Cert, l.Key); err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // New writes a PKI, valid for an hour either side of now, to a temporary
@@ -44,12 +90,14 @@ func New(t testing.TB) PKI {
 		CA:      writePEM(t, dir, "ca.pem", "CERTIFICATE", ca.Raw),
 		OtherCA: writePEM(t, dir, "other-ca.pem", "CERTIFICATE", other.Raw),
 		Roots:   x509.NewCertPool(),
+		ca:      ca,
+		caKey:   caKey,
 	}
 	p.Roots.AddCert(ca)
-	sc, sk := newLeaf(t, ca, caKey, ServerName, true)
+	sc, sk := newLeaf(t, ca, caKey, leafSpec{name: ServerName, server: true})
 	p.ServerCert = writePEM(t, dir, "server.pem", "CERTIFICATE", sc)
 	p.ServerKey = writePEM(t, dir, "server-key.pem", "PRIVATE KEY", sk)
-	cc, ck := newLeaf(t, ca, caKey, "envoy", false)
+	cc, ck := newLeaf(t, ca, caKey, leafSpec{name: "envoy"})
 	p.ClientCert = writePEM(t, dir, "client.pem", "CERTIFICATE", cc)
 	p.ClientKey = writePEM(t, dir, "client-key.pem", "PRIVATE KEY", ck)
 	var err error
@@ -88,25 +136,40 @@ func newCA(t testing.TB, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
 	return cert, key
 }
 
-// newLeaf returns a DER certificate and PKCS#8 key signed by ca: a server
-// certificate for name and 127.0.0.1, or a client certificate.
-func newLeaf(t testing.TB, ca *x509.Certificate, caKey *ecdsa.PrivateKey, name string, server bool) (certDER, keyDER []byte) {
+// leafSpec says what newLeaf signs: a server certificate for name and
+// 127.0.0.1, or a client certificate with subject name and the given SANs.
+type leafSpec struct {
+	name     string
+	server   bool
+	dnsNames []string
+	uris     []*url.URL
+}
+
+// newLeaf returns a DER certificate, with a random serial number, and its
+// PKCS#8 key, signed by ca.
+func newLeaf(t testing.TB, ca *x509.Certificate, caKey *ecdsa.PrivateKey, spec leafSpec) (certDER, keyDER []byte) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		t.Fatal(err)
+	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: spec.name},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		DNSNames:     spec.dnsNames,
+		URIs:         spec.uris,
 	}
-	if server {
+	if spec.server {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.DNSNames = []string{name}
+		tmpl.DNSNames = []string{spec.name}
 		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
 	}
 	if certDER, err = x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey); err != nil {

@@ -14,6 +14,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -28,6 +29,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rls/sluice/internal/pkitest"
 )
 
 // RequireEnv is the environment variable that turns a missing redis-server
@@ -43,6 +46,29 @@ type Option func(*config)
 type config struct {
 	args []string
 	port int
+	tls  *tlsServer
+	unix bool
+}
+
+// tlsServer is how a server started WithTLS serves, and how it is pinged.
+type tlsServer struct {
+	pki         pkitest.PKI
+	authClients bool
+}
+
+// WithTLS serves TLS only on the server's port (no plaintext port), with
+// p's server certificate. With authClients (Redis' tls-auth-clients yes)
+// clients must present a certificate signed by p.CA; without, none is
+// asked for. Client does not work on such a server: build a client with a
+// TLS configuration trusting p.Roots.
+func WithTLS(p pkitest.PKI, authClients bool) Option {
+	return func(c *config) { c.tls = &tlsServer{pki: p, authClients: authClients} }
+}
+
+// WithUnixSocket also serves on a unix socket, Socket, in the server's
+// directory, besides its TCP port.
+func WithUnixSocket() Option {
+	return func(c *config) { c.unix = true }
 }
 
 // WithArgs adds redis-server command-line arguments, such as
@@ -64,6 +90,8 @@ type Server struct {
 	dir  string
 	port int
 	args []string
+	tls  *tlsServer
+	unix bool
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -79,7 +107,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 	for _, o := range opts {
 		o(&c)
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: c.args}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: c.args, tls: c.tls, unix: c.unix}
 	t.Cleanup(s.Kill)
 	// Between choosing a free port and the server binding it, another
 	// process may take it: try a few ports.
@@ -128,7 +156,7 @@ func freePort() (int, error) {
 
 // start launches the process and waits until it answers PING.
 func (s *Server) start() error {
-	args := append([]string{
+	args := []string{
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -136,7 +164,17 @@ func (s *Server) start() error {
 		"--dir", s.dir,
 		"--daemonize", "no",
 		"--logfile", "redis.log",
-	}, s.args...)
+	}
+	if s.tls != nil {
+		p := s.tls.pki
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.port),
+			"--tls-cert-file", p.ServerCert, "--tls-key-file", p.ServerKey, "--tls-ca-cert-file", p.CA,
+			"--tls-auth-clients", map[bool]string{true: "yes", false: "no"}[s.tls.authClients])
+	}
+	if s.unix {
+		args = append(args, "--unixsocket", s.Socket(), "--unixsocketperm", "700")
+	}
+	args = append(args, s.args...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
 	cmd.SysProcAttr = sysProcAttr()
@@ -152,16 +190,27 @@ func (s *Server) start() error {
 	s.cmd, s.done = cmd, done
 	s.mu.Unlock()
 
-	if err := waitPing(s.Addr(), done); err != nil {
+	if err := waitPing(s.dial, done); err != nil {
 		s.Kill()
 		return fmt.Errorf("redis-server on port %d: %w; log:\n%s", s.port, err, s.logTail())
 	}
 	return nil
 }
 
-// waitPing polls addr with PING until it answers, the process exits, or
-// startTimeout passes.
-func waitPing(addr string, exited <-chan struct{}) error {
+// dial connects to the server's port, over TLS (with the client
+// certificate) when it serves TLS.
+func (s *Server) dial() (net.Conn, error) {
+	d := &net.Dialer{Timeout: 100 * time.Millisecond}
+	if s.tls == nil {
+		return d.Dial("tcp", s.Addr())
+	}
+	cfg := &tls.Config{RootCAs: s.tls.pki.Roots, Certificates: []tls.Certificate{s.tls.pki.Client}, ServerName: "127.0.0.1"}
+	return (&tls.Dialer{NetDialer: d, Config: cfg}).Dial("tcp", s.Addr())
+}
+
+// waitPing polls the server with PING, through dial, until it answers, the
+// process exits, or startTimeout passes.
+func waitPing(dial func() (net.Conn, error), exited <-chan struct{}) error {
 	deadline := time.Now().Add(startTimeout)
 	var last error
 	for time.Now().Before(deadline) {
@@ -170,7 +219,7 @@ func waitPing(addr string, exited <-chan struct{}) error {
 			return errors.New("exited during start")
 		default:
 		}
-		if last = ping(addr); last == nil {
+		if last = ping(dial); last == nil {
 			return nil
 		}
 		select {
@@ -183,8 +232,8 @@ func waitPing(addr string, exited <-chan struct{}) error {
 }
 
 // ping sends an inline PING without a client library.
-func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+func ping(dial func() (net.Conn, error)) error {
+	c, err := dial()
 	if err != nil {
 		return err
 	}
@@ -217,6 +266,9 @@ func (s *Server) logTail() string {
 
 // Addr returns the server's "127.0.0.1:port".
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Socket returns the path of the server's unix socket (WithUnixSocket).
+func (s *Server) Socket() string { return filepath.Join(s.dir, "redis.sock") }
 
 // Port returns the server's port, which Restart keeps.
 func (s *Server) Port() int { return s.port }

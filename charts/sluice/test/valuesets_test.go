@@ -132,10 +132,13 @@ var valueSets = []struct {
 	},
 	{
 		name:  "tls and mtls",
-		vals:  "tls: {enabled: true, secretName: sluice-tls, clientCA: {enabled: true, secretName: envoy-ca, key: ca.pem}}",
+		vals:  "tls: {enabled: true, secretName: sluice-tls, clientCA: {enabled: true, secretName: envoy-ca, key: ca.pem, sans: [envoy.edge.svc, 'spiffe://cluster.local/ns/edge/sa/envoy']}}",
 		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
 		check: func(t *testing.T, o *objects) {
 			d, c := o.sluice(t)
+			if got, _ := flag(c.Args, "--tls-client-san"); got != "envoy.edge.svc,spiffe://cluster.local/ns/edge/sa/envoy" {
+				t.Errorf("--tls-client-san %q, want the two names of tls.clientCA.sans", got)
+			}
 			for flagName, want := range map[string]string{
 				"--tls-cert":      "sluice-tls/tls.crt",
 				"--tls-key":       "sluice-tls/tls.key",
@@ -163,6 +166,9 @@ var valueSets = []struct {
 			}
 			if _, ok := flag(c.Args, "--tls-client-ca"); ok {
 				t.Errorf("--tls-client-ca without clientCA.enabled")
+			}
+			if _, ok := flag(c.Args, "--tls-client-san"); ok {
+				t.Errorf("--tls-client-san without clientCA.sans")
 			}
 		},
 	},

@@ -47,12 +47,17 @@ type Rules struct {
 	Config       string // rule file or directory; empty: serve loads the embedded example
 	MergeDomains bool   // rule files sharing a domain are merged instead of refused
 	MaxRuleBytes int64  // most bytes read from all rule files of one load together
+	// GrayKey is the descriptor key whose value true marks a gray request;
+	// serve removes its entries before matching, and a load warns about
+	// rules keyed on it. Empty: no gray marker.
+	GrayKey string
 }
 
 func (r *Rules) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.Config, "config", "", "rule file or directory of *.yaml (rls serve without it: the embedded example rules)")
 	fs.BoolVar(&r.MergeDomains, "merge-domains", false, "merge rule files that share a domain instead of rejecting them")
 	fs.Int64Var(&r.MaxRuleBytes, "max-rule-bytes", ruleset.DefaultMaxRuleBytes, "most bytes read from all rule files together in one load; a larger rule set is refused")
+	fs.StringVar(&r.GrayKey, "gray-key", service.DefaultGrayKey, "descriptor key whose value true marks a gray (canary) request, which gets doubled local limits; empty: no gray marker")
 }
 
 func (r Rules) validate() error {
@@ -68,7 +73,7 @@ func (r Rules) validate() error {
 type Serve struct {
 	GRPCAddr string
 	HTTPAddr string
-	Rules        // --config, --merge-domains, --max-rule-bytes
+	Rules        // --config, --merge-domains, --max-rule-bytes, --gray-key
 	XDS      XDS // --xds-*: the rules from an xDS management server instead of files
 	// Overrides: --admin-token-file, --override-file, --override-resync.
 	Overrides Overrides
@@ -93,6 +98,8 @@ type Serve struct {
 
 	Redis         string
 	RedisCA       string // PEM bundle trusted for rediss:// (default: the system roots)
+	RedisTLSCert  string // client certificate (PEM) presented to a TLS Redis
+	RedisTLSKey   string // its private key (PEM)
 	RedisTimeout  time.Duration
 	RedisFailure  fallback.Mode
 	FallbackNodes int
@@ -103,7 +110,6 @@ type Serve struct {
 	Shadow           bool
 	QuotaMode        bool // every rule a quota (envoyproxy/ratelimit's quota mode)
 	ResponseMetadata bool // the response's dynamic_metadata, as the peer's RESPONSE_DYNAMIC_METADATA
-	GrayKey          string
 	RateLimitHeaders bool
 	// Names of the draft-03 headers of --ratelimit-headers.
 	HeaderLimit, HeaderRemaining, HeaderReset string
@@ -126,6 +132,9 @@ type Serve struct {
 	TLSCert     string
 	TLSKey      string
 	TLSClientCA string
+	// TLSClientSAN is a comma-separated list: with mTLS, a client
+	// certificate must carry one of these names (DNS, IP or URI SAN).
+	TLSClientSAN string
 
 	DrainTimeout time.Duration
 
@@ -135,6 +144,14 @@ type Serve struct {
 	TracingEndpoint    string
 	TracingSampleRatio float64
 	TracingInsecure    bool
+
+	// ExampleRules lets rls serve run without --config in Kubernetes,
+	// serving the embedded example rules.
+	ExampleRules bool
+	// PeerEnv is what to do with envoyproxy/ratelimit's environment
+	// variables; PeerNotes are the lines to log about them at start.
+	PeerEnv   PeerEnvMode
+	PeerNotes []PeerNote
 }
 
 // ParseServe parses the flags of `rls serve` from args, taking defaults from
@@ -149,9 +166,9 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 		fmt.Fprint(out, "usage: rls serve [flags]\n\nEvery flag has an environment variable RLS_<FLAG> (--redis-timeout: RLS_REDIS_TIMEOUT);\na flag on the command line wins.\n\n")
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&s.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService v3 and grpc.health.v1)")
-	fs.StringVar(&s.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /metrics, /rlconfig)")
-	fs.StringVar(&s.AdminAddr, "admin-addr", "127.0.0.1:8082", "admin listen address (/json, and /debug/pprof/ with --pprof); TLS/mTLS as gRPC when --tls-cert is set; empty: off")
+	fs.StringVar(&s.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService v3 and grpc.health.v1): host:port, or a unix socket unix:path or unix:///absolute/path")
+	fs.StringVar(&s.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /metrics, /rlconfig): host:port or unix:path")
+	fs.StringVar(&s.AdminAddr, "admin-addr", "127.0.0.1:8082", "admin listen address (/json, and /debug/pprof/ with --pprof): host:port or unix:path; TLS/mTLS as gRPC when --tls-cert is set; empty: off")
 	fs.BoolVar(&s.JSONNegativeHits, "json-negative-hits", false, "accept is_negative_hits (token refunds) on /json; refused with 403 otherwise")
 	fs.DurationVar(&s.HTTPReadTimeout, "http-read-timeout", 5*time.Second, "HTTP and admin: longest time to read a request, headers and body (0: none)")
 	fs.DurationVar(&s.HTTPWriteTimeout, "http-write-timeout", 10*time.Second, "HTTP and admin: longest time to answer a request (0: none; pprof profiles and traces get their duration on top)")
@@ -165,14 +182,15 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	s.Rules.register(fs)
 	s.XDS.register(fs)
 	s.Overrides.register(fs)
-	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
+	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, unix:///path/redis.sock, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
 	fs.StringVar(&s.RedisCA, "redis-ca", "", "CA bundle (PEM) to verify Redis' TLS certificate with rediss:// (default: the system roots)")
+	fs.StringVar(&s.RedisTLSCert, "redis-tls-cert", "", "client certificate (PEM) presented to Redis over TLS (Redis' tls-auth-clients); read again when the file changes")
+	fs.StringVar(&s.RedisTLSKey, "redis-tls-key", "", "private key (PEM) of --redis-tls-cert")
 	fs.DurationVar(&s.RedisTimeout, "redis-timeout", redisbackend.DefaultTimeout, "deadline of every Redis call")
 	fs.TextVar(&s.RedisFailure, "redis-failure", fallback.Share, "`mode` of the global layer while Redis fails: "+modeList())
 	fs.IntVar(&s.FallbackNodes, "fallback-nodes", 0, "node count N for the fallback share rate/N (0: live count from Redis heartbeats)")
 	fs.IntVar(&s.FallbackNodesInitial, "fallback-nodes-initial", 0, fmt.Sprintf("N for the fallback share until this node has read the node registry, e.g. the most replicas (0: %d)", DefaultFallbackNodesInitial))
 	fs.BoolVar(&s.Shadow, "shadow", false, "shadow mode for every rule: decide and count, always answer OK")
-	fs.StringVar(&s.GrayKey, "gray-key", service.DefaultGrayKey, "descriptor key whose value true marks a gray (canary) request, which gets doubled local limits; empty: no gray marker")
 	fs.BoolVar(&s.QuotaMode, "quota-mode", false, "quota mode for every rule: a request is refused only when all its limited descriptors are (as a rule's quota_mode)")
 	fs.BoolVar(&s.ResponseMetadata, "response-metadata", false, "set the response's dynamic metadata: domain, descriptors, hits_addend and the metadata of the rules answered OK")
 	fs.BoolVar(&s.RateLimitHeaders, "ratelimit-headers", false, "add draft-03 RateLimit-Limit/Remaining/Reset headers to every response")
@@ -189,13 +207,16 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.TextVar(&s.LogFormat, "log-format", LogText, "log line `format`: "+formatList())
 	fs.IntVar(&s.LogRefusals, "log-refusals", 100, "log one refused request in N, with domain, rule and descriptor values (0: none)")
 	fs.BoolVar(&s.Pprof, "pprof", false, "serve /debug/pprof/ on the admin address (--admin-addr)")
-	fs.StringVar(&s.TLSCert, "tls-cert", "", "gRPC server certificate (PEM); enables TLS")
+	fs.StringVar(&s.TLSCert, "tls-cert", "", "gRPC (and admin) server certificate (PEM); enables TLS; read again when the files change")
 	fs.StringVar(&s.TLSKey, "tls-key", "", "gRPC server private key (PEM)")
 	fs.StringVar(&s.TLSClientCA, "tls-client-ca", "", "CA bundle (PEM) for client certificates; enables mTLS")
+	fs.StringVar(&s.TLSClientSAN, "tls-client-san", "", "with mTLS, comma-separated names a client certificate must carry one of: DNS name (wildcard SANs match), IP, or URI with :// such as a SPIFFE ID (default: any certificate the CA signed)")
 	fs.DurationVar(&s.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
 	fs.StringVar(&s.TracingEndpoint, "tracing-endpoint", "", "OpenTelemetry collector (OTLP/gRPC) host:port to send traces to (default: tracing off)")
 	fs.Float64Var(&s.TracingSampleRatio, "tracing-sample-ratio", DefaultTracingSampleRatio, "share of requests traced when Envoy sent no trace context, in [0, 1]; Envoy's sampling decision wins when it sent one")
 	fs.BoolVar(&s.TracingInsecure, "tracing-insecure", false, "send traces without TLS (plaintext gRPC) to --tracing-endpoint")
+	fs.BoolVar(&s.ExampleRules, "example-rules", false, "without --config, serve the embedded example rules even in Kubernetes (KUBERNETES_SERVICE_HOST set), where rls serve refuses to otherwise")
+	fs.TextVar(&s.PeerEnv, "peer-env", PeerEnvMap, "`mode` for envoyproxy/ratelimit's environment variables (REDIS_URL, RUNTIME_ROOT, ...): map (use those that mean the same as a flag, refuse the others) | refuse (refuse to start while any is set) | ignore (log a warning for each)")
 
 	if err := parse(fs, args, getenv); err != nil {
 		return s, err
@@ -203,8 +224,11 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	var err error
 	if fs.NArg() > 0 {
 		err = fmt.Errorf("serve takes no arguments, got %q", fs.Args())
-	} else {
+	} else if s.PeerNotes, err = applyPeerEnv(fs, s.PeerEnv, getenv, explicitFlags(fs, getenv)); err == nil {
 		err = s.validate()
+	}
+	if err == nil && s.Config == "" && s.XDS.Server == "" && !s.ExampleRules && getenv("KUBERNETES_SERVICE_HOST") != "" {
+		err = errExampleRulesInKubernetes
 	}
 	if err != nil {
 		fmt.Fprintln(out, "rls serve:", err)
@@ -212,9 +236,27 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	return s, err
 }
 
+// errExampleRulesInKubernetes refuses the embedded example rules in a
+// Kubernetes pod: there, a missing --config is a mistake in the manifest,
+// and the examples would limit real traffic by rules nobody wrote for it.
+var errExampleRulesInKubernetes = errors.New("no --config nor --xds-server (nor RUNTIME_ROOT or CONFIG_TYPE): rls serve would serve its embedded example rules, and KUBERNETES_SERVICE_HOST says this is a Kubernetes pod; give --config or --xds-server, or --example-rules to serve the examples anyway")
+
+// explicitFlags are the flags of fs given on the command line or by their
+// RLS_<FLAG> variable: settings envoyproxy/ratelimit's variables never
+// override.
+func explicitFlags(fs *flag.FlagSet, getenv func(string) string) map[string]bool {
+	given := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { given[f.Name] = getenv(EnvName(f.Name)) != "" })
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	return given
+}
+
 // Validate are the flags and arguments of `rls validate`.
 type Validate struct {
 	Rules // the same loading flags as rls serve
+	// Strict makes warnings failures: what envoyproxy/ratelimit loads but
+	// sluice finds suspect (descriptors.Config.Warnings), for CI.
+	Strict bool
 	// Paths are the rule files and directories checked together as one
 	// rule set: the PATH arguments, or --config when there are none.
 	Paths []string
@@ -226,9 +268,10 @@ Checks the rule files at PATH (each a file or a directory of *.yaml, as
 rls serve --config) together, as the one rule set rls serve would load from a
 directory holding them all: a domain defined in two files fails unless
 --merge-domains. Every problem is printed as file:line:column: reason.
-Without PATH it checks --config. The flags, which go before PATH, are rls
-serve's loading flags, with their RLS_<FLAG> variables; PATH arguments win over
-RLS_CONFIG.
+Without PATH it checks --config. Warnings (what envoyproxy/ratelimit loads
+but sluice finds suspect) are printed and do not fail, unless --strict. The
+flags, which go before PATH, are rls serve's loading flags, with their
+RLS_<FLAG> variables, and --strict; PATH arguments win over RLS_CONFIG.
 
 `
 
@@ -248,6 +291,7 @@ func ParseValidate(args []string, getenv func(string) string, out io.Writer) (Va
 		fs.PrintDefaults()
 	}
 	v.Rules.register(fs)
+	fs.BoolVar(&v.Strict, "strict", false, "fail (exit 1) on warnings too, not only on errors: for CI")
 	if err := parse(fs, args, getenv); err != nil {
 		return v, err
 	}
@@ -328,6 +372,15 @@ func (s Serve) validate() error {
 	}
 	if s.TLSClientCA != "" && s.TLSCert == "" {
 		return fmt.Errorf("--tls-client-ca needs --tls-cert and --tls-key")
+	}
+	if s.TLSClientSAN != "" && (s.TLSClientCA == "" || strings.Trim(s.TLSClientSAN, ", ") == "") {
+		return fmt.Errorf("--tls-client-san needs --tls-client-ca and at least one name")
+	}
+	if (s.RedisTLSCert == "") != (s.RedisTLSKey == "") {
+		return fmt.Errorf("--redis-tls-cert and --redis-tls-key go together")
+	}
+	if s.RedisTLSCert != "" && s.Redis == "" {
+		return fmt.Errorf("--redis-tls-cert needs --redis")
 	}
 	if s.HTTPReadTimeout < 0 || s.HTTPWriteTimeout < 0 || s.HTTPIdleTimeout < 0 || s.HTTPMaxConns < 0 || s.GRPCMaxConnIdle < 0 || s.GRPCKeepaliveMinTime < 0 || s.GRPCMaxConnAge < 0 || s.GRPCMaxConnAgeGrace < 0 {
 		return fmt.Errorf("--http-*-timeout, --http-max-conns, --grpc-max-conn-idle, --grpc-max-conn-age(-grace) and --grpc-keepalive-min-time must be ≥ 0")

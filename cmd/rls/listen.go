@@ -1,0 +1,91 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+// socketMode is the permission of a unix socket rls serve creates: owner
+// and group may connect (connecting needs write permission), others not.
+// Share the group with the client, e.g. a Kubernetes pod's fsGroup on the
+// volume holding the socket.
+const socketMode fs.FileMode = 0o660
+
+// unixPath returns the socket path of a unix: address, in grpc-go's target
+// syntax: unix:path (relative or absolute) or unix:///absolute/path. ok is
+// false for any other address (host:port).
+func unixPath(addr string) (path string, ok bool, err error) {
+	rest, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		return "", false, nil
+	}
+	if after, ok := strings.CutPrefix(rest, "//"); ok {
+		// unix://authority/path: grpc-go accepts only an empty authority.
+		if !strings.HasPrefix(after, "/") {
+			return "", true, fmt.Errorf("%q: want unix:path or unix:///absolute/path", addr)
+		}
+		rest = after
+	}
+	if rest == "" {
+		return "", true, fmt.Errorf("%q: empty socket path", addr)
+	}
+	return rest, true, nil
+}
+
+// listen opens a TCP listener on host:port, or a unix socket for unix:path
+// or unix:///path. A socket file left at the path by a process that died
+// is removed first; anything else there (a regular file, a socket another
+// process serves on) is an error, never deleted. The socket gets
+// socketMode, and closing the listener removes it.
+func listen(addr string) (net.Listener, error) {
+	path, ok, err := unixPath(addr)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return net.Listen("tcp", addr)
+	}
+	if err := removeStaleSocket(path); err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, socketMode); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("socket permissions: %w", err)
+	}
+	return lis, nil // a *net.UnixListener from Listen unlinks its file on Close
+}
+
+// staleDialTimeout bounds the dial that tells a live socket from a stale one.
+const staleDialTimeout = time.Second
+
+// removeStaleSocket removes the socket file at path when no process accepts
+// connections on it.
+func removeStaleSocket(path string) error {
+	st, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("%s exists and is not a socket: not removed", path)
+	}
+	if c, err := net.DialTimeout("unix", path, staleDialTimeout); err == nil {
+		c.Close()
+		return fmt.Errorf("%s: another process is serving on this socket", path)
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("removing stale socket: %w", err)
+	}
+	return nil
+}

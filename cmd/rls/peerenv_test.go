@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TestServePeerEnvAndEmbeddedRules runs rls serve configured only by
+// envoyproxy/ratelimit's variables, without --config: it listens where
+// HOST and PORT say, logs each mapping, warns that it serves the embedded
+// example rules, and exports ratelimit_config_embedded 1.
+func TestServePeerEnvAndEmbeddedRules(t *testing.T) {
+	env := map[string]string{
+		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
+		"LOG_FORMAT": "json", "LOG_LEVEL": "info", "USE_STATSD": "false",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--admin-addr", ""}, &stderr, &stderr, func(k string) string { return env[k] })
+	}()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("serve did not stop")
+		}
+	}()
+	var lines []map[string]any
+	var start map[string]any
+	for deadline := time.Now().Add(10 * time.Second); start == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no start line:\n%s", stderr.String())
+		}
+		lines = nil
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil {
+				lines = append(lines, m)
+				if m["msg"] == "serving" {
+					start = m
+				}
+			}
+		}
+	}
+	find := func(level, msg, key, value string) bool {
+		for _, m := range lines {
+			if m["level"] == level && strings.Contains(m["msg"].(string), msg) && (key == "" || m[key] == value) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, want := range []struct{ level, msg, key, value string }{
+		{"INFO", "envoyproxy/ratelimit setting mapped", "vars", "HOST,PORT"},
+		{"INFO", "envoyproxy/ratelimit setting mapped", "vars", "GRPC_HOST,GRPC_PORT"},
+		{"INFO", "envoyproxy/ratelimit setting mapped", "flag", "--log-format"},
+		{"INFO", "envoyproxy/ratelimit setting accepted", "var", "USE_STATSD"},
+		{"WARN", "no --config: serving the embedded EXAMPLE rules", "", ""},
+	} {
+		if !find(want.level, want.msg, want.key, want.value) {
+			t.Errorf("no %s line %q with %s=%s:\n%s", want.level, want.msg, want.key, want.value, stderr.String())
+		}
+	}
+	addr, _ := start["http_addr"].(string)
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("http_addr %q: HOST and PORT not applied", addr)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(body), "\nratelimit_config_embedded 1\n") {
+		t.Errorf("/metrics lacks ratelimit_config_embedded 1")
+	}
+}
+
+func TestEmbeddedRulesGauge(t *testing.T) {
+	for _, embedded := range []bool{true, false} {
+		reg := prometheus.NewRegistry()
+		registerEmbeddedRules(reg, embedded)
+		want := 0.0
+		if embedded {
+			want = 1
+		}
+		mfs, err := reg.Gather()
+		if err != nil || len(mfs) != 1 || mfs[0].GetName() != "ratelimit_config_embedded" {
+			t.Fatalf("gathered %v, %v", mfs, err)
+		}
+		if got := mfs[0].GetMetric()[0].GetGauge().GetValue(); got != want {
+			t.Errorf("embedded %v: gauge %v, want %v", embedded, got, want)
+		}
+	}
+}
