@@ -30,8 +30,9 @@
 // unit_multiplier (the period is unit × multiplier, default 1, as Envoy's
 // proto field), and local (a per-node layer with its own unit,
 // requests_per_unit, unit_multiplier and burst). A rate_limit with only
-// local is a local-only rule. Numbers are whole and fit uint32, as in
-// Envoy's protos; a bucket must refill within 100 years.
+// local is a local-only rule. On a descriptor it adds protected (runtime
+// overrides may tighten the rule, never loosen it). Numbers are whole and
+// fit uint32, as in Envoy's protos; a bucket must refill within 100 years.
 //
 // # Matching
 //

@@ -37,6 +37,9 @@ type Descriptor struct {
 	// a rule without quota_mode refuses it or every quota rule of the
 	// request does. Its status still says OVER_LIMIT.
 	QuotaMode bool `yaml:"quota_mode,omitempty"`
+	// Protected keeps runtime overrides from loosening the rule: it
+	// cannot be bypassed, scaled above 1 or given a higher limit.
+	Protected bool `yaml:"protected,omitempty"`
 	// Metadata is sent back in the response's dynamic metadata (rls serve
 	// --response-metadata) when the rule matched and did not refuse: a
 	// mapping of JSON-like values (mappings with string keys, lists,

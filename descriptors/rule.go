@@ -44,6 +44,9 @@ type Rule struct {
 	// QuotaMode: the rule's refusal refuses the request only when every
 	// quota rule of the request refuses (Descriptor.QuotaMode).
 	QuotaMode bool
+	// Protected: runtime overrides may tighten the rule, never loosen it
+	// (Descriptor.Protected).
+	Protected bool
 	// Metadata is the rule's metadata as decoded (Descriptor.Metadata);
 	// nil when none. Shared by every request: never modify it.
 	Metadata map[string]any
@@ -131,7 +134,7 @@ func (r *Rule) Source() string {
 
 // String returns the rule's /rlconfig line, "<path>: <limits>", e.g.
 // "edge.remote_address: global 1000/second burst 2000, local 3200/second burst 64",
-// followed by ", shadow_mode", ", name N" and ", replaces A B" when set.
+// followed by ", shadow_mode", ", quota_mode", ", protected", ", name N" and ", replaces A B" when set.
 func (r *Rule) String() string {
 	var b strings.Builder
 	b.WriteString(r.Path)
@@ -157,6 +160,9 @@ func (r *Rule) String() string {
 	}
 	if r.QuotaMode {
 		b.WriteString(", quota_mode")
+	}
+	if r.Protected {
+		b.WriteString(", protected")
 	}
 	if r.Name != "" {
 		b.WriteString(", name ")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/override"
 )
 
 // none marks a descriptor without a hit in a layer.
@@ -41,7 +42,8 @@ type scratch struct {
 	globalStates []bucket.State
 	refund       []bucket.Hit
 	keyBuf       []byte
-	quotas       int // descriptors with ds.quota
+	quotas       int             // descriptors with ds.quota
+	overrides    *override.Table // the request's runtime overrides; nil: none
 }
 
 func (sc *scratch) reset() {
@@ -78,6 +80,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, note *
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
 	sc.reset()
+	sc.overrides = s.overrides(cfg)
 	out := outcome{allowed: true, gray: s.isGray(req), cfg: cfg, domain: dom.Name}
 	s.match(sc, dom, req)
 	if secret, ok := s.emergencySecret(req); ok && s.emergencyAllows(dom.Name, secret) {
@@ -374,6 +377,18 @@ func (s *Server) buildHits(sc *scratch, req *rlsv3.RateLimitRequest, gray bool) 
 			s.opts.Metrics.malformed(malformedOverride)
 			s.log.Debug("ignoring the limit override of a descriptor", "domain", domain, "err", err)
 		}
+		eff := sc.overrides.Lookup(domain, rule, entries) // nil without overrides
+		if eff != nil && eff.Block {
+			s.blockHit(sc, ds, domain, rule, entries, eff, cost(req, d))
+			continue
+		}
+		if eff != nil && hasOverride {
+			eff = nil // Envoy's limit override is enforced as it names (a block aside)
+		}
+		if eff != nil && eff.Allow {
+			ds.unlimited = true // bypassed: answered as an unlimited rule
+			continue
+		}
 		if rule != nil && rule.Unlimited && !hasOverride {
 			ds.unlimited = true
 			continue
@@ -382,7 +397,7 @@ func (s *Server) buildHits(sc *scratch, req *rlsv3.RateLimitRequest, gray bool) 
 		// envoyproxy/ratelimit does: the rule's shadow_mode and quota_mode
 		// do not carry over to it.
 		ds.override = hasOverride
-		ds.shadow = rule != nil && rule.ShadowMode && !hasOverride
+		ds.shadow = rule != nil && (rule.ShadowMode || eff != nil && eff.Shadow) && !hasOverride
 		if s.opts.QuotaMode || (rule != nil && rule.QuotaMode && !hasOverride) {
 			ds.quota = true
 			sc.quotas++
@@ -395,8 +410,9 @@ func (s *Server) buildHits(sc *scratch, req *rlsv3.RateLimitRequest, gray bool) 
 		if rule != nil {
 			ds.name = rule.Name
 		}
-		if rule != nil && rule.Local != nil {
-			hit.Limit = *rule.Local
+		localLim, globalLim := ruleLimits(rule, eff)
+		if localLim != nil {
+			hit.Limit = *localLim
 			kind := descriptors.LocalBucket
 			if gray {
 				hit.Limit.Requests *= 2
@@ -413,8 +429,8 @@ func (s *Server) buildHits(sc *scratch, req *rlsv3.RateLimitRequest, gray bool) 
 		case hasOverride:
 			hit.Limit = override
 			keyed = &override
-		case rule.Global != nil:
-			hit.Limit = *rule.Global
+		case globalLim != nil:
+			hit.Limit = *globalLim
 		default:
 			continue
 		}

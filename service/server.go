@@ -126,6 +126,9 @@ type Options struct {
 	// counted under "<rule path>:overflow". Default DefaultMaxMetricValues.
 	MaxMetricValues int
 
+	// Overrides are the runtime overrides (override.Manager); nil: none.
+	Overrides OverrideSource
+
 	// Tracer writes a span per ShouldRateLimit, the child of the W3C trace
 	// context (traceparent) in the call's gRPC metadata. Its sampler is
 	// taken to be parent-based: a call whose traceparent says "not

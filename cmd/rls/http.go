@@ -25,7 +25,7 @@ import (
 //
 // With --xds-server (xsrc not nil) /healthcheck answers 503 until the first
 // xDS update is applied, and /rlconfig starts with the rules' version.
-func newHTTPMux(globalState func() string, store *ruleset.Store, reg *prometheus.Registry, draining *atomic.Bool, adminAddr string, xsrc *xds.Source, xdsServer string) *http.ServeMux {
+func newHTTPMux(globalState func() string, store *ruleset.Store, reg *prometheus.Registry, draining *atomic.Bool, adminAddr string, xsrc *xds.Source, xdsServer string, ovr *overrides) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthcheck", func(w http.ResponseWriter, r *http.Request) {
 		if draining.Load() {
@@ -37,6 +37,9 @@ func newHTTPMux(globalState func() string, store *ruleset.Store, reg *prometheus
 			return
 		}
 		fmt.Fprintf(w, "OK\nglobal layer: %s\n", globalState())
+		if ovr != nil {
+			fmt.Fprintln(w, ovr.healthLine())
+		}
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/rlconfig", func(w http.ResponseWriter, r *http.Request) {
@@ -48,6 +51,9 @@ func newHTTPMux(globalState func() string, store *ruleset.Store, reg *prometheus
 		for _, rule := range store.Rules().Rules() {
 			fmt.Fprintln(w, rule.String())
 		}
+		if ovr != nil {
+			ovr.writeRLConfig(w)
+		}
 	})
 	where := "on the admin address " + adminAddr + " (--admin-addr)"
 	if adminAddr == "" {
@@ -58,6 +64,9 @@ func newHTTPMux(globalState func() string, store *ruleset.Store, reg *prometheus
 			http.Error(w, path+" is served "+where, http.StatusNotFound)
 		})
 	}
+	mux.HandleFunc("/overrides", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "/overrides is served "+where+", authenticated", http.StatusNotFound)
+	})
 	return mux
 }
 

@@ -8,6 +8,7 @@
 //	rls audit --redis URL             print the audit trail (reloads, overrides)
 //	rls usage --domain D k=v[,k=v]... read a server's buckets without spending
 //	                                  (--top: the values refused most)
+//	rls override set|list|rm          change runtime overrides (admin address)
 //	rls version                       print the version, commit and Go version
 //
 // main only wires signals and exit codes; run holds the logic so that tests
@@ -61,6 +62,8 @@ const usage = `usage:
                                        read each descriptor's buckets on the admin address
                                        without spending a token; --top: the values refused
                                        most per rule; exit 0 answered, 2 error
+  rls override set|list|rm [flags]     change a running fleet's runtime overrides through the
+                                       admin address (rls override -h; docs/operating-limits.md)
   rls version                          print the version, commit and Go version
 `
 
@@ -81,6 +84,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return auditCmd(ctx, args[1:], stdout, stderr, getenv)
 	case "usage":
 		return usageCmd(ctx, args[1:], stdout, stderr)
+	case "override":
+		return overrideCmd(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, currentBuild())
 		return nil

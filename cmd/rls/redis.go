@@ -26,19 +26,21 @@ const stallCalls = 3
 // newRedisGlobal connects the global layer to --redis, wrapped in the
 // fail-open switch: a memory fallback enforcing this node's share, the
 // node registry that gives N, and the probe.
-func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (*fallback.Limiter, goredis.UniversalClient, func(), error) {
+// It also returns the client, for the audit stream, and its options, for
+// the runtime overrides' own client (pub/sub holds a connection).
+func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (*fallback.Limiter, goredis.UniversalClient, *goredis.UniversalOptions, func(), error) {
 	opts, err := redisbackend.ParseURL(st.Redis, st.RedisTimeout)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("--redis: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("--redis: %w", err)
 	}
 	if st.RedisCA != "" {
 		if err := trustCA(opts, st.RedisCA); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 	}
 	if st.RedisTLSCert != "" {
 		if err := useRedisClientCert(opts, st, clockwork.NewRealClock(), log, reg); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 	}
 	// go-redis logs through a package-level logger; route it to ours so its
@@ -85,7 +87,7 @@ func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg p
 		lim.Close() // fails what is queued, waits for calls in flight
 		_ = client.Close()
 	}
-	return sw, client, closeAll, nil
+	return sw, client, opts, closeAll, nil
 }
 
 // Sources of N, the values of ratelimit_fallback_nodes' source label.

@@ -142,8 +142,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	if err != nil {
 		return err
 	}
+	ovr, stopOverrides, err := startOverrides(ctx, st, global.redisOpts, store, trail, log, reg)
+	if err != nil {
+		return err
+	}
+	defer stopOverrides()
+
 	srv := service.New(service.Options{
 		Rules:            store,
+		Overrides:        ovr.mgr,
 		Local:            localLayer,
 		Global:           global.limiter,
 		Logger:           log,
@@ -214,14 +221,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		adminAddr = adminLis.Addr().String()
 	}
 	var draining atomic.Bool
-	httpServer := newHTTPServer(newHTTPMux(global.state, store, reg, &draining, st.AdminAddr, xsrc, st.XDS.Server), st, log)
+	httpServer := newHTTPServer(newHTTPMux(global.state, store, reg, &draining, st.AdminAddr, xsrc, st.XDS.Server, ovr), st, log)
 
 	errc := make(chan error, 3)
 	go func() { errc <- grpcServer.Serve(grpcLis) }()
 	go func() { errc <- httpServer.Serve(limitConns(httpLis, st.HTTPMaxConns)) }()
 	var adminServer *http.Server
 	if adminLis != nil {
-		adminServer = newHTTPServer(newAdminMux(srv, st), st, log)
+		adminMux := newAdminMux(srv, st)
+		ovr.mount(adminMux)
+		adminServer = newHTTPServer(adminMux, st, log)
 		adminLis = limitConns(adminLis, st.HTTPMaxConns)
 		if serverTLS != nil {
 			adminServer.TLSConfig = serverTLS.config("h2", "http/1.1")
@@ -360,6 +369,9 @@ type globalLayer struct {
 	sw      *fallback.Limiter       // the fail-open switch in front of Redis; nil without Redis
 	redis   goredis.UniversalClient // nil without Redis
 	close   func()
+	// redisOpts are the Redis client's options, for runtime overrides;
+	// nil without Redis.
+	redisOpts *goredis.UniversalOptions
 }
 
 // backend names the global layer's backend in the "serving" log line.
@@ -390,11 +402,11 @@ func newGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg promet
 		registerFullRefusals(reg, "global", m.FullRefusals)
 		return globalLayer{limiter: m, close: func() {}}, nil
 	}
-	sw, client, closeAll, err := newRedisGlobal(ctx, st, log, reg, tracer)
+	sw, client, opts, closeAll, err := newRedisGlobal(ctx, st, log, reg, tracer)
 	if err != nil {
 		return globalLayer{}, err
 	}
-	return globalLayer{limiter: sw, sw: sw, redis: client, close: closeAll}, nil
+	return globalLayer{limiter: sw, sw: sw, redis: client, close: closeAll, redisOpts: opts}, nil
 }
 
 // shutdownTracing flushes the spans not yet exported, for up to timeout,

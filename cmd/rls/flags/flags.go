@@ -75,6 +75,8 @@ type Serve struct {
 	HTTPAddr string
 	Rules        // --config, --merge-domains, --max-rule-bytes, --gray-key
 	XDS      XDS // --xds-*: the rules from an xDS management server instead of files
+	// Overrides: --admin-token-file, --override-file, --override-resync.
+	Overrides Overrides
 
 	// The admin listener: /json and /debug/pprof/, which spend tokens or
 	// expose internals. Loopback by default; TLS (and mTLS) as gRPC when
@@ -191,6 +193,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	s.XDS.register(fs)
 	s.Emergency.register(fs)
 	s.Audit.register(fs)
+	s.Overrides.register(fs)
 	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, unix:///path/redis.sock, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
 	fs.StringVar(&s.RedisCA, "redis-ca", "", "CA bundle (PEM) to verify Redis' TLS certificate with rediss:// (default: the system roots)")
 	fs.StringVar(&s.RedisTLSCert, "redis-tls-cert", "", "client certificate (PEM) presented to Redis over TLS (Redis' tls-auth-clients); read again when the file changes")
@@ -366,6 +369,9 @@ func (s Serve) validate() error {
 		return err
 	}
 	if err := s.Audit.validate(); err != nil {
+		return err
+	}
+	if err := s.Overrides.validate(s.Redis); err != nil {
 		return err
 	}
 	if s.RedisTimeout <= 0 {

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/internal/pkitest"
+	"github.com/sluice-rls/sluice/override"
+	"github.com/sluice-rls/sluice/ruleset"
+)
+
+const adminRules = `domain: edge
+descriptors:
+  - key: user_id
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: login
+    protected: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+
+// adminServer serves /overrides of a memory-only Manager with auth on an
+// httptest server (TLS requiring client certificates when tlsCfg is set).
+func adminServer(t *testing.T, auth *adminAuth, tlsCfg *tls.Config) (*httptest.Server, *overrides) {
+	t.Helper()
+	f, err := descriptors.Parse("r.yaml", []byte(adminRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := descriptors.New([]*descriptors.File{f}, descriptors.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := ruleset.NewStore(cfg)
+	store, _ := override.OpenFile("")
+	o := &overrides{mgr: override.NewManager(override.ManagerOptions{Store: store, Rules: rules.Rules}), rules: rules, auth: auth}
+	mux := http.NewServeMux()
+	o.mount(mux)
+	srv := httptest.NewUnstartedServer(mux)
+	if tlsCfg != nil {
+		srv.TLS = tlsCfg
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+	t.Cleanup(srv.Close)
+	return srv, o
+}
+
+func writeTokens(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOverridesNeedAToken(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	writeTokens(t, tokens, "# operators\nalice:alice-token-0123456789\nbob:bob-token-0123456789\n")
+	auth, err := newAdminAuth(tokens, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, o := adminServer(t, auth, nil)
+	body := `{"domain":"edge","rule":"edge.user_id","kind":"scale","factor":2,"reason":"promo"}`
+	for _, tt := range []struct {
+		name, method, path, auth, body string
+		want                           int
+	}{
+		{"no token", "POST", "/overrides", "", body, http.StatusUnauthorized},
+		{"wrong token", "POST", "/overrides", "Bearer nope-nope-nope-nope-nope", body, http.StatusUnauthorized},
+		{"basic auth", "GET", "/overrides", "Basic YWxpY2U6eA==", "", http.StatusUnauthorized},
+		{"list without token", "GET", "/overrides", "", "", http.StatusUnauthorized},
+		{"rm without token", "DELETE", "/overrides/x", "", "", http.StatusUnauthorized},
+		{"an author field is not the client's to give", "POST", "/overrides", "Bearer alice-token-0123456789",
+			`{"domain":"edge","kind":"shadow","reason":"r","author":"mallory"}`, http.StatusBadRequest},
+		{"protected rule", "POST", "/overrides", "Bearer alice-token-0123456789",
+			`{"domain":"edge","rule":"edge.login","kind":"allow","reason":"r","expires_in":"1h"}`, http.StatusForbidden},
+		{"allow without expiry", "POST", "/overrides", "Bearer alice-token-0123456789",
+			`{"domain":"edge","rule":"edge.user_id","kind":"allow","reason":"r"}`, http.StatusBadRequest},
+		{"set", "POST", "/overrides", "Bearer alice-token-0123456789", body, http.StatusOK},
+		{"rm unknown", "DELETE", "/overrides/nope", "Bearer bob-token-0123456789", "", http.StatusNotFound},
+	} {
+		req, _ := http.NewRequest(tt.method, srv.URL+tt.path, strings.NewReader(tt.body))
+		if tt.auth != "" {
+			req.Header.Set("Authorization", tt.auth)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("%s: %s %s = %d %s, want %d", tt.name, tt.method, tt.path, resp.StatusCode, msg, tt.want)
+		}
+	}
+	l := o.mgr.List()
+	if len(l) != 1 || l[0].Author != "alice" {
+		t.Fatalf("List() = %v, want one override by alice (the token's name)", l)
+	}
+	// A rewritten token file applies at the next call: alice's token is gone.
+	writeTokens(t, tokens, "carol:carol-token-0123456789abc\n")
+	req, _ := http.NewRequest("GET", srv.URL+"/overrides", nil)
+	req.Header.Set("Authorization", "Bearer alice-token-0123456789")
+	if resp, err := srv.Client().Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("alice after the rewrite: %v %v, want 401", resp.StatusCode, err)
+	} else {
+		resp.Body.Close()
+	}
+
+	// The CLI, in-process, with carol's token.
+	ctok := filepath.Join(dir, "carol")
+	writeTokens(t, ctok, "carol-token-0123456789abc\n")
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"override", "rm", "--addr", addr, "--token-file", ctok, "--reason", "promo over", l[0].ID}, &out, &errOut, noEnv); err != nil {
+		t.Fatalf("rls override rm: %v\n%s", err, errOut.String())
+	}
+	out.Reset()
+	err = run(context.Background(), []string{"override", "set", "--addr", addr, "--token-file", ctok, "--domain", "edge", "--value", "api_key=leaked", "--block", "--reason", "worm"}, &out, &errOut, noEnv)
+	if err != nil || !strings.Contains(out.String(), "block on domain edge where api_key=leaked, by carol") {
+		t.Errorf("rls override set --block: %v, printed %q", err, out.String())
+	}
+	err = run(context.Background(), []string{"override", "set", "--addr", addr, "--token-file", ctok, "--domain", "edge", "--rule", "edge.login", "--scale", "2", "--reason", "r"}, &out, &errOut, noEnv)
+	if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), "protected rule edge.login: cannot be scaled above 1") {
+		t.Errorf("rls override set --scale 2 on a protected rule: %v (exit %d), want refused, exit 1", err, exitCode(err))
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"override", "list", "--addr", addr, "--token-file", ctok}, &out, &errOut, noEnv); err != nil ||
+		!strings.Contains(out.String(), "api_key=leaked") {
+		t.Errorf("rls override list: %v, printed %q", err, out.String())
+	}
+	if err := run(context.Background(), []string{"override", "list", "--addr", addr}, &out, &errOut, noEnv); err == nil || exitCode(err) != 2 {
+		t.Errorf("rls override list without a token: %v, want exit 2", err)
+	}
+}
+
+func TestTokenFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct{ content, want string }{
+		{"alice:short\n", "shorter than 16 bytes"},
+		{"just-a-token-without-a-name\n", "line 1: want name:token"},
+		{"# nothing\n\n", "no tokens"},
+	} {
+		p := filepath.Join(dir, "t")
+		writeTokens(t, p, tt.content)
+		if _, err := newAdminAuth(p, false); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("token file %q: %v, want %q", tt.content, err, tt.want)
+		}
+	}
+	if _, err := newAdminAuth(filepath.Join(dir, "missing"), false); err == nil {
+		t.Error("missing token file: no error")
+	}
+}
+
+func TestOverridesOffWithoutAuth(t *testing.T) {
+	auth, _ := newAdminAuth("", false)
+	srv, _ := adminServer(t, auth, nil)
+	resp, err := http.Get(srv.URL + "/overrides")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(msg), "--admin-token-file") {
+		t.Errorf("GET /overrides without auth configured: %d %s, want 404 saying how to turn it on", resp.StatusCode, msg)
+	}
+}
+
+// TestOverridesAuthorFromClientCertificate: with mTLS and no token file,
+// the verified client certificate authenticates, its subject the author.
+func TestOverridesAuthorFromClientCertificate(t *testing.T) {
+	pki := pkitest.New(t)
+	auth, _ := newAdminAuth("", true)
+	srv, o := adminServer(t, auth, &tls.Config{Certificates: []tls.Certificate{pki.Server}, ClientCAs: pki.Roots, ClientAuth: tls.RequireAndVerifyClientCert})
+	addr := strings.TrimPrefix(srv.URL, "https://")
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"override", "set", "--addr", addr, "--tls-ca", pki.CA, "--tls-cert", pki.ClientCert, "--tls-key", pki.ClientKey,
+		"--tls-server-name", pkitest.ServerName, "--domain", "edge", "--shadow", "--reason", "drill"}, &out, &errOut, noEnv)
+	if err != nil {
+		t.Fatalf("rls override set over mTLS: %v\n%s", err, errOut.String())
+	}
+	if l := o.mgr.List(); len(l) != 1 || l[0].Author != "envoy" {
+		t.Errorf("List() = %v, want one override by envoy (the certificate's CN)", l)
+	}
+}

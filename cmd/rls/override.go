@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluice-rls/sluice/override"
+)
+
+const overrideUsage = `usage:
+  rls override set [flags] (--scale F | --limit N/unit | --block | --allow | --shadow) --reason "..." [--expires 2h]
+  rls override list [flags]
+  rls override rm [flags] [--reason "..."] ID
+
+Changes the runtime overrides of a running server through its admin address
+(/overrides): every node sharing its Redis applies them within a second.
+Scope: --domain D, --rule PATH (as /rlconfig names it), --value key=value;
+none: everything (scale and shadow only). Authenticate with --token-file (a
+file holding the bearer token, or name:token) or a client certificate
+(--tls-cert, --tls-key). Exit status: 0 done, 1 refused, 2 usage,
+connection or authentication error.
+
+`
+
+// overrideCLI are the flags every rls override subcommand shares.
+type overrideCLI struct {
+	addr, tokenFile string
+	timeout         time.Duration
+	tls             checkTLSFlags
+}
+
+func (c *overrideCLI) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:8082", "admin address of the server (--admin-addr)")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token (a line of the server's --admin-token-file: name:token, or the token alone)")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "deadline of the call")
+	fs.StringVar(&c.tls.ca, "tls-ca", "", "PEM bundle of the CAs to verify the server with; switches to https")
+	fs.StringVar(&c.tls.cert, "tls-cert", "", "PEM client certificate to present (mTLS; needs --tls-key); switches to https")
+	fs.StringVar(&c.tls.key, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&c.tls.serverName, "tls-server-name", "", "name the server certificate must carry (default: the host of --addr)")
+}
+
+// overrideRefused is an answer the server gave but refused (exit 1).
+type overrideRefused struct{ msg string }
+
+func (e overrideRefused) Error() string { return e.msg }
+
+// overrideCmd runs rls override.
+func overrideCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, overrideUsage)
+		return errUsage
+	}
+	fs := flag.NewFlagSet("override "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, overrideUsage)
+		fs.PrintDefaults()
+	}
+	var c overrideCLI
+	c.register(fs)
+	var req overrideRequest
+	var block, allow, shadow bool
+	var scale float64
+	var expires time.Duration
+	if args[0] == "rm" {
+		fs.StringVar(&req.Reason, "reason", "", "why (recorded in the audit log)")
+	}
+	if args[0] == "set" {
+		fs.StringVar(&req.Domain, "domain", "", "domain the override applies to (empty: every domain)")
+		fs.StringVar(&req.Rule, "rule", "", "rule the override applies to, by its /rlconfig path (e.g. edge.user_id)")
+		fs.StringVar(&req.Value, "value", "", "key=value: only request descriptors carrying this entry")
+		fs.Float64Var(&scale, "scale", 0, "multiply requests and burst by this factor (e.g. 1.5, 0.6)")
+		fs.StringVar(&req.Limit, "limit", "", "set the rule's limit, N/unit (e.g. 10/second, 100/5 minutes)")
+		fs.Func("burst", "bucket capacity with --limit (default: N)", func(v string) error {
+			n, err := strconv.ParseUint(v, 10, 32)
+			req.Burst = uint32(n)
+			return err
+		})
+		fs.BoolVar(&block, "block", false, "refuse every descriptor carrying --value (limit 0)")
+		fs.BoolVar(&allow, "allow", false, "bypass the rule or domain (needs --expires)")
+		fs.BoolVar(&shadow, "shadow", false, "shadow the rule or domain: decide and count, answer OK")
+		fs.StringVar(&req.Reason, "reason", "", "why (required; recorded in the audit log)")
+		fs.StringVar(&req.Note, "note", "", "free text stored with the override")
+		fs.DurationVar(&expires, "expires", 0, "stop applying after this long (e.g. 2h; required with --allow)")
+	}
+	if err := fs.Parse(args[1:]); errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return errUsage
+	}
+	if (c.tls.cert == "") != (c.tls.key == "") {
+		fmt.Fprintln(stderr, "rls override: --tls-cert and --tls-key go together")
+		return errUsage
+	}
+	switch args[0] {
+	case "list":
+		if fs.NArg() != 0 {
+			fs.Usage()
+			return errUsage
+		}
+		var out overrideList
+		if err := c.call(ctx, http.MethodGet, "/overrides", nil, &out); err != nil {
+			return err
+		}
+		printOverrides(stdout, out)
+		return nil
+	case "rm":
+		if fs.NArg() != 1 {
+			fs.Usage()
+			return errUsage
+		}
+		var out override.Override
+		path := "/overrides/" + url.PathEscape(fs.Arg(0))
+		if req.Reason != "" {
+			path += "?reason=" + url.QueryEscape(req.Reason)
+		}
+		if err := c.call(ctx, http.MethodDelete, path, nil, &out); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "removed %s\n", out.String())
+		return nil
+	case "set":
+		kinds := 0
+		for _, k := range []struct {
+			on   bool
+			kind override.Kind
+		}{{scale != 0, override.KindScale}, {req.Limit != "", override.KindLimit}, {block, override.KindBlock}, {allow, override.KindAllow}, {shadow, override.KindShadow}} {
+			if k.on {
+				kinds++
+				req.Kind = string(k.kind)
+			}
+		}
+		if kinds != 1 || fs.NArg() != 0 {
+			fmt.Fprintln(stderr, "rls override set: give exactly one of --scale, --limit, --block, --allow, --shadow")
+			return errUsage
+		}
+		req.Factor = scale
+		if expires > 0 {
+			req.ExpiresIn = expires.String()
+		}
+		var out override.Override
+		if err := c.call(ctx, http.MethodPost, "/overrides", req, &out); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "set %s\n", out.String())
+		return nil
+	}
+	fmt.Fprintf(stderr, "rls override: unknown subcommand %q\n%s", args[0], overrideUsage)
+	return errUsage
+}
+
+// call sends one request to /overrides and decodes the answer into out.
+func (c overrideCLI) call(ctx context.Context, method, path string, body, out any) error {
+	scheme := "http"
+	client := &http.Client{Timeout: c.timeout}
+	if c.tls.enabled() {
+		scheme = "https"
+		cfg, err := c.tlsConfig()
+		if err != nil {
+			return checkError{err}
+		}
+		client.Transport = &http.Transport{TLSClientConfig: cfg}
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return checkError{err}
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, scheme+"://"+c.addr+path, rd)
+	if err != nil {
+		return checkError{err}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.tokenFile != "" {
+		tok, err := readClientToken(c.tokenFile)
+		if err != nil {
+			return checkError{err}
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return checkError{fmt.Errorf("%s %s: %w", method, path, err)}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return checkError{fmt.Errorf("%s %s: %w", method, path, err)}
+	}
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		if err := json.Unmarshal(data, out); err != nil {
+			return checkError{fmt.Errorf("%s %s: answer: %w", method, path, err)}
+		}
+		return nil
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode >= 500 || resp.StatusCode == http.StatusNotFound && method != http.MethodDelete:
+		return checkError{fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(data)))}
+	}
+	return overrideRefused{fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(data)))}
+}
+
+// tlsConfig is check's TLS configuration, for HTTPS.
+func (c overrideCLI) tlsConfig() (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.tls.serverName}
+	if c.tls.ca != "" {
+		pool, err := loadCertPool(c.tls.ca)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		cfg.RootCAs = pool
+	}
+	if c.tls.cert != "" {
+		pair, err := tls.LoadX509KeyPair(c.tls.cert, c.tls.key)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+// readClientToken reads the first token line of path: "name:token" or the
+// token alone.
+func readClientToken(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if _, tok, ok := strings.Cut(line, ":"); ok {
+			return strings.TrimSpace(tok), nil
+		}
+		return line, nil
+	}
+	return "", fmt.Errorf("--token-file %s: no token", path)
+}
+
+// printOverrides prints rls override list's table.
+func printOverrides(w io.Writer, l overrideList) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tEFFECT\tSCOPE\tAUTHOR\tEXPIRES\tREASON")
+	for _, o := range l.Overrides {
+		exp := "never"
+		if !o.Expires.IsZero() {
+			exp = o.Expires.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", o.ID, o.Effect(), o.Scope(), o.Author, exp, o.Reason)
+	}
+	_ = tw.Flush()
+	for _, s := range l.NotApplied {
+		fmt.Fprintln(w, "not applied:", s)
+	}
+	if !l.StoreHealthy {
+		fmt.Fprintf(w, "store %s unreachable (%s): the node applies the overrides it last read\n", l.Store, l.StoreError)
+	}
+}

@@ -1,0 +1,179 @@
+package redisstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/internal/redistest"
+	"github.com/sluice-rls/sluice/override"
+	"github.com/sluice-rls/sluice/override/redisstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newClient(t *testing.T, srv *redistest.Server) goredis.UniversalClient {
+	t.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func rules(t *testing.T) *descriptors.Config {
+	t.Helper()
+	f, err := descriptors.Parse("r.yaml", []byte("domain: edge\ndescriptors:\n  - key: user_id\n    rate_limit: {unit: second, requests_per_unit: 10}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := descriptors.New([]*descriptors.File{f}, descriptors.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestPutListDelete(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	s := redisstore.New(redisstore.Options{Client: newClient(t, srv)})
+	o := override.Override{Domain: "edge", Kind: override.KindScale, Factor: 2, Reason: "r", Author: "a"}
+	o.ID = override.NewID(o)
+	if err := s.Put(ctx, o); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	got, err := s.List(ctx)
+	if err != nil || len(got) != 1 || got[0] != o {
+		t.Fatalf("List() = %v, %v; want [%v]", got, err, o)
+	}
+	if ok, err := s.Delete(ctx, o.ID); !ok || err != nil {
+		t.Errorf("Delete(%s) = %v, %v; want true", o.ID, ok, err)
+	}
+	if ok, err := s.Delete(ctx, o.ID); ok || err != nil {
+		t.Errorf("second Delete(%s) = %v, %v; want false, nil", o.ID, ok, err)
+	}
+	// A field that is not an override's JSON fails the whole read.
+	if err := srv.Client().HSet(ctx, redisstore.DefaultKey, "x", "{nope").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.List(ctx); err == nil || !strings.Contains(err.Error(), "override x in sluice:overrides") {
+		t.Errorf("List() with a bad field: error %v, want it named", err)
+	}
+}
+
+// TestManagersPropagateByNotification: an override set through one
+// Manager is applied by another on the same Redis through pub/sub alone
+// (its re-read interval is an hour).
+func TestManagersPropagateByNotification(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := rules(t)
+	newMgr := func() *override.Manager {
+		return override.NewManager(override.ManagerOptions{
+			Store: redisstore.New(redisstore.Options{Client: newClient(t, srv)}), Rules: func() *descriptors.Config { return cfg },
+			Resync: time.Hour,
+		})
+	}
+	a, b := newMgr(), newMgr()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	// Wait until b's subscription is up: PUBSUB NUMSUB counts it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, err := srv.Client().PubSubNumSub(ctx, redisstore.DefaultKey+":changed").Result()
+		if err == nil && n[redisstore.DefaultKey+":changed"] == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b never subscribed: %v %v", n, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	set, err := a.Set(ctx, override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 2, Reason: "promo"}, "alice")
+	if err != nil {
+		t.Fatalf("Set: %v", err)
+	}
+	for b.Table(cfg) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("b never applied the override")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := b.List(); len(got) != 1 || got[0].ID != set.ID || got[0].Author != "alice" {
+		t.Errorf("b.List() = %v, want the override alice set", got)
+	}
+	if _, err := a.Remove(ctx, set.ID, "bob", "promo over"); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	for b.Table(cfg) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("b never dropped the removed override")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestManagerKeepsLastOverridesWhileRedisIsDown: with Redis gone the
+// Manager reports the store unhealthy and keeps applying what it read.
+func TestManagerKeepsLastOverridesWhileRedisIsDown(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := rules(t)
+	m := override.NewManager(override.ManagerOptions{
+		Store: redisstore.New(redisstore.Options{Client: newClient(t, srv)}), Rules: func() *descriptors.Config { return cfg },
+		Timeout: 300 * time.Millisecond,
+	})
+	ctx := context.Background()
+	if _, err := m.Set(ctx, override.Override{Domain: "edge", Kind: override.KindShadow, Reason: "drill"}, "alice"); err != nil {
+		t.Fatalf("Set: %v", err)
+	}
+	srv.Kill()
+	if err := m.Load(ctx); err == nil {
+		t.Fatal("Load with Redis gone: no error")
+	}
+	if ok, _, err := m.Health(); ok || err == nil {
+		t.Errorf("Health() = %v, %v; want unhealthy with the error", ok, err)
+	}
+	if m.Table(cfg) == nil || len(m.List()) != 1 {
+		t.Errorf("with Redis gone the override is no longer applied: %v", m.List())
+	}
+}
+
+// TestManagerRereadsWithoutNotification: an override written to the hash
+// without its announcement (a notice lost) is applied at the next re-read,
+// within the 1 s bound.
+func TestManagerRereadsWithoutNotification(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := rules(t)
+	m := override.NewManager(override.ManagerOptions{
+		Store: redisstore.New(redisstore.Options{Client: newClient(t, srv)}), Rules: func() *descriptors.Config { return cfg },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	o := override.Override{Domain: "edge", Kind: override.KindShadow, Reason: "r", Author: "a"}
+	o.ID = override.NewID(o)
+	v, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := srv.Client().HSet(ctx, redisstore.DefaultKey, o.ID, v).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for m.Table(cfg) == nil {
+		if time.Since(start) > 3*time.Second {
+			t.Fatal("never applied without a notification")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("applied after %v without a notification, want ≤ 1 s (resync %v)", d, override.DefaultResync)
+	}
+}
