@@ -1,38 +1,19 @@
 package emergency_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rls/sluice/emergency"
+	"github.com/sluice-rls/sluice/internal/logtest"
 )
-
-// syncBuffer is a log sink the watcher goroutine and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // writeAtomic replaces path's content by a rename, as editors and
 // configuration tools do.
@@ -109,7 +90,7 @@ func TestOpenRefusesABadFile(t *testing.T) {
 func TestFileRotation(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "digests")
 	writeAtomic(t, path, digestsOf("old-secret"))
-	var logs syncBuffer
+	var logs logtest.Buffer
 	reg := prometheus.NewRegistry()
 	f, err := emergency.Open(path, emergency.Options{
 		Logger:     slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -1,42 +1,23 @@
 package ruleset_test
 
 import (
-	"bytes"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/internal/logtest"
 	"github.com/sluice-rls/sluice/ruleset"
 )
 
 func rulesYAML(n int) string {
 	return "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: " + strconv.Itoa(n) + "}\n"
-}
-
-// syncBuffer is a log sink safe for the watcher goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func limitOf(t *testing.T, s *ruleset.Store) uint64 {
@@ -63,7 +44,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 type fixture struct {
 	store *ruleset.Store
 	r     *ruleset.Reloader
-	log   *syncBuffer
+	log   *logtest.Buffer
 	reg   *prometheus.Registry
 }
 
@@ -73,7 +54,7 @@ func newFixture(t *testing.T, path string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{store: ruleset.NewStore(cfg), log: &syncBuffer{}, reg: prometheus.NewRegistry()}
+	f := &fixture{store: ruleset.NewStore(cfg), log: &logtest.Buffer{}, reg: prometheus.NewRegistry()}
 	f.r = &ruleset.Reloader{
 		Path:    path,
 		Store:   f.store,

@@ -1,19 +1,18 @@
 package service_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluice-rls/sluice/emergency"
+	"github.com/sluice-rls/sluice/internal/logtest"
 	"github.com/sluice-rls/sluice/service"
 )
 
@@ -37,27 +36,9 @@ const (
 	wrongSecret = "guess-1234"
 )
 
-// logSink collects log lines from a server's goroutines.
-type logSink struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logSink) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logSink) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // withEmergency turns the channel on under key "emergency", accepting
 // secrets, and logs every level to sink.
-func withEmergency(t *testing.T, secrets service.EmergencySecrets, sink *logSink) func(*service.Options) {
+func withEmergency(t *testing.T, secrets service.EmergencySecrets, sink *logtest.Buffer) func(*service.Options) {
 	t.Helper()
 	return func(o *service.Options) {
 		o.EmergencyKey = "emergency"
@@ -114,7 +95,7 @@ func assertNoSecret(t *testing.T, h *harness, logs string, secrets ...string) {
 // allowed on an exhausted rule, takes no token, is counted and logged at
 // warn level with the rules it bypassed — never with the secret.
 func TestEmergencySecretAllows(t *testing.T) {
-	var logs logSink
+	var logs logtest.Buffer
 	h := newHarness(t, emergencyRules, withEmergency(t, digestsAccepting(t, "an-older-secret", goodSecret), &logs))
 	c := rlsClient(t, h)
 	normal := request("edge", desc("user_id=alice"), desc("remote_address=10.0.0.1"))
@@ -168,7 +149,7 @@ func TestEmergencySecretAllows(t *testing.T) {
 // request decided as any other, and the entry (stripped) changes no bucket
 // key: requests with and without it spend the same bucket.
 func TestEmergencyWrongSecret(t *testing.T) {
-	var logs logSink
+	var logs logtest.Buffer
 	h := newHarness(t, emergencyRules, withEmergency(t, digestsAccepting(t, goodSecret), &logs))
 	c := rlsClient(t, h)
 	wrong := request("edge", desc("user_id=bob", "emergency="+wrongSecret))
@@ -204,7 +185,7 @@ func TestEmergencyWrongSecret(t *testing.T) {
 // TestEmergencyNotInResponseMetadata: the response's dynamic metadata,
 // which Envoy's access logs can print, never carries the emergency entry.
 func TestEmergencyNotInResponseMetadata(t *testing.T) {
-	var logs logSink
+	var logs logtest.Buffer
 	h := newHarness(t, emergencyRules, withEmergency(t, digestsAccepting(t, goodSecret), &logs),
 		func(o *service.Options) { o.ResponseMetadata = true })
 	c := rlsClient(t, h)
@@ -262,7 +243,7 @@ func TestEmergencyRotation(t *testing.T) {
 			t.Errorf("Watch: %v", err)
 		}
 	}()
-	var logs logSink
+	var logs logtest.Buffer
 	h := newHarness(t, emergencyRules, withEmergency(t, f, &logs))
 	c := rlsClient(t, h)
 	h.admitted(t, 3, request("edge", desc("user_id=dave"))) // exhausted
@@ -290,7 +271,7 @@ func TestEmergencyRotation(t *testing.T) {
 // always; its emergency entry is neither counted (the domain label stays
 // bounded by the rules) nor logged.
 func TestEmergencyUnknownDomain(t *testing.T) {
-	var logs logSink
+	var logs logtest.Buffer
 	h := newHarness(t, emergencyRules, withEmergency(t, digestsAccepting(t, goodSecret), &logs))
 	for _, secret := range []string{goodSecret, wrongSecret} {
 		if resp := h.call(t, request("nowhere", desc("user_id=eve"), desc("emergency="+secret))); resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {

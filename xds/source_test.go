@@ -1,14 +1,12 @@
 package xds_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/internal/logtest"
 	"github.com/sluice-rls/sluice/internal/xdstest"
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/xds"
@@ -306,24 +305,6 @@ func TestEmptyUpdate(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the source's goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // lastWait is the wait of the last "reconnecting" log line, and how many
 // there are.
 func lastWait(t *testing.T, logs string) (time.Duration, int) {
@@ -353,7 +334,7 @@ func TestBackoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs logtest.Buffer
 	clock := clockwork.NewFakeClock()
 	src, err := xds.New(xds.Options{
 		Server: addr, NodeID: node, Store: ruleset.NewStore(empty),
