@@ -43,6 +43,37 @@ type Hit struct {
 	Cost        uint64
 	Give        bool
 	Independent bool
+	// Consistency is the rule's choice between exact and leased global
+	// buckets (package backend/lease); the zero value leaves it to the
+	// layer's default. Layers that do not lease ignore it.
+	Consistency Consistency
+}
+
+// Consistency says how a global bucket is decided: in Redis on every
+// request (Exact), or from tokens a node leased from it ahead of time
+// (Leased). docs/design.md, "Leased global buckets", compares them.
+type Consistency uint8
+
+const (
+	// DefaultConsistency leaves the choice to the layer (--consistency).
+	DefaultConsistency Consistency = iota
+	// Exact decides every hit in the shared store.
+	Exact
+	// Leased decides hits from leased tokens, never admitting more than
+	// Exact would.
+	Leased
+)
+
+// String returns "default", "exact" or "leased".
+func (c Consistency) String() string {
+	switch c {
+	case Exact:
+		return "exact"
+	case Leased:
+		return "leased"
+	default:
+		return "default"
+	}
 }
 
 // State is the answer for one Hit.

@@ -1,0 +1,61 @@
+package lease_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rls/sluice/backend/lease"
+	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/bucket"
+	"github.com/sluice-rls/sluice/bucket/buckettest"
+	"github.com/sluice-rls/sluice/internal/redistest"
+)
+
+// TestConformance runs the bucket contract's suite on the leased layer over
+// a real redis-server, every hit leased, on one node: leases of half of
+// what is left (share 2 × 1 node), so most scenarios decide some calls
+// from the lease and some in Redis, and the states are the layer's
+// estimate, which on one node is exact. As backend/redis's suite, the
+// buckets run on Redis' clock: Advance waits real time, and the lag is
+// measured (buckettest.Run). The layer's own clock is real too.
+func TestConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	buckettest.Run(t, buckettest.Harness{
+		New: func(t *testing.T) buckettest.Subject {
+			l := newLimiter(t, srv, lease.Options{})
+			return buckettest.Subject{Limiter: l, Advance: time.Sleep, Now: time.Now}
+		},
+		Resolution: time.Microsecond,
+	})
+}
+
+// newLimiter returns a leased layer over srv, every hit leased unless
+// opts.Exact is set, with its own key prefix; Close runs at cleanup.
+func newLimiter(t *testing.T, srv *redistest.Server, opts lease.Options) *lease.Limiter {
+	t.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	r := redisbackend.New(redisbackend.Options{
+		Client:    c,
+		Prefix:    strings.NewReplacer("/", "-", "{", "", "}", "").Replace(t.Name()),
+		Timeout:   time.Second,
+		CacheSize: -1,
+	})
+	t.Cleanup(r.Close)
+	opts.Leaser = r
+	if opts.Default == bucket.DefaultConsistency {
+		opts.Default = bucket.Leased
+	}
+	l := lease.New(opts)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	// Load the script before the scenario's first call, so that its lag
+	// is the decisions' alone.
+	if err := r.Lease(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
