@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +27,7 @@ func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	buckettest.Run(t, buckettest.Harness{
 		New: func(t *testing.T) buckettest.Subject {
-			l := newLimiter(t, srv, lease.Options{})
+			l, _ := newLimiter(t, srv, lease.Options{})
 			return buckettest.Subject{Limiter: l, Advance: time.Sleep, Now: time.Now}
 		},
 		Resolution: time.Microsecond,
@@ -34,8 +35,10 @@ func TestConformance(t *testing.T) {
 }
 
 // newLimiter returns a leased layer over srv, every hit leased unless
-// opts.Exact is set, with its own key prefix; Close runs at cleanup.
-func newLimiter(t *testing.T, srv *redistest.Server, opts lease.Options) *lease.Limiter {
+// opts.Default says otherwise, its Redis side counting its calls, with its
+// own key prefix; Close runs at cleanup. opts.Exact, when nil, is the
+// exact layer on the same Redis.
+func newLimiter(t *testing.T, srv *redistest.Server, opts lease.Options) (*lease.Limiter, *counting) {
 	t.Helper()
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
@@ -46,7 +49,11 @@ func newLimiter(t *testing.T, srv *redistest.Server, opts lease.Options) *lease.
 		CacheSize: -1,
 	})
 	t.Cleanup(r.Close)
-	opts.Leaser = r
+	cr := &counting{Limiter: r}
+	opts.Leaser = cr
+	if opts.Exact == nil {
+		opts.Exact = r
+	}
 	if opts.Default == bucket.DefaultConsistency {
 		opts.Default = bucket.Leased
 	}
@@ -57,5 +64,28 @@ func newLimiter(t *testing.T, srv *redistest.Server, opts lease.Options) *lease.
 	if err := r.Lease(context.Background(), nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	return l
+	return l, cr
+}
+
+// counting is the Redis side of a leased layer, counting its lease calls.
+type counting struct {
+	*redisbackend.Limiter
+	calls atomic.Int64
+}
+
+func (c *counting) Lease(ctx context.Context, ops []redisbackend.LeaseOp, out []redisbackend.LeaseReply) error {
+	c.calls.Add(1)
+	return c.Limiter.Lease(ctx, ops, out)
+}
+
+// inRedis returns the whole tokens Redis' leased bucket k holds, without
+// taking any.
+func (c *counting) inRedis(t *testing.T, k bucket.Key, lim bucket.Limit) uint64 {
+	t.Helper()
+	out := make([]redisbackend.LeaseReply, 1)
+	op := redisbackend.LeaseOp{Key: k, Limit: lim, Decision: 1, Kind: redisbackend.LeaseIndependent}
+	if err := c.Limiter.Lease(context.Background(), []redisbackend.LeaseOp{op}, out); err != nil {
+		t.Fatal(err)
+	}
+	return out[0].Remaining
 }

@@ -87,13 +87,17 @@ type Limiter struct {
 
 // entry is the node's state of one leased key.
 type entry struct {
-	limit     bucket.Limit
-	held      uint64    // leased tokens not spent
-	redisFull time.Time // when Redis' bucket is full, as of the last reply
-	lastLease uint64    // size of the last lease granted
-	expires   time.Time // held tokens go back then
-	used      time.Time // last decision on the key
-	fetching  bool      // a prefetch is queued or in flight
+	limit bucket.Limit
+	held  uint64 // leased tokens not spent
+	// fullLo and fullHi bound when Redis' bucket is full, as of the last
+	// reply: its reset after the call's send, and after its reply. The
+	// durations of a state come from fullLo, never longer than Redis would
+	// say; its Remaining from fullHi, never more tokens than Redis had.
+	fullLo, fullHi time.Time
+	lastLease      uint64    // size of the last lease granted
+	expires        time.Time // held tokens go back then
+	used           time.Time // last decision on the key
+	fetching       bool      // a prefetch is queued or in flight
 }
 
 // New returns a Limiter; call Run in a goroutine of its own, and Close.
@@ -180,6 +184,7 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 	de, err := l.opts.Exact.Hit(ctx, eh, es)
 	if err != nil || !de.Allowed || de.Answer != bucket.Decided {
 		l.putBack(taken) // the exact layer refused or failed: nothing spent
+		l.untouched(hits, states)
 	}
 	if err != nil {
 		return de, err
@@ -205,12 +210,31 @@ func (l *Limiter) putBack(ts []taken) {
 	for _, t := range ts {
 		e := l.entries[t.key]
 		if e == nil {
-			e = &entry{redisFull: now}
+			e = &entry{fullLo: now, fullHi: now}
 			l.entries[t.key] = e
 		}
 		e.held += t.tokens
 		if e.expires.Before(now) {
 			e.expires = now.Add(l.opts.Period)
+		}
+	}
+}
+
+// untouched reports the leased takes of a refused decision as their
+// buckets stand, untouched.
+func (l *Limiter) untouched(hits []bucket.Hit, states []bucket.State) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	for i := range hits {
+		h := &hits[i]
+		if !l.leased(h) || h.Give || h.Independent || h.Limit.Requests == 0 || !states[i].Allowed {
+			continue
+		}
+		if e := l.entries[h.Key]; e != nil && e.limit == h.Limit {
+			st := l.estimate(e, now, 0)
+			st.Allowed = true
+			states[i] = st
 		}
 	}
 }
@@ -271,6 +295,7 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 			if e.held >= k.need {
 				e.held -= k.total
 				k.reserved = k.total
+				l.lowWater(k.key, e)
 				continue
 			}
 			k.reserved = e.held
@@ -338,7 +363,11 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 		if allowed {
 			later[h.Key] -= h.Cost
 		}
-		st := l.estimate(e, now, later[h.Key])
+		at := now
+		if k.op >= 0 {
+			at = send // answered from Redis: its durations as Redis gave them
+		}
+		st := l.estimateAt(e, at, now, later[h.Key])
 		if k.refused {
 			st.RetryAfter = k.retry
 			if k.need > k.limit.Burst {
@@ -380,7 +409,7 @@ func (l *Limiter) share() uint64 {
 func (l *Limiter) entry(k bucket.Key, lim bucket.Limit, now time.Time, ops *[]redisbackend.LeaseOp) *entry {
 	e := l.entries[k]
 	if e == nil {
-		e = &entry{limit: lim, redisFull: now}
+		e = &entry{limit: lim, fullLo: now, fullHi: now}
 		l.entries[k] = e
 		return e
 	}
@@ -389,7 +418,7 @@ func (l *Limiter) entry(k bucket.Key, lim bucket.Limit, now time.Time, ops *[]re
 			*ops = append(*ops, redisbackend.LeaseOp{Key: k, Limit: e.limit, Decision: 0, Kind: redisbackend.LeaseGive, Take: e.held})
 			l.opts.Metrics.given(e.held)
 		}
-		*e = entry{limit: lim, redisFull: now}
+		*e = entry{limit: lim, fullLo: now, fullHi: now}
 	}
 	return e
 }
@@ -420,7 +449,7 @@ func (l *Limiter) apply(ops []redisbackend.LeaseOp, replies []redisbackend.Lease
 			continue // a give-back of an old limit
 		}
 		r := &replies[j]
-		e.redisFull = send.Add(r.Reset)
+		e.fullLo, e.fullHi = send.Add(r.Reset), now.Add(r.Reset)
 		if r.Leased > 0 {
 			l.grant(e, r.Leased, now)
 		}
@@ -432,7 +461,7 @@ func (l *Limiter) apply(ops []redisbackend.LeaseOp, replies []redisbackend.Lease
 			r := &replies[k.op]
 			if !r.Allowed {
 				k.refused = true
-				k.retry = max(r.Retry-now.Sub(send), 0)
+				k.retry = r.Retry
 			}
 		}
 		if allowed && k.reserved > k.total {
@@ -471,17 +500,22 @@ func (l *Limiter) lowWater(k bucket.Key, e *entry) {
 // plus the held tokens. Allowed and RetryAfter are left to the caller.
 // Called with mu held.
 func (l *Limiter) estimate(e *entry, now time.Time, extra uint64) bucket.State {
+	return l.estimateAt(e, now, now, extra)
+}
+
+// estimateAt is estimate for a state answered from a reply: durations at
+// send (as Redis measured them), Remaining at now.
+func (l *Limiter) estimateAt(e *entry, send, now time.Time, extra uint64) bucket.State {
 	lim := e.limit
 	if lim.Requests == 0 {
 		return bucket.State{ResetAfter: lim.Period}
 	}
 	interval := float64(lim.Period) / float64(lim.Requests)
-	debt := float64(e.redisFull.Sub(now)) - float64(e.held+extra)*interval
-	if debt < 0 {
-		debt = 0
-	}
+	held := float64(e.held+extra) * interval
+	debt := max(float64(e.fullLo.Sub(send))-held, 0)
+	debtHi := max(float64(e.fullHi.Sub(now))-held, 0)
 	tau := float64(lim.Burst) * interval
-	r := (tau - debt + float64(time.Microsecond)) / interval
+	r := (tau - debtHi + float64(time.Microsecond)) / interval
 	var rem uint64
 	if r >= 1 {
 		rem = min(uint64(r), lim.Burst)
@@ -572,7 +606,7 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 		if e == nil || e.limit != op.Limit {
 			continue
 		}
-		e.redisFull = send.Add(r.Reset)
+		e.fullLo, e.fullHi = send.Add(r.Reset), now.Add(r.Reset)
 		switch {
 		case refs[j] < 0:
 			continue
@@ -585,11 +619,11 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 				l.grant(e, r.Leased, now)
 			}
 		}
-		st := l.estimate(e, now, 0)
+		st := l.estimateAt(e, send, now, 0)
 		if op.Kind == redisbackend.LeaseGive || r.Allowed {
 			st.Allowed = true
 		} else {
-			st.RetryAfter = max(r.Retry-now.Sub(send), 0)
+			st.RetryAfter = r.Retry
 			if op.Need > op.Limit.Burst {
 				st.RetryAfter = st.ResetAfter
 			}

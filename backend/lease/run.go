@@ -122,7 +122,7 @@ func (l *Limiter) background(ctx context.Context, ops []redisbackend.LeaseOp, cl
 			l.opts.Metrics.given(op.Take)
 		}
 		r := &replies[j]
-		e.redisFull = send.Add(r.Reset)
+		e.fullLo, e.fullHi = send.Add(r.Reset), now.Add(r.Reset)
 		if r.Leased > 0 {
 			l.grant(e, r.Leased, now)
 		}
