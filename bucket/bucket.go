@@ -1,6 +1,9 @@
 package bucket
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Key identifies one token bucket: 128 bits derived from everything that
 // defines it (package descriptors encodes that; SumKey or a NodeHasher
@@ -63,6 +66,23 @@ const (
 	// Exact would.
 	Leased
 )
+
+// MarshalText returns String's text.
+func (c Consistency) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// UnmarshalText parses "exact" or "leased" (a flag's value: "default" is
+// not one).
+func (c *Consistency) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "exact":
+		*c = Exact
+	case "leased":
+		*c = Leased
+	default:
+		return fmt.Errorf("consistency %q: want exact or leased", b)
+	}
+	return nil
+}
 
 // String returns "default", "exact" or "leased".
 func (c Consistency) String() string {

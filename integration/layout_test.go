@@ -29,12 +29,13 @@ var allowedImports = map[string][]string{
 	"xds":               {"descriptors", "ruleset"},
 	"backend/memory":    {"bucket"},
 	"backend/redis":     {"bucket"},
+	"backend/lease":     {"backend/redis", "bucket"},
 	"fallback":          {"bucket"},
 	"service":           {"bucket", "descriptors"},
 	"tracing":           {},
 	"audit":             {},
-	"cmd/rls":           {"backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "fallback", "ruleset", "service", "tracing", "xds"},
-	"cmd/rls/flags":     {"backend/memory", "backend/redis", "fallback", "ruleset", "service", "xds"},
+	"cmd/rls":           {"backend/lease", "backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "fallback", "ruleset", "service", "tracing", "xds"},
+	"cmd/rls/flags":     {"backend/lease", "backend/memory", "backend/redis", "bucket", "fallback", "ruleset", "service", "xds"},
 	"cmd/rlsbench":      {},
 }
 

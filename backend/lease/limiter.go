@@ -13,6 +13,10 @@ import (
 	"github.com/sluice-rls/sluice/bucket"
 )
 
+// DefaultConsistency is --consistency's default: global buckets are
+// exact unless a rule says leased.
+const DefaultConsistency = bucket.Exact
+
 // Defaults of Options.
 const (
 	// DefaultPeriod is how long a node keeps unused leased tokens before it
@@ -145,22 +149,26 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 	if len(states) < len(hits) {
 		return bucket.Decision{}, fmt.Errorf("backend/lease: %d states for %d hits", len(states), len(hits))
 	}
-	var leased, exact []int
+	// Count first, allocating nothing: exact mode's path costs one loop.
+	nLeased := 0
 	for i := range hits {
 		if l.leased(&hits[i]) {
-			leased = append(leased, i)
-		} else {
+			nLeased++
+		}
+	}
+	switch {
+	case len(hits) == 0:
+		return bucket.Decision{Allowed: true}, nil
+	case nLeased == 0:
+		return l.opts.Exact.Hit(ctx, hits, states)
+	case nLeased == len(hits):
+		return l.hitLeased(ctx, hits, states, nil)
+	}
+	exact := make([]int, 0, len(hits)-nLeased)
+	for i := range hits {
+		if !l.leased(&hits[i]) {
 			exact = append(exact, i)
 		}
-	}
-	if len(leased) == 0 {
-		if len(hits) == 0 {
-			return bucket.Decision{Allowed: true}, nil
-		}
-		return l.opts.Exact.Hit(ctx, hits, states)
-	}
-	if len(exact) == 0 {
-		return l.hitLeased(ctx, hits, states, nil)
 	}
 	// Mixed: the leased hits first; the exact ones then, with their takes
 	// only when the leased ones were allowed.
