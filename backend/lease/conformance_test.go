@@ -37,7 +37,10 @@ func TestConformance(t *testing.T) {
 // newLimiter returns a leased layer over srv, every hit leased unless
 // opts.Default says otherwise, its Redis side counting its calls, with its
 // own key prefix; Close runs at cleanup. opts.Exact, when nil, is the
-// exact layer on the same Redis.
+// exact layer on the same Redis. opts.Period, when 0, is an hour: long
+// enough for the tests' slow limits to be leased (a lease is at most what
+// the limit refills in one period) and for no period to end unless a test
+// moves the clock.
 func newLimiter(t *testing.T, srv *redistest.Server, opts lease.Options) (*lease.Limiter, *counting) {
 	t.Helper()
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
@@ -51,6 +54,9 @@ func newLimiter(t *testing.T, srv *redistest.Server, opts lease.Options) (*lease
 	t.Cleanup(r.Close)
 	cr := &counting{Limiter: r}
 	opts.Leaser = cr
+	if opts.Period == 0 {
+		opts.Period = time.Hour
+	}
 	if opts.Exact == nil {
 		opts.Exact = r
 	}

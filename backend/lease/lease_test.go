@@ -140,19 +140,19 @@ func TestMixedExactAndLeased(t *testing.T) {
 func TestPeriodAndCloseGiveBack(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := clockwork.NewFakeClock()
-	l, r := newLimiter(t, srv, lease.Options{Clock: clock, Period: time.Second, Tick: 100 * time.Millisecond})
+	l, r := newLimiter(t, srv, lease.Options{Clock: clock, Period: time.Hour, Tick: time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { l.Run(ctx) })
 	defer func() { cancel(); wg.Wait() }()
 	k, k2 := key(t, 0), key(t, 1)
 	hit(t, l, take(k, big, 1))
-	clock.Advance(500 * time.Millisecond)
+	clock.Advance(30 * time.Minute)
 	hit(t, l, take(k2, big, 1))
 	if err := clock.BlockUntilContext(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(600 * time.Millisecond) // k's period ended, not k2's
+	clock.Advance(40 * time.Minute) // k's period ended, not k2's
 	waitFor(t, func() bool { return r.inRedis(t, k, big) == 999 })
 	if got := r.inRedis(t, k2, big); got != 500 {
 		t.Errorf("k2 (period not over) holds %d tokens in Redis, want 500", got)
@@ -237,6 +237,23 @@ func TestRedisDown(t *testing.T) {
 	states := make([]bucket.State, 1)
 	if _, err := l.Hit(context.Background(), []bucket.Hit{take(k, lim, 1)}, states); err == nil {
 		t.Error("a take past the lease with Redis down: no error")
+	}
+}
+
+// A lease is at most what the limit refills in one lease period: a limit
+// slower than a token per period is never leased.
+func TestLeaseBoundedByPeriod(t *testing.T) {
+	srv := redistest.Start(t)
+	l, r := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock(), Period: time.Second})
+	k, k2 := key(t, 0), key(t, 1)
+	hit(t, l, take(k, big, 1)) // 1000/hour: 0.28 per period
+	if got := r.inRedis(t, k, big); got != 999 {
+		t.Errorf("a limit of 0.28 tokens per period leased %d tokens, want none", 999-got)
+	}
+	fast := bucket.Limit{Requests: 10, Period: time.Second, Burst: 1000}
+	hit(t, l, take(k2, fast, 1)) // 10 per period, far below half of 999
+	if got := r.inRedis(t, k2, fast); got < 989 || got > 990 {
+		t.Errorf("Redis holds %d of the fast bucket, want 989 (a lease of 10, plus what refilled since)", got)
 	}
 }
 

@@ -397,8 +397,21 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 func (l *Limiter) takeOp(k *keyNeed, decision, need, take uint64) redisbackend.LeaseOp {
 	return redisbackend.LeaseOp{
 		Key: k.key, Limit: k.limit, Decision: decision, Kind: redisbackend.LeaseTake,
-		Need: need, Take: take, Extra: l.opts.MaxLease, Share: l.share(),
+		Need: need, Take: take, Extra: l.maxLease(k.limit), Share: l.share(),
 	}
+}
+
+// maxLease bounds a lease of lim: MaxLease, and the tokens lim refills in
+// one lease period, so that the tokens of a node that dies holding leases
+// are back within one period (its bucket refills them), and a limit
+// slower than a token per period is never leased (every decision exact).
+// After Close, nothing.
+func (l *Limiter) maxLease(lim bucket.Limit) uint64 {
+	if l.closed || lim.Requests == 0 || lim.Period <= 0 {
+		return 0
+	}
+	perPeriod := float64(lim.Requests) * float64(l.opts.Period) / float64(lim.Period)
+	return min(l.opts.MaxLease, uint64(perPeriod))
 }
 
 // share is the divisor of a lease: twice the live nodes, so that the
@@ -576,7 +589,7 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 			need := max(h.Cost, 1)
 			ops = append(ops, redisbackend.LeaseOp{
 				Key: h.Key, Limit: h.Limit, Decision: d, Kind: redisbackend.LeaseIndependent,
-				Need: need - min(need, e.held), Take: h.Cost - min(h.Cost, e.held), Extra: l.opts.MaxLease, Share: l.share(),
+				Need: need - min(need, e.held), Take: h.Cost - min(h.Cost, e.held), Extra: l.maxLease(h.Limit), Share: l.share(),
 			})
 			if need > h.Limit.Burst {
 				ops[len(ops)-1].Need, ops[len(ops)-1].Take = need, 0

@@ -66,7 +66,7 @@ func (l *Limiter) step(ctx context.Context, all bool) error {
 		}
 		ops = append(ops, redisbackend.LeaseOp{
 			Key: k, Limit: e.limit, Decision: uint64(len(ops) + 1), Kind: redisbackend.LeaseIndependent,
-			Extra: l.opts.MaxLease, Share: l.share(),
+			Extra: l.maxLease(e.limit), Share: l.share(),
 		})
 	}
 	clear(l.fetch)

@@ -69,7 +69,7 @@ func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg p
 	// The leased layer passes hits of exact rules to lim untouched; its
 	// Run gives back expired leases and prefetches.
 	leased := lease.New(lease.Options{
-		Leaser: lim, Exact: lim, Default: st.Consistency,
+		Leaser: lim, Exact: lim, Default: st.Consistency, Period: st.LeasePeriod,
 		Nodes: nodeCount, Metrics: lease.NewMetrics(reg),
 	})
 	leaseCtx, stopLeases := context.WithCancel(ctx)

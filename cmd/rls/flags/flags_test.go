@@ -72,6 +72,7 @@ func TestServeDefaultsAreTheOwners(t *testing.T) {
 		{"--redis-timeout", st.RedisTimeout, redisbackend.DefaultTimeout},
 		{"--redis-failure", st.RedisFailure, fallback.Share},
 		{"--consistency", st.Consistency, lease.DefaultConsistency},
+		{"--lease-period", st.LeasePeriod, lease.DefaultPeriod},
 		{"--gray-key", st.GrayKey, service.DefaultGrayKey},
 		{"--ratelimit-header-limit", st.HeaderLimit, service.DefaultHeaderLimit},
 		{"--ratelimit-header-remaining", st.HeaderRemaining, service.DefaultHeaderRemaining},
