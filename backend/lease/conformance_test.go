@@ -34,6 +34,22 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceCluster runs the suite on a real 3-master Redis Cluster:
+// a decision's keys lie in several slots, each decided in its own call,
+// and a refusal in one slot gives back what the others took.
+func TestConformanceCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	buckettest.Run(t, buckettest.Harness{
+		New: func(t *testing.T) buckettest.Subject {
+			c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs()})
+			t.Cleanup(func() { _ = c.Close() })
+			l, _ := newLimiterOn(t, c, lease.Options{})
+			return buckettest.Subject{Limiter: l, Advance: time.Sleep, Now: time.Now}
+		},
+		Resolution: time.Microsecond,
+	})
+}
+
 // newLimiter returns a leased layer over srv, every hit leased unless
 // opts.Default says otherwise, its Redis side counting its calls, with its
 // own key prefix; Close runs at cleanup. opts.Exact, when nil, is the
@@ -41,10 +57,16 @@ func TestConformance(t *testing.T) {
 // enough for the tests' slow limits to be leased (a lease is at most what
 // the limit refills in one period) and for no period to end unless a test
 // moves the clock.
-func newLimiter(t *testing.T, srv *redistest.Server, opts lease.Options) (*lease.Limiter, *counting) {
+func newLimiter(t testing.TB, srv *redistest.Server, opts lease.Options) (*lease.Limiter, *counting) {
 	t.Helper()
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
+	return newLimiterOn(t, c, opts)
+}
+
+// newLimiterOn is newLimiter on client c, which the caller closes.
+func newLimiterOn(t testing.TB, c goredis.UniversalClient, opts lease.Options) (*lease.Limiter, *counting) {
+	t.Helper()
 	r := redisbackend.New(redisbackend.Options{
 		Client:    c,
 		Prefix:    strings.NewReplacer("/", "-", "{", "", "}", "").Replace(t.Name()),

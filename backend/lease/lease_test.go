@@ -314,3 +314,29 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 	t.Fatal("condition not met within 5s")
 }
+
+// A decision answered from the lease allocates nothing: leased mode's
+// hot path.
+func TestFromLeaseAllocs(t *testing.T) {
+	srv := redistest.Start(t)
+	l, r := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock()})
+	ks := []bucket.Key{key(t, 0), key(t, 1), key(t, 2)}
+	hits := []bucket.Hit{take(ks[0], big, 1), take(ks[1], big, 1), take(ks[2], big, 1)}
+	states := make([]bucket.State, len(hits))
+	ctx := context.Background()
+	if _, err := l.Hit(ctx, hits, states); err != nil {
+		t.Fatal(err)
+	}
+	calls := r.calls.Load()
+	n := testing.AllocsPerRun(100, func() {
+		if d, err := l.Hit(ctx, hits, states); err != nil || !d.Allowed {
+			t.Fatalf("Hit: %+v %v", d, err)
+		}
+	})
+	if r.calls.Load() != calls {
+		t.Fatalf("%d Redis calls: not answered from the lease", r.calls.Load()-calls)
+	}
+	if n != 0 {
+		t.Errorf("a decision from the lease allocates %v times, want 0", n)
+	}
+}

@@ -257,13 +257,24 @@ type keyNeed struct {
 	op       int    // index of its LeaseOp, or -1: decided from the lease
 	refused  bool
 	retry    time.Duration
+	later    uint64 // tokens of takes after the one a state is for
 }
 
 // hitLeased decides the hits for which leased reports true. When taken is
 // not nil it receives what an allowed decision spent (for putBack).
 func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []bucket.State, spent *[]taken) (bucket.Decision, error) {
-	var needs []keyNeed
-	byKey := map[bucket.Key]int{}
+	// A request has a few keys: a linear search in a stack array beats a
+	// map, which would allocate on every call.
+	var buf [8]keyNeed
+	needs := buf[:0]
+	find := func(k bucket.Key) int {
+		for n := range needs {
+			if needs[n].key == k {
+				return n
+			}
+		}
+		return -1
+	}
 	zero := false // a take of a Requests 0 limit refuses the call
 	for i := range hits {
 		h := &hits[i]
@@ -275,10 +286,9 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 			states[i] = bucket.State{RetryAfter: h.Limit.Period, ResetAfter: h.Limit.Period}
 			continue
 		}
-		n, ok := byKey[h.Key]
-		if !ok {
+		n := find(h.Key)
+		if n < 0 {
 			n = len(needs)
-			byKey[h.Key] = n
 			needs = append(needs, keyNeed{key: h.Key, limit: h.Limit, op: -1})
 		}
 		k := &needs[n]
@@ -351,10 +361,10 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 	// The takes' states, each seeing the takes of its key before it.
 	l.mu.Lock()
 	now := l.clock.Now()
-	later := make(map[bucket.Key]uint64, len(needs))
-	if allowed {
-		for _, k := range needs {
-			later[k.key] = k.total
+	for n := range needs {
+		needs[n].later = 0
+		if allowed {
+			needs[n].later = needs[n].total
 		}
 	}
 	for i := range hits {
@@ -366,16 +376,16 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 			states[i] = bucket.State{Allowed: true} // not consulted
 			continue
 		}
-		k := &needs[byKey[h.Key]]
+		k := &needs[find(h.Key)]
 		e := l.entries[h.Key]
 		if allowed {
-			later[h.Key] -= h.Cost
+			k.later -= h.Cost
 		}
 		at := now
 		if k.op >= 0 {
 			at = send // answered from Redis: its durations as Redis gave them
 		}
-		st := l.estimateAt(e, at, now, later[h.Key])
+		st := l.estimateAt(e, at, now, k.later)
 		if k.refused {
 			st.RetryAfter = k.retry
 			if k.need > k.limit.Burst {

@@ -69,18 +69,18 @@ type LeaseReply struct {
 	Reset time.Duration
 }
 
-// ErrLeaseSlots is returned by Lease for a decision whose buckets lie in
-// several Redis Cluster slots, which one script call cannot decide
-// all-or-nothing.
-var ErrLeaseSlots = errors.New("backend/redis: a leased decision spans Redis Cluster slots")
+// ErrLeaseSlots is returned by Lease on a Ring for a decision of several
+// keys, which one script call cannot decide all-or-nothing.
+var ErrLeaseSlots = errors.New("backend/redis: a leased decision spans Ring shards")
 
 // Lease runs ops through lease.lua and writes one reply per op into out.
 // Its buckets are not token_bucket.lua's: their keys are
 // "<prefix>:lease:{<hash>}", so a rule switched between exact and leased
 // starts from a full bucket. On a single Redis (or sentinel master) it is
-// one script call; in Redis Cluster one per slot, concurrently, and every
-// decision must lie in one slot (ErrLeaseSlots); on a Ring one per key,
-// and every decision must have one key. Every call runs under the
+// one script call; in Redis Cluster one per slot, concurrently (a decision
+// spanning slots is decided in each, and where one slot refuses, the
+// others give back what they took, in a second round); on a Ring one per
+// key, and every decision must have one key (ErrLeaseSlots). Every call runs under the
 // Timeout, not ctx's deadline. Errors are classified as Hit's (ErrorKind).
 func (l *Limiter) Lease(ctx context.Context, ops []LeaseOp, out []LeaseReply) error {
 	if len(out) < len(ops) {
@@ -105,6 +105,7 @@ func (l *Limiter) Lease(ctx context.Context, ops []LeaseOp, out []LeaseReply) er
 			return 0, nil
 		}
 	}
+	spans := false // a decision spans cluster slots
 	for i := range ops {
 		g, err := group(i)
 		if err != nil {
@@ -119,7 +120,7 @@ func (l *Limiter) Lease(ctx context.Context, ops []LeaseOp, out []LeaseReply) er
 						return fmt.Errorf("backend/redis: a leased decision names several keys on a Ring: %w", ErrLeaseSlots)
 					}
 				} else {
-					return ErrLeaseSlots
+					spans = true
 				}
 			}
 		}
@@ -130,11 +131,22 @@ func (l *Limiter) Lease(ctx context.Context, ops []LeaseOp, out []LeaseReply) er
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
 	defer cancel()
+	if err := l.leaseGroups(cctx, ks, ops, out, groups, order); err != nil {
+		return err
+	}
+	if spans {
+		return l.leaseRefund(cctx, ks, ops, out, group)
+	}
+	return nil
+}
+
+// leaseGroups runs one script call per group, concurrently.
+func (l *Limiter) leaseGroups(ctx context.Context, ks keyspace, ops []LeaseOp, out []LeaseReply, groups map[int][]int, order []int) error {
 	errs := make([]error, len(order))
 	var wg sync.WaitGroup
 	for n, g := range order {
 		idx := groups[g]
-		run := func() { errs[n] = l.leaseCall(cctx, ks, ops, idx, out) }
+		run := func() { errs[n] = l.leaseCall(ctx, ks, ops, idx, out) }
 		if len(order) == 1 {
 			run()
 			break
@@ -143,6 +155,54 @@ func (l *Limiter) Lease(ctx context.Context, ops []LeaseOp, out []LeaseReply) er
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// leaseRefund completes the all-or-nothing of decisions that span Redis
+// Cluster slots, which each slot's call decided alone: where any take of a
+// decision was refused, the takes other slots allowed give back what they
+// took and leased, in a second round of calls; their replies then report
+// the bucket after the refund, and nothing leased.
+func (l *Limiter) leaseRefund(ctx context.Context, ks keyspace, ops []LeaseOp, out []LeaseReply, group func(int) (int, error)) error {
+	var gives []LeaseOp
+	var refs []int
+	for i := 0; i < len(ops); {
+		j := i
+		refused := false
+		for j < len(ops) && ops[j].Decision == ops[i].Decision {
+			if ops[j].Kind == LeaseTake && !out[j].Allowed {
+				refused = true
+			}
+			j++
+		}
+		for k := i; refused && k < j; k++ {
+			if ops[k].Kind == LeaseTake && out[k].Allowed && ops[k].Take+out[k].Leased > 0 {
+				gives = append(gives, LeaseOp{Key: ops[k].Key, Limit: ops[k].Limit, Decision: uint64(len(gives) + 1), Kind: LeaseGive, Take: ops[k].Take + out[k].Leased})
+				refs = append(refs, k)
+			}
+		}
+		i = j
+	}
+	if len(gives) == 0 {
+		return nil
+	}
+	groups := map[int][]int{}
+	var order []int
+	for i := range gives {
+		g := slot(fmt.Appendf(nil, "%x", gives[i].Key[:]))
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	replies := make([]LeaseReply, len(gives))
+	if err := l.leaseGroups(ctx, ks, gives, replies, groups, order); err != nil {
+		return fmt.Errorf("backend/redis: refund of a leased decision refused in another slot: %w", err)
+	}
+	for n, k := range refs {
+		out[k].Leased = 0
+		out[k].Remaining, out[k].Reset = replies[n].Remaining, replies[n].Reset
+	}
+	return nil
 }
 
 // leaseCall runs one script call for ops[idx].
