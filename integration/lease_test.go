@@ -170,15 +170,17 @@ func TestLeaseSkew(t *testing.T) {
 func TestLeaseSIGKILL(t *testing.T) {
 	_, nodes := leaseNodes(t) // --lease-period 1s: a lease of kill is at most 60
 	req := request("lease", "kill=k")
-	if r := nodes[0].Check(t, "lease", "kill=k"); r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
-		t.Fatalf("first request: %v", r.GetOverallCode())
+	for i := range 2 { // a key's first decision leases nothing; its second does
+		if r := nodes[0].Check(t, "lease", "kill=k"); r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("request %d: %v", i, r.GetOverallCode())
+		}
 	}
 	if v, _ := scrapeMetric(t, nodes[0], `ratelimit_lease_tokens_total{direction="leased"}`); v != 60 {
 		t.Fatalf("node 0 leased %v tokens, want 60", v)
 	}
 	nodes[0].Signal(t, syscall.SIGKILL)
 	_ = nodes[0].Wait(t, 5*time.Second)
-	hold(1100 * time.Millisecond) // one lease period, and the refill of the token spent
+	hold(1100 * time.Millisecond) // one lease period, and the refill of the tokens spent
 	// Drain from node 1 as fast as it answers: the whole burst is there.
 	start := time.Now()
 	admitted := 0
@@ -208,8 +210,10 @@ func TestLeaseSIGKILL(t *testing.T) {
 func TestLeaseSIGTERM(t *testing.T) {
 	// 10 per minute, a 10-minute lease period: a lease is 99 / (2 × 3 nodes).
 	_, nodes := leaseNodes(t, "--lease-period", "10m")
-	if r := nodes[0].Check(t, "lease", "term=t"); r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
-		t.Fatalf("first request: %v", r.GetOverallCode())
+	for i := range 2 { // a key's first decision leases nothing; its second does
+		if r := nodes[0].Check(t, "lease", "term=t"); r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("request %d: %v", i, r.GetOverallCode())
+		}
 	}
 	if v, _ := scrapeMetric(t, nodes[0], `ratelimit_lease_tokens_total{direction="leased"}`); v != 16 {
 		t.Fatalf("node 0 leased %v tokens, want 16", v)
@@ -225,10 +229,11 @@ func TestLeaseSIGTERM(t *testing.T) {
 		}
 		admitted++
 	}
-	// 99 left after node 0's request, plus at most a token or two refilled.
+	// 98 left after node 0's two requests, plus at most a token or two
+	// refilled.
 	t.Logf("after SIGTERM: node 1 admitted %d", admitted)
-	if admitted < 99 || admitted > 101 {
-		t.Errorf("node 1 admitted %d, want 99 (+ refill): node 0's 16 unused tokens were not given back", admitted)
+	if admitted < 98 || admitted > 100 {
+		t.Errorf("node 1 admitted %d, want 98 (+ refill): node 0's 16 unused tokens were not given back", admitted)
 	}
 }
 
@@ -238,8 +243,10 @@ func TestLeaseSIGTERM(t *testing.T) {
 func TestLeaseRedisDown(t *testing.T) {
 	s, nodes := leaseNodes(t)
 	p := nodes[0]
-	if r := p.Check(t, "lease", "big=b"); r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
-		t.Fatalf("first request: %v", r.GetOverallCode())
+	for i := range 2 { // a key's first decision leases nothing; its second does
+		if r := p.Check(t, "lease", "big=b"); r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("request %d: %v", i, r.GetOverallCode())
+		}
 	}
 	before, _ := scrapeMetric(t, p, `ratelimit_lease_decisions_total{answer="lease"}`)
 	s.Kill()

@@ -76,6 +76,7 @@ func newLimiterOn(t testing.TB, c goredis.UniversalClient, opts lease.Options) (
 	t.Cleanup(r.Close)
 	cr := &counting{Limiter: r}
 	opts.Leaser = cr
+	opts.EagerLeases = true // most tests count on a key's first lease
 	if opts.Period == 0 {
 		opts.Period = time.Hour
 	}

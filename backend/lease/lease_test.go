@@ -10,6 +10,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rls/sluice/backend/lease"
 	"github.com/sluice-rls/sluice/bucket"
@@ -72,20 +73,52 @@ func TestDecidesFromLease(t *testing.T) {
 	}
 }
 
-// Near the limit a lease is no token at all: every decision is Redis'.
+// Near the limit a lease is no token at all: every decision is Redis',
+// until the bucket is empty; then the empty-bucket cache refuses without
+// Redis until the next token is due.
 func TestNearLimitIsExact(t *testing.T) {
 	srv := redistest.Start(t)
-	l, r := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock()})
+	clock := clockwork.NewFakeClock()
+	l, r := newLimiter(t, srv, lease.Options{Clock: clock})
 	lim := bucket.Limit{Requests: 1, Period: time.Hour, Burst: 2}
 	k := key(t, 0)
-	for i, want := range []bool{true, true, false, false} {
+	for i, want := range []struct {
+		allowed bool
+		calls   int64
+	}{{true, 1}, {true, 1}, {false, 0}, {false, 0}} {
 		calls := r.calls.Load()
-		if ok, _ := hit(t, l, take(k, lim, 1)); ok != want {
-			t.Errorf("take %d: allowed %v, want %v", i, ok, want)
+		ok, st := hit(t, l, take(k, lim, 1))
+		if ok != want.allowed || r.calls.Load()-calls != want.calls {
+			t.Errorf("take %d: allowed %v after %d Redis calls, want %v after %d", i, ok, r.calls.Load()-calls, want.allowed, want.calls)
 		}
-		if r.calls.Load() != calls+1 {
-			t.Errorf("take %d: %d Redis calls, want 1", i, r.calls.Load()-calls)
+		if !ok && (st[0].RetryAfter <= 59*time.Minute || st[0].RetryAfter > time.Hour) {
+			t.Errorf("take %d: RetryAfter %v, want the next token's hour", i, st[0].RetryAfter)
 		}
+	}
+	clock.Advance(time.Hour) // the next token is due: Redis again
+	calls := r.calls.Load()
+	if ok, _ := hit(t, l, take(k, lim, 1)); r.calls.Load() != calls+1 {
+		t.Errorf("after the next token's time: allowed %v after %d Redis calls, want 1", ok, r.calls.Load()-calls)
+	}
+}
+
+// Without EagerLeases a key's first decision leases nothing; its next
+// does.
+func TestFirstDecisionExact(t *testing.T) {
+	srv := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	_, r := newLimiterOn(t, c, lease.Options{Clock: clockwork.NewFakeClock()})
+	lazy := lease.New(lease.Options{Leaser: r, Exact: r.Limiter, Default: bucket.Leased, Clock: clockwork.NewFakeClock(), Period: time.Hour})
+	defer lazy.Close(context.Background())
+	k := key(t, 0)
+	hit(t, lazy, take(k, big, 1))
+	if got := r.inRedis(t, k, big); got != 999 {
+		t.Errorf("the first decision left %d in Redis, want 999 (no lease)", got)
+	}
+	hit(t, lazy, take(k, big, 1))
+	if got := r.inRedis(t, k, big); got != 499 {
+		t.Errorf("the second decision left %d in Redis, want 499 (a lease of half)", got)
 	}
 }
 

@@ -61,6 +61,11 @@ type Options struct {
 	Nodes func() int
 	// Metrics counts leases (nil: not counted).
 	Metrics *Metrics
+	// EagerLeases leases from a key's first decision. By default a key
+	// seen for the first time (or idle for a lease period) is decided
+	// exactly, without a lease, and leased from its next decision: keys
+	// hit once in a while then cost no lease and no give-back.
+	EagerLeases bool
 }
 
 // Limiter is the leased global layer. It is safe for concurrent use. Run
@@ -84,6 +89,8 @@ type Limiter struct {
 	fetch   map[bucket.Key]bool // keys to prefetch
 	closed  bool
 
+	batch *batcher // the decisions' Lease calls
+
 	nudge chan struct{} // a prefetch is wanted
 	done  chan struct{} // closed by Close: Run returns
 	runMu sync.Mutex    // held by Run's call: Close waits for it
@@ -102,6 +109,12 @@ type entry struct {
 	expires        time.Time // held tokens go back then
 	used           time.Time // last decision on the key
 	fetching       bool      // a prefetch is queued or in flight
+	// fresh marks an entry made for the decision at hand: its first
+	// decision within a lease period leases nothing (Options.EagerLeases).
+	fresh bool
+	// emptyUntil is when Redis' bucket has a whole token again, as its
+	// last reply said (the empty-bucket cache); zero when not known empty.
+	emptyUntil time.Time
 }
 
 // New returns a Limiter; call Run in a goroutine of its own, and Close.
@@ -123,6 +136,7 @@ func New(opts Options) *Limiter {
 		clock:   opts.Clock,
 		entries: map[bucket.Key]*entry{},
 		fetch:   map[bucket.Key]bool{},
+		batch:   &batcher{leaser: opts.Leaser},
 		nudge:   make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
@@ -296,6 +310,7 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 		k.total += h.Cost
 	}
 	allowed := !zero
+	cached := false // a key refused from the empty-bucket cache
 	var ops []redisbackend.LeaseOp
 	var send time.Time
 	if allowed && len(needs) > 0 {
@@ -307,7 +322,10 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 			e.used = now
 			if k.need > k.limit.Burst {
 				// Never allowed: Redis reports the bucket, the lease stays.
-				ops = append(ops, l.takeOp(k, 1, k.need, 0))
+				op := l.takeOp(k, 1, k.need, 0)
+				op.Extra = 0
+				ops = append(ops, op)
+				k.refused = true
 				continue
 			}
 			if e.held >= k.need {
@@ -316,16 +334,44 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 				l.lowWater(k.key, e)
 				continue
 			}
+			if e.held == 0 && now.Before(e.emptyUntil) {
+				// Known empty (the empty-bucket cache): refused without
+				// Redis until its next token is due.
+				interval := e.limit.Period / time.Duration(e.limit.Requests)
+				k.refused, k.retry = true, e.emptyUntil.Sub(now)+time.Duration(k.need-1)*interval
+				cached = true
+				continue
+			}
 			k.reserved = e.held
 			e.held = 0
-			ops = append(ops, l.takeOp(k, 1, k.need-k.reserved, k.total-min(k.total, k.reserved)))
+			extra := l.maxLease(k.limit)
+			if e.fresh && !l.opts.EagerLeases {
+				extra = 0 // a key's first decision: rarely hit keys stay exact
+			}
+			op := l.takeOp(k, 1, k.need-k.reserved, k.total-min(k.total, k.reserved))
+			op.Extra = extra
+			ops = append(ops, op)
 			k.op = len(ops) - 1
 		}
+		for n := range needs {
+			if e := l.entries[needs[n].key]; e != nil {
+				e.fresh = false
+			}
+		}
+		if cached {
+			allowed = false
+			ops = ops[:0] // refused without Redis (a limit change's give-back is lost: never more tokens)
+			for n := range needs {
+				needs[n].op = -1
+			}
+		}
 		l.mu.Unlock()
-		if len(ops) > 0 {
+		if cached {
+			l.opts.Metrics.fromLease(len(hits))
+		} else if len(ops) > 0 {
 			replies := make([]redisbackend.LeaseReply, len(ops))
 			send = l.clock.Now()
-			err := l.opts.Leaser.Lease(ctx, ops, replies)
+			err := l.batch.do(ctx, ops, replies)
 			l.opts.Metrics.redisCall(len(hits))
 			if err != nil {
 				l.mu.Lock()
@@ -440,7 +486,7 @@ func (l *Limiter) share() uint64 {
 func (l *Limiter) entry(k bucket.Key, lim bucket.Limit, now time.Time, ops *[]redisbackend.LeaseOp) *entry {
 	e := l.entries[k]
 	if e == nil {
-		e = &entry{limit: lim, fullLo: now, fullHi: now}
+		e = &entry{limit: lim, fullLo: now, fullHi: now, fresh: true}
 		l.entries[k] = e
 		return e
 	}
@@ -449,7 +495,7 @@ func (l *Limiter) entry(k bucket.Key, lim bucket.Limit, now time.Time, ops *[]re
 			*ops = append(*ops, redisbackend.LeaseOp{Key: k, Limit: e.limit, Decision: 0, Kind: redisbackend.LeaseGive, Take: e.held})
 			l.opts.Metrics.given(e.held)
 		}
-		*e = entry{limit: lim, fullLo: now, fullHi: now}
+		*e = entry{limit: lim, fullLo: now, fullHi: now, fresh: true}
 	}
 	return e
 }
@@ -484,6 +530,7 @@ func (l *Limiter) apply(ops []redisbackend.LeaseOp, replies []redisbackend.Lease
 		if r.Leased > 0 {
 			l.grant(e, r.Leased, now)
 		}
+		l.rememberEmpty(e, op, r, send)
 	}
 	for n := range needs {
 		k := &needs[n]
@@ -502,6 +549,24 @@ func (l *Limiter) apply(ops []redisbackend.LeaseOp, replies []redisbackend.Lease
 		l.lowWater(k.key, e)
 	}
 	return allowed
+}
+
+// rememberEmpty puts e in the empty-bucket cache when a take's reply left
+// Redis' bucket without a whole token and the node holds none: until the
+// next token is due (from the send: never later than Redis would say),
+// e's takes are refused without Redis. Another node's give-back may refill
+// it sooner: then this node refuses for at most one token interval more
+// than it must (never admits more). Called with mu held.
+func (l *Limiter) rememberEmpty(e *entry, op redisbackend.LeaseOp, r *redisbackend.LeaseReply, send time.Time) {
+	if op.Kind == redisbackend.LeaseGive || r.Remaining > 0 || e.held > 0 || e.limit.Requests == 0 {
+		e.emptyUntil = time.Time{}
+		return
+	}
+	interval := e.limit.Period / time.Duration(e.limit.Requests)
+	next := r.Reset - time.Duration(e.limit.Burst-1)*interval
+	if next > 0 {
+		e.emptyUntil = send.Add(next)
+	}
 }
 
 // grant adds a lease of n tokens to e. Called with mu held.
@@ -586,6 +651,7 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 		switch {
 		case h.Give:
 			ops = append(ops, redisbackend.LeaseOp{Key: h.Key, Limit: h.Limit, Decision: d, Kind: redisbackend.LeaseGive, Take: h.Cost + e.held})
+			e.emptyUntil = time.Time{}
 			l.opts.Metrics.given(e.held)
 			reserved = append(reserved, 0)
 			e.held = 0
@@ -619,7 +685,7 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 	}
 	replies := make([]redisbackend.LeaseReply, len(ops))
 	send := l.clock.Now()
-	err := l.opts.Leaser.Lease(ctx, ops, replies)
+	err := l.batch.do(ctx, ops, replies)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {

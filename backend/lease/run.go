@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"time"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 )
@@ -47,7 +48,9 @@ func (l *Limiter) Close(ctx context.Context) error {
 	l.mu.Unlock()
 	l.runMu.Lock() // Run has returned
 	defer l.runMu.Unlock()
-	return l.step(ctx, true)
+	err := l.step(ctx, true)
+	l.batch.wait()
+	return err
 }
 
 // step sends the queued prefetches and the give-backs of expired leases
@@ -74,7 +77,7 @@ func (l *Limiter) step(ctx context.Context, all bool) error {
 		switch {
 		case e.held > 0 && (all || !now.Before(e.expires)):
 			ops = append(ops, redisbackend.LeaseOp{Key: k, Limit: e.limit, Decision: uint64(len(ops) + 1), Kind: redisbackend.LeaseGive, Take: e.held})
-			e.held = 0
+			e.held, e.emptyUntil = 0, time.Time{}
 		case e.held == 0 && !e.fetching && now.Sub(e.used) > l.opts.Period:
 			delete(l.entries, k)
 		}
