@@ -23,27 +23,37 @@ import (
 // estimate, which on one node is exact. As backend/redis's suite, the
 // buckets run on Redis' clock: Advance waits real time, and the lag is
 // measured (buckettest.Run). The layer's own clock is real too.
+//
+// "eager" leases from a key's first decision; "default" (rls serve's
+// setting) from its second, so that its first is Redis' exact decision.
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
-	buckettest.Run(t, buckettest.Harness{
-		New: func(t *testing.T) buckettest.Subject {
-			l, _ := newLimiter(t, srv, lease.Options{})
-			return buckettest.Subject{Limiter: l, Advance: time.Sleep, Now: time.Now}
-		},
-		Resolution: time.Microsecond,
-	})
+	for _, eager := range []bool{true, false} {
+		name := map[bool]string{true: "eager", false: "default"}[eager]
+		t.Run(name, func(t *testing.T) {
+			buckettest.Run(t, buckettest.Harness{
+				New: func(t *testing.T) buckettest.Subject {
+					c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+					t.Cleanup(func() { _ = c.Close() })
+					l, _ := newLimiterOn(t, c, lease.Options{EagerLeases: eager})
+					return buckettest.Subject{Limiter: l, Advance: time.Sleep, Now: time.Now}
+				},
+				Resolution: time.Microsecond,
+			})
+		})
+	}
 }
 
-// TestConformanceCluster runs the suite on a real 3-master Redis Cluster:
-// a decision's keys lie in several slots, each decided in its own call,
-// and a refusal in one slot gives back what the others took.
+// TestConformanceCluster runs the suite on a real 3-master Redis Cluster,
+// eager leases: a decision's keys lie in several slots, each decided in
+// its own call, and a refusal in one slot gives back what the others took.
 func TestConformanceCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	buckettest.Run(t, buckettest.Harness{
 		New: func(t *testing.T) buckettest.Subject {
 			c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs()})
 			t.Cleanup(func() { _ = c.Close() })
-			l, _ := newLimiterOn(t, c, lease.Options{})
+			l, _ := newLimiterOn(t, c, lease.Options{EagerLeases: true})
 			return buckettest.Subject{Limiter: l, Advance: time.Sleep, Now: time.Now}
 		},
 		Resolution: time.Microsecond,
@@ -61,10 +71,12 @@ func newLimiter(t testing.TB, srv *redistest.Server, opts lease.Options) (*lease
 	t.Helper()
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
+	opts.EagerLeases = true // the tests count on a key's first lease
 	return newLimiterOn(t, c, opts)
 }
 
-// newLimiterOn is newLimiter on client c, which the caller closes.
+// newLimiterOn is newLimiter on client c, which the caller closes, with
+// opts.EagerLeases as given.
 func newLimiterOn(t testing.TB, c goredis.UniversalClient, opts lease.Options) (*lease.Limiter, *counting) {
 	t.Helper()
 	r := redisbackend.New(redisbackend.Options{
@@ -76,7 +88,6 @@ func newLimiterOn(t testing.TB, c goredis.UniversalClient, opts lease.Options) (
 	t.Cleanup(r.Close)
 	cr := &counting{Limiter: r}
 	opts.Leaser = cr
-	opts.EagerLeases = true // most tests count on a key's first lease
 	if opts.Period == 0 {
 		opts.Period = time.Hour
 	}
