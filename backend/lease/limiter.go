@@ -87,6 +87,8 @@ type Limiter struct {
 	mu      sync.Mutex
 	entries map[bucket.Key]*entry
 	fetch   map[bucket.Key]bool // keys to prefetch
+	holding map[bucket.Key]bool // keys that may hold tokens: Run looks at these alone
+	swept   time.Time           // Run's last sweep of idle entries
 	closed  bool
 
 	batch *batcher // the decisions' Lease calls
@@ -98,6 +100,7 @@ type Limiter struct {
 
 // entry is the node's state of one leased key.
 type entry struct {
+	key   bucket.Key
 	limit bucket.Limit
 	held  uint64 // leased tokens not spent
 	// fullLo and fullHi bound when Redis' bucket is full, as of the last
@@ -136,6 +139,7 @@ func New(opts Options) *Limiter {
 		clock:   opts.Clock,
 		entries: map[bucket.Key]*entry{},
 		fetch:   map[bucket.Key]bool{},
+		holding: map[bucket.Key]bool{},
 		batch:   &batcher{leaser: opts.Leaser},
 		nudge:   make(chan struct{}, 1),
 		done:    make(chan struct{}),
@@ -232,10 +236,10 @@ func (l *Limiter) putBack(ts []taken) {
 	for _, t := range ts {
 		e := l.entries[t.key]
 		if e == nil {
-			e = &entry{fullLo: now, fullHi: now}
+			e = &entry{key: t.key, fullLo: now, fullHi: now}
 			l.entries[t.key] = e
 		}
-		e.held += t.tokens
+		l.addHeld(e, t.tokens)
 		if e.expires.Before(now) {
 			e.expires = now.Add(l.opts.Period)
 		}
@@ -377,7 +381,7 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 				l.mu.Lock()
 				for n := range needs {
 					if e := l.entries[needs[n].key]; e != nil {
-						e.held += needs[n].reserved
+						l.addHeld(e, needs[n].reserved)
 					}
 				}
 				l.mu.Unlock()
@@ -393,7 +397,7 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 		l.mu.Lock()
 		for n := range needs {
 			if e := l.entries[needs[n].key]; e != nil {
-				e.held += needs[n].reserved
+				l.addHeld(e, needs[n].reserved)
 			}
 		}
 		l.mu.Unlock()
@@ -486,7 +490,7 @@ func (l *Limiter) share() uint64 {
 func (l *Limiter) entry(k bucket.Key, lim bucket.Limit, now time.Time, ops *[]redisbackend.LeaseOp) *entry {
 	e := l.entries[k]
 	if e == nil {
-		e = &entry{limit: lim, fullLo: now, fullHi: now, fresh: true}
+		e = &entry{key: k, limit: lim, fullLo: now, fullHi: now, fresh: true}
 		l.entries[k] = e
 		return e
 	}
@@ -495,7 +499,7 @@ func (l *Limiter) entry(k bucket.Key, lim bucket.Limit, now time.Time, ops *[]re
 			*ops = append(*ops, redisbackend.LeaseOp{Key: k, Limit: e.limit, Decision: 0, Kind: redisbackend.LeaseGive, Take: e.held})
 			l.opts.Metrics.given(e.held)
 		}
-		*e = entry{limit: lim, fullLo: now, fullHi: now, fresh: true}
+		*e = entry{key: k, limit: lim, fullLo: now, fullHi: now, fresh: true}
 	}
 	return e
 }
@@ -543,7 +547,7 @@ func (l *Limiter) apply(ops []redisbackend.LeaseOp, replies []redisbackend.Lease
 			}
 		}
 		if allowed && k.reserved > k.total {
-			e.held += k.reserved - k.total // a check's reserved tokens
+			l.addHeld(e, k.reserved-k.total) // a check's reserved tokens
 			k.reserved = k.total
 		}
 		l.lowWater(k.key, e)
@@ -569,9 +573,18 @@ func (l *Limiter) rememberEmpty(e *entry, op redisbackend.LeaseOp, r *redisbacke
 	}
 }
 
+// addHeld adds n tokens to e's lease, and e to the keys Run looks at.
+// Called with mu held.
+func (l *Limiter) addHeld(e *entry, n uint64) {
+	e.held += n
+	if n > 0 {
+		l.holding[e.key] = true
+	}
+}
+
 // grant adds a lease of n tokens to e. Called with mu held.
 func (l *Limiter) grant(e *entry, n uint64, now time.Time) {
-	e.held += n
+	l.addHeld(e, n)
 	e.lastLease = n
 	e.expires = now.Add(l.opts.Period)
 	l.opts.Metrics.leased(n)
@@ -691,7 +704,7 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 	if err != nil {
 		for j, op := range ops {
 			if e := l.entries[op.Key]; e != nil && e.limit == op.Limit {
-				e.held += reserved[j]
+				l.addHeld(e, reserved[j])
 			}
 		}
 		return fmt.Errorf("backend/lease: %w", err)
@@ -708,10 +721,10 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 		case refs[j] < 0:
 			continue
 		case op.Kind == redisbackend.LeaseIndependent && !r.Allowed:
-			e.held += reserved[j]
+			l.addHeld(e, reserved[j])
 		case op.Kind == redisbackend.LeaseIndependent:
 			h := &hits[refs[j]]
-			e.held += reserved[j] - min(reserved[j], h.Cost)
+			l.addHeld(e, reserved[j]-min(reserved[j], h.Cost))
 			if r.Leased > 0 {
 				l.grant(e, r.Leased, now)
 			}

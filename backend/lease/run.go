@@ -73,13 +73,25 @@ func (l *Limiter) step(ctx context.Context, all bool) error {
 		})
 	}
 	clear(l.fetch)
-	for k, e := range l.entries {
+	for k := range l.holding {
+		e := l.entries[k]
 		switch {
-		case e.held > 0 && (all || !now.Before(e.expires)):
+		case e == nil || e.held == 0:
+			delete(l.holding, k)
+		case all || !now.Before(e.expires):
 			ops = append(ops, redisbackend.LeaseOp{Key: k, Limit: e.limit, Decision: uint64(len(ops) + 1), Kind: redisbackend.LeaseGive, Take: e.held})
 			e.held, e.emptyUntil = 0, time.Time{}
-		case e.held == 0 && !e.fetching && now.Sub(e.used) > l.opts.Period:
-			delete(l.entries, k)
+			delete(l.holding, k)
+		}
+	}
+	// Idle keys (nothing held, unused for a lease period) are forgotten
+	// once a period: a sweep walks every key, so it is not done per tick.
+	if now.Sub(l.swept) >= l.opts.Period {
+		l.swept = now
+		for k, e := range l.entries {
+			if e.held == 0 && !e.fetching && now.Sub(e.used) > l.opts.Period {
+				delete(l.entries, k)
+			}
 		}
 	}
 	l.mu.Unlock()
@@ -112,7 +124,7 @@ func (l *Limiter) background(ctx context.Context, ops []redisbackend.LeaseOp, cl
 		if err != nil {
 			if op.Kind == redisbackend.LeaseGive {
 				if !closing && e != nil && e.limit == op.Limit {
-					e.held += op.Take
+					l.addHeld(e, op.Take)
 					e.expires = now.Add(l.opts.Period)
 				}
 			}
