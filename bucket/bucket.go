@@ -1,6 +1,9 @@
 package bucket
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Key identifies one token bucket: 128 bits derived from everything that
 // defines it (package descriptors encodes that; SumKey or a NodeHasher
@@ -57,6 +60,54 @@ type Hit struct {
 	Cost        uint64
 	Give        bool
 	Independent bool
+	// Consistency is the rule's choice between exact and leased global
+	// buckets (package backend/lease); the zero value leaves it to the
+	// layer's default. Layers that do not lease ignore it.
+	Consistency Consistency
+}
+
+// Consistency says how a global bucket is decided: in Redis on every
+// request (Exact), or from tokens a node leased from it ahead of time
+// (Leased). docs/design.md, "Leased global buckets", compares them.
+type Consistency uint8
+
+const (
+	// DefaultConsistency leaves the choice to the layer (--consistency).
+	DefaultConsistency Consistency = iota
+	// Exact decides every hit in the shared store.
+	Exact
+	// Leased decides hits from leased tokens, never admitting more than
+	// Exact would.
+	Leased
+)
+
+// MarshalText returns String's text.
+func (c Consistency) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// UnmarshalText parses "exact" or "leased" (a flag's value: "default" is
+// not one).
+func (c *Consistency) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "exact":
+		*c = Exact
+	case "leased":
+		*c = Leased
+	default:
+		return fmt.Errorf("consistency %q: want exact or leased", b)
+	}
+	return nil
+}
+
+// String returns "default", "exact" or "leased".
+func (c Consistency) String() string {
+	switch c {
+	case Exact:
+		return "exact"
+	case Leased:
+		return "leased"
+	default:
+		return "default"
+	}
 }
 
 // State is the answer for one Hit.

@@ -39,7 +39,7 @@ type decoder struct {
 var (
 	rootFields       = []string{"domain", "descriptors"}
 	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "metadata", "detailed_metric", "value_to_metric", "share_threshold", "protected"}
-	rateLimitFields  = []string{"unit", "requests_per_unit", "unit_multiplier", "burst", "name", "replaces", "unlimited", "local"}
+	rateLimitFields  = []string{"unit", "requests_per_unit", "unit_multiplier", "burst", "name", "replaces", "unlimited", "local", "consistency"}
 	localFields      = []string{"unit", "requests_per_unit", "unit_multiplier", "burst"}
 	replaceFields    = []string{"name"}
 )
@@ -432,6 +432,11 @@ func (d *decoder) rateLimit(n *yaml.Node) *RateLimit {
 		case "unlimited":
 			r.unlimitedPos = at(v)
 			r.Unlimited = d.boolean(v, fl.name)
+		case "consistency":
+			r.Consistency, _ = d.str(v, fl.name)
+			if _, ok := ParseConsistency(r.Consistency); !ok {
+				d.errorf(v, "consistency must be exact or leased, got %q", r.Consistency)
+			}
 		case "local":
 			n := len(d.errs)
 			r.Local = d.local(v)

@@ -72,6 +72,9 @@ type RateLimit struct {
 	UnitMultiplier  uint32      `yaml:"unit_multiplier,omitempty"`
 	Burst           *uint32     `yaml:"burst,omitempty"`
 	Local           *LocalLimit `yaml:"local,omitempty"`
+	// Consistency is "exact", "leased" or empty (the server's
+	// --consistency): how the global bucket is decided (Rule.Consistency).
+	Consistency string `yaml:"consistency,omitempty"`
 
 	pos, namePos, unlimitedPos, unitPos, rpuPos, multPos, burstPos pos
 	bad                                                            bool // a field failed to decode: skip combination checks

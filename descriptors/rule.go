@@ -52,6 +52,10 @@ type Rule struct {
 	Metadata map[string]any
 	// DetailedMetric: the metric label carries every request value.
 	DetailedMetric bool
+	// Consistency is rate_limit.consistency: how the global bucket is
+	// decided, bucket.DefaultConsistency when unset (the server's
+	// --consistency decides).
+	Consistency bucket.Consistency
 
 	levels  []level
 	dynamic bool // MetricLabel depends on the request
@@ -132,9 +136,24 @@ func (r *Rule) Source() string {
 	return r.file + ":" + r.pos.String()
 }
 
+// ParseConsistency parses a rate_limit's consistency: "exact" or
+// "leased"; "" is bucket.DefaultConsistency.
+func ParseConsistency(s string) (bucket.Consistency, bool) {
+	switch s {
+	case "":
+		return bucket.DefaultConsistency, true
+	case "exact":
+		return bucket.Exact, true
+	case "leased":
+		return bucket.Leased, true
+	}
+	return bucket.DefaultConsistency, false
+}
+
 // String returns the rule's /rlconfig line, "<path>: <limits>", e.g.
 // "edge.remote_address: global 1000/second burst 2000, local 3200/second burst 64",
-// followed by ", shadow_mode", ", quota_mode", ", protected", ", name N" and ", replaces A B" when set.
+// followed by ", exact" or ", leased" (a global rule's consistency), ", shadow_mode",
+// ", quota_mode", ", protected", ", name N" and ", replaces A B" when set.
 func (r *Rule) String() string {
 	var b strings.Builder
 	b.WriteString(r.Path)
@@ -154,6 +173,10 @@ func (r *Rule) String() string {
 			b.WriteString("local ")
 			b.WriteString(r.LocalRate.String())
 		}
+	}
+	if r.Consistency != bucket.DefaultConsistency && r.GlobalRate != nil {
+		b.WriteString(", ")
+		b.WriteString(r.Consistency.String())
 	}
 	if r.ShadowMode {
 		b.WriteString(", shadow_mode")

@@ -1,6 +1,11 @@
 package descriptors
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"github.com/sluice-rls/sluice/bucket"
+)
 
 func TestRuleString(t *testing.T) {
 	t.Parallel()
@@ -129,5 +134,33 @@ func TestMetricLabelPlainDoesNotAllocate(t *testing.T) {
 	e := entries("k=v")
 	if n := testing.AllocsPerRun(100, func() { r.MetricLabel(e) }); n != 0 {
 		t.Errorf("MetricLabel on a plain rule allocates %v times, want 0", n)
+	}
+}
+
+// rate_limit.consistency sets the rule's Consistency; unset leaves it to
+// the server, and anything but exact or leased is an error.
+func TestConsistency(t *testing.T) {
+	t.Parallel()
+	c := mustConfig(t, `
+domain: edge
+descriptors:
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 10, consistency: leased}
+  - key: b
+    rate_limit: {unit: second, requests_per_unit: 10, consistency: exact}
+  - key: c
+    rate_limit: {unit: second, requests_per_unit: 10}
+`)
+	for k, want := range map[string]bucket.Consistency{"a": bucket.Leased, "b": bucket.Exact, "c": bucket.DefaultConsistency} {
+		if got := c.Domain("edge").Match(entries(k + "=v")).Consistency; got != want {
+			t.Errorf("rule %s: Consistency %v, want %v", k, got, want)
+		}
+	}
+	if got := c.Domain("edge").Match(entries("a=v")).String(); got != "edge.a: global 10/second burst 10, leased" {
+		t.Errorf("String() = %q", got)
+	}
+	_, err := Parse("bad.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, consistency: lazy}\n"))
+	if err == nil || !strings.Contains(err.Error(), `consistency must be exact or leased, got "lazy"`) {
+		t.Errorf("Parse(consistency: lazy) error = %v", err)
 	}
 }

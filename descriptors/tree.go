@@ -175,6 +175,7 @@ func (b *builder) rule(d *Descriptor, levels []level, file string) *Rule {
 		r.dynamic = r.dynamic || l.valueToMetric
 	}
 	r.Path = string(path)
+	r.Consistency, _ = ParseConsistency(rl.Consistency)
 	r.dynamic = r.dynamic || r.DetailedMetric
 	for _, rep := range rl.Replaces {
 		r.Replaces = append(r.Replaces, rep.Name)

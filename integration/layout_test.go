@@ -29,6 +29,7 @@ var allowedImports = map[string][]string{
 	"xds":                 {"audit", "descriptors", "ruleset"},
 	"backend/memory":      {"bucket"},
 	"backend/redis":       {"bucket"},
+	"backend/lease":       {"backend/redis", "bucket"},
 	"fallback":            {"bucket"},
 	"service":             {"bucket", "descriptors", "override"},
 	"override":            {"audit", "bucket", "descriptors"},
@@ -37,8 +38,8 @@ var allowedImports = map[string][]string{
 	"emergency":           {},
 	"audit":               {},
 	"audit/redisaudit":    {"audit"},
-	"cmd/rls":             {"audit", "audit/redisaudit", "backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "emergency", "fallback", "override", "override/redisstore", "ruleset", "service", "tracing", "xds"},
-	"cmd/rls/flags":       {"audit/redisaudit", "backend/memory", "backend/redis", "fallback", "override", "ruleset", "service", "xds"},
+	"cmd/rls":             {"audit", "audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "emergency", "fallback", "override", "override/redisstore", "ruleset", "service", "tracing", "xds"},
+	"cmd/rls/flags":       {"audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "bucket", "fallback", "override", "ruleset", "service", "xds"},
 	"cmd/rlsbench":        {},
 }
 

@@ -434,6 +434,9 @@ func (s *Server) buildHits(sc *scratch, req *rlsv3.RateLimitRequest, gray bool) 
 		default:
 			continue
 		}
+		if rule != nil {
+			hit.Consistency = rule.Consistency // exact or leased: backend/lease reads it
+		}
 		sc.keyBuf = descriptors.AppendKeyMaterial(sc.keyBuf[:0], domain, rule, descriptors.GlobalBucket, entries, keyed)
 		if s.sharedKeys {
 			hit.Key = bucket.SumKey(sc.keyBuf)

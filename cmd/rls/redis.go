@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-rls/sluice/backend/lease"
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
@@ -65,8 +66,21 @@ func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg p
 	registerBucketGauge(reg, "fallback", share.Len)
 	registerFullRefusals(reg, "fallback", share.FullRefusals)
 
+	// The leased layer passes hits of exact rules to lim untouched; its
+	// Run gives back expired leases and prefetches.
+	leased := lease.New(lease.Options{
+		Leaser: lim, Exact: lim, Default: st.Consistency, Period: st.LeasePeriod,
+		Nodes: nodeCount, Metrics: lease.NewMetrics(reg),
+	})
+	leaseCtx, stopLeases := context.WithCancel(ctx)
+	leaseDone := make(chan struct{})
+	go func() {
+		defer close(leaseDone)
+		leased.Run(leaseCtx)
+	}()
+
 	sw := fallback.New(fallback.Options{
-		Primary:   lim,
+		Primary:   leased,
 		Share:     share,
 		Probe:     lim.Ping,
 		Nodes:     nodeCount,
@@ -82,6 +96,12 @@ func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg p
 	})
 	closeAll := func() {
 		sw.Close()
+		// SIGTERM: the node's unused leased tokens go back to Redis.
+		if err := leased.Close(ctx); err != nil {
+			log.Warn("leased tokens not given back", "err", err)
+		}
+		stopLeases()
+		<-leaseDone
 		stopNodes()
 		<-nodesDone // it deregisters this node before the client closes
 		lim.Close() // fails what is queued, waits for calls in flight

@@ -21,8 +21,10 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/sluice-rls/sluice/backend/lease"
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/fallback"
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
@@ -96,12 +98,17 @@ type Serve struct {
 	GRPCMaxConnAgeGrace  time.Duration // calls in flight at --grpc-max-conn-age may finish within this
 	GRPCKeepaliveMinTime time.Duration // clients pinging more often are disconnected
 
-	Redis         string
-	RedisCA       string // PEM bundle trusted for rediss:// (default: the system roots)
-	RedisTLSCert  string // client certificate (PEM) presented to a TLS Redis
-	RedisTLSKey   string // its private key (PEM)
-	RedisTimeout  time.Duration
-	RedisFailure  fallback.Mode
+	Redis        string
+	RedisCA      string // PEM bundle trusted for rediss:// (default: the system roots)
+	RedisTLSCert string // client certificate (PEM) presented to a TLS Redis
+	RedisTLSKey  string // its private key (PEM)
+	RedisTimeout time.Duration
+	RedisFailure fallback.Mode
+	// Consistency is the global buckets' consistency when a rule does not
+	// set one (rate_limit.consistency).
+	Consistency bucket.Consistency
+	// LeasePeriod is how long a node keeps unused leased tokens.
+	LeasePeriod   time.Duration
 	FallbackNodes int
 	// FallbackNodesInitial is N until the node has read the node registry
 	// (0: DefaultFallbackNodesInitial).
@@ -200,6 +207,8 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.StringVar(&s.RedisTLSKey, "redis-tls-key", "", "private key (PEM) of --redis-tls-cert")
 	fs.DurationVar(&s.RedisTimeout, "redis-timeout", redisbackend.DefaultTimeout, "deadline of every Redis call")
 	fs.TextVar(&s.RedisFailure, "redis-failure", fallback.Share, "`mode` of the global layer while Redis fails: "+modeList())
+	fs.TextVar(&s.Consistency, "consistency", lease.DefaultConsistency, "`mode` of global buckets whose rule sets no consistency: exact (Redis decides every request) or leased (nodes decide from tokens leased from Redis; docs/design.md)")
+	fs.DurationVar(&s.LeasePeriod, "lease-period", lease.DefaultPeriod, "how long a node keeps unused tokens leased from a global bucket before giving them back; a lease is at most what the limit refills in this time")
 	fs.IntVar(&s.FallbackNodes, "fallback-nodes", 0, "node count N for the fallback share rate/N (0: live count from Redis heartbeats)")
 	fs.IntVar(&s.FallbackNodesInitial, "fallback-nodes-initial", 0, fmt.Sprintf("N for the fallback share until this node has read the node registry, e.g. the most replicas (0: %d)", DefaultFallbackNodesInitial))
 	fs.BoolVar(&s.Shadow, "shadow", false, "shadow mode for every rule: decide and count, always answer OK")

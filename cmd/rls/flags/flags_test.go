@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-rls/sluice/audit/redisaudit"
+	"github.com/sluice-rls/sluice/backend/lease"
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
@@ -71,6 +72,8 @@ func TestServeDefaultsAreTheOwners(t *testing.T) {
 		{"--max-rule-bytes", st.MaxRuleBytes, int64(ruleset.DefaultMaxRuleBytes)},
 		{"--redis-timeout", st.RedisTimeout, redisbackend.DefaultTimeout},
 		{"--redis-failure", st.RedisFailure, fallback.Share},
+		{"--consistency", st.Consistency, lease.DefaultConsistency},
+		{"--lease-period", st.LeasePeriod, lease.DefaultPeriod},
 		{"--gray-key", st.GrayKey, service.DefaultGrayKey},
 		{"--ratelimit-header-limit", st.HeaderLimit, service.DefaultHeaderLimit},
 		{"--ratelimit-header-remaining", st.HeaderRemaining, service.DefaultHeaderRemaining},
@@ -126,6 +129,7 @@ func TestParseServeErrors(t *testing.T) {
 		want []string
 	}{
 		{"bad failure mode", []string{"--redis-failure", "maybe"}, nil, []string{"-redis-failure", `"maybe"`, "share, local, allow or deny"}},
+		{"bad consistency", []string{"--consistency", "lazy"}, nil, []string{"-consistency", `"lazy"`, "exact or leased"}},
 		{"bad failure mode in env", nil, map[string]string{"RLS_REDIS_FAILURE": "maybe"}, []string{"RLS_REDIS_FAILURE", "share, local, allow or deny"}},
 		{"bad log level", []string{"--log-level", "loud"}, nil, []string{"-log-level", "loud"}},
 		{"bad log format", []string{"--log-format", "xml"}, nil, []string{"-log-format", `"xml"`, "text or json"}},

@@ -1,0 +1,19 @@
+// Package lease is sluice's leased global layer: a bucket.Limiter that
+// decides hits of leased rules from tokens the node took ahead of time from
+// their Redis buckets (leases), and passes every other hit to the exact
+// layer (backend/redis). Redis leaves the per-request path: a request waits
+// on Redis only when its node holds too few tokens for one of its keys.
+//
+// The guarantee: a lease removes its tokens from the Redis bucket before
+// the node spends any of them, a refused request puts the tokens it
+// reserved back into the node's lease, and a give-back restores exactly the
+// unspent tokens (clamped at the burst). So the tokens the fleet spends
+// from the start are never more than the bucket let out: admitted ≤ burst +
+// rate × T, as in exact mode. The cost is under-admission: tokens parked in
+// one node's lease cannot serve another node for up to one lease period.
+// docs/design.md ("Leased global buckets") gives the proof sketch and the
+// sizing.
+//
+// It imports bucket and backend/redis (for the lease call's types) among
+// sluice packages, never service or config.
+package lease

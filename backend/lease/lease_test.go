@@ -1,0 +1,375 @@
+package lease_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rls/sluice/backend/lease"
+	"github.com/sluice-rls/sluice/bucket"
+	"github.com/sluice-rls/sluice/internal/redistest"
+)
+
+// big is a limit far above the tests' load: a lease is half of what is
+// left on one node.
+var big = bucket.Limit{Requests: 1000, Period: time.Hour, Burst: 1000}
+
+func key(t *testing.T, n int) bucket.Key {
+	return bucket.SumKey(fmt.Appendf(nil, "%s/%d", t.Name(), n))
+}
+
+func take(k bucket.Key, lim bucket.Limit, cost uint64) bucket.Hit {
+	return bucket.Hit{Key: k, Limit: lim, Cost: cost}
+}
+
+func hit(t *testing.T, l *lease.Limiter, hits ...bucket.Hit) (bool, []bucket.State) {
+	t.Helper()
+	states := make([]bucket.State, len(hits))
+	d, err := l.Hit(context.Background(), hits, states)
+	if err != nil {
+		t.Fatalf("Hit: %v", err)
+	}
+	return d.Allowed, states
+}
+
+// A node leases half of what is left at its first take, then decides from
+// the lease without Redis; the tokens it holds are not in Redis.
+func TestDecidesFromLease(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := clockwork.NewFakeClock()
+	l, r := newLimiter(t, srv, lease.Options{Clock: clock})
+	k := key(t, 0)
+	if ok, st := hit(t, l, take(k, big, 1)); !ok || st[0].Remaining != 999 {
+		t.Fatalf("first take: %v %+v, want allowed, 999 left", ok, st)
+	}
+	calls := r.calls.Load()
+	if got := r.inRedis(t, k, big); got != 500 {
+		t.Errorf("Redis holds %d tokens after a take and a lease of half the rest, want 500", got)
+	}
+	for i := range 240 {
+		if ok, st := hit(t, l, take(k, big, 1)); !ok || st[0].Remaining != uint64(998-i) {
+			t.Fatalf("take %d from the lease: %v %+v, want allowed, %d left", i, ok, st, 998-i)
+		}
+	}
+	if got := r.calls.Load() - calls; got != 0 {
+		t.Errorf("%d Redis calls for 240 takes from a lease of 499, want 0", got)
+	}
+	// Past the lease, back to Redis (Run is not running: no prefetch).
+	for range 259 {
+		hit(t, l, take(k, big, 1))
+	}
+	if got := r.calls.Load() - calls; got != 0 {
+		t.Errorf("%d Redis calls within the lease, want 0", got)
+	}
+	if ok, _ := hit(t, l, take(k, big, 1)); !ok || r.calls.Load()-calls != 1 {
+		t.Errorf("the take after the lease: allowed %v after %d calls, want allowed after 1", ok, r.calls.Load()-calls)
+	}
+}
+
+// Near the limit a lease is no token at all: every decision is Redis',
+// until the bucket is empty; then the empty-bucket cache refuses without
+// Redis until the next token is due.
+func TestNearLimitIsExact(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := clockwork.NewFakeClock()
+	l, r := newLimiter(t, srv, lease.Options{Clock: clock})
+	lim := bucket.Limit{Requests: 1, Period: time.Hour, Burst: 2}
+	k := key(t, 0)
+	for i, want := range []struct {
+		allowed bool
+		calls   int64
+	}{{true, 1}, {true, 1}, {false, 0}, {false, 0}} {
+		calls := r.calls.Load()
+		ok, st := hit(t, l, take(k, lim, 1))
+		if ok != want.allowed || r.calls.Load()-calls != want.calls {
+			t.Errorf("take %d: allowed %v after %d Redis calls, want %v after %d", i, ok, r.calls.Load()-calls, want.allowed, want.calls)
+		}
+		if !ok && (st[0].RetryAfter <= 59*time.Minute || st[0].RetryAfter > time.Hour) {
+			t.Errorf("take %d: RetryAfter %v, want the next token's hour", i, st[0].RetryAfter)
+		}
+	}
+	clock.Advance(time.Hour) // the next token is due: Redis again
+	calls := r.calls.Load()
+	if ok, _ := hit(t, l, take(k, lim, 1)); r.calls.Load() != calls+1 {
+		t.Errorf("after the next token's time: allowed %v after %d Redis calls, want 1", ok, r.calls.Load()-calls)
+	}
+}
+
+// Without EagerLeases a key's first decision leases nothing; its next
+// does.
+func TestFirstDecisionExact(t *testing.T) {
+	srv := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	_, r := newLimiterOn(t, c, lease.Options{Clock: clockwork.NewFakeClock()})
+	lazy := lease.New(lease.Options{Leaser: r, Exact: r.Limiter, Default: bucket.Leased, Clock: clockwork.NewFakeClock(), Period: time.Hour})
+	defer lazy.Close(context.Background())
+	k := key(t, 0)
+	hit(t, lazy, take(k, big, 1))
+	if got := r.inRedis(t, k, big); got != 999 {
+		t.Errorf("the first decision left %d in Redis, want 999 (no lease)", got)
+	}
+	hit(t, lazy, take(k, big, 1))
+	if got := r.inRedis(t, k, big); got != 499 {
+		t.Errorf("the second decision left %d in Redis, want 499 (a lease of half)", got)
+	}
+}
+
+// A refused decision spends nothing of the node's lease: the tokens it
+// reserved go back into it, not to Redis.
+func TestRefusalKeepsLease(t *testing.T) {
+	srv := redistest.Start(t)
+	l, r := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock()})
+	a, b := key(t, 0), key(t, 1)
+	tiny := bucket.Limit{Requests: 1, Period: time.Hour, Burst: 1}
+	hit(t, l, take(a, big, 1))  // leases 499 of a
+	hit(t, l, take(b, tiny, 1)) // empties b
+	if ok, st := hit(t, l, take(a, big, 5), take(b, tiny, 1)); ok || !st[0].Allowed || st[0].Remaining != 999 {
+		t.Fatalf("a refused decision: %v %+v, want refused, a untouched at 999", ok, st)
+	}
+	calls := r.calls.Load()
+	if ok, st := hit(t, l, take(a, big, 499)); !ok || st[0].Remaining != 500 {
+		t.Errorf("the whole lease after the refusal: %v %+v, want allowed, 500 left", ok, st)
+	}
+	if r.calls.Load() != calls {
+		t.Errorf("the lease's 499 tokens cost %d Redis calls, want 0", r.calls.Load()-calls)
+	}
+	if got := r.inRedis(t, a, big); got != 500 {
+		t.Errorf("Redis holds %d tokens of a, want 500", got)
+	}
+}
+
+// The exact layer's refusal gives the leased hits' tokens back to the
+// node's lease; an exact hit never leases.
+func TestMixedExactAndLeased(t *testing.T) {
+	srv := redistest.Start(t)
+	l, r := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock(), Default: bucket.Exact})
+	a, b := key(t, 0), key(t, 1)
+	tiny := bucket.Limit{Requests: 1, Period: time.Hour, Burst: 1}
+	la := take(a, big, 1)
+	la.Consistency = bucket.Leased
+	hit(t, l, la) // leases 499 of a
+	if ok, _ := hit(t, l, take(b, tiny, 1)); !ok {
+		t.Fatal("the exact take was refused")
+	}
+	la.Cost = 10
+	if ok, st := hit(t, l, la, take(b, tiny, 1)); ok || st[0].Remaining != 999 {
+		t.Fatalf("refused by the exact hit: %v %+v, want refused, a at 999", ok, st)
+	}
+	if got := r.inRedis(t, a, big); got != 500 {
+		t.Errorf("Redis holds %d tokens of a, want 500", got)
+	}
+}
+
+// At the end of the lease period Run gives the unused tokens back; Close
+// gives back the rest.
+func TestPeriodAndCloseGiveBack(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := clockwork.NewFakeClock()
+	l, r := newLimiter(t, srv, lease.Options{Clock: clock, Period: time.Hour, Tick: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { l.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	k, k2 := key(t, 0), key(t, 1)
+	hit(t, l, take(k, big, 1))
+	clock.Advance(30 * time.Minute)
+	hit(t, l, take(k2, big, 1))
+	if err := clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(40 * time.Minute) // k's period ended, not k2's
+	waitFor(t, func() bool { return r.inRedis(t, k, big) == 999 })
+	if got := r.inRedis(t, k2, big); got != 500 {
+		t.Errorf("k2 (period not over) holds %d tokens in Redis, want 500", got)
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.inRedis(t, k2, big); got != 999 {
+		t.Errorf("after Close, k2 holds %d tokens in Redis, want 999", got)
+	}
+}
+
+// When the lease runs below half, Run fetches the next one in the
+// background: the requests never wait on Redis.
+func TestPrefetch(t *testing.T) {
+	srv := redistest.Start(t)
+	reg := prometheus.NewRegistry()
+	l, r := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock(), Metrics: lease.NewMetrics(reg)})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { l.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	k := key(t, 0)
+	hit(t, l, take(k, big, 1)) // 499 leased, 500 in Redis
+	hit(t, l, take(k, big, 250))
+	// Below half: the prefetch takes half of Redis' 500.
+	waitFor(t, func() bool { return counter(t, reg, "ratelimit_lease_leases_total", "") == 2 })
+	if got := r.inRedis(t, k, big); got != 250 {
+		t.Errorf("Redis holds %d after the prefetch, want 250", got)
+	}
+	if got := counter(t, reg, "ratelimit_lease_tokens_total", "leased"); got != 749 {
+		t.Errorf("tokens leased: %v, want 499 + 250", got)
+	}
+	// The take does not wait on Redis (it may start the next prefetch:
+	// the decisions metric tells them apart).
+	if ok, st := hit(t, l, take(k, big, 400)); !ok || st[0].Remaining != 349 {
+		t.Errorf("a take within both leases: %v %+v, want allowed, 349 left", ok, st)
+	}
+	if got := counter(t, reg, "ratelimit_lease_decisions_total", "lease"); got != 2 {
+		t.Errorf("decisions answered from the lease: %v, want 2", got)
+	}
+	if got := counter(t, reg, "ratelimit_lease_decisions_total", "redis"); got != 1 {
+		t.Errorf("decisions that waited on Redis: %v, want 1", got)
+	}
+}
+
+// counter reads a counter of reg, with the one label value given (or
+// none).
+func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if label == "" || (len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// Tokens in hand stay usable while Redis is down; past them, Hit fails
+// (and the fail-open switch answers).
+func TestRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock()})
+	lim := bucket.Limit{Requests: 21, Period: time.Hour, Burst: 21}
+	k := key(t, 0)
+	hit(t, l, take(k, lim, 1)) // leases 10
+	srv.Kill()
+	for i := range 10 {
+		if ok, _ := hit(t, l, take(k, lim, 1)); !ok {
+			t.Fatalf("take %d from the lease with Redis down: refused", i)
+		}
+	}
+	states := make([]bucket.State, 1)
+	if _, err := l.Hit(context.Background(), []bucket.Hit{take(k, lim, 1)}, states); err == nil {
+		t.Error("a take past the lease with Redis down: no error")
+	}
+}
+
+// A lease is at most what the limit refills in one lease period: a limit
+// slower than a token per period is never leased.
+func TestLeaseBoundedByPeriod(t *testing.T) {
+	srv := redistest.Start(t)
+	l, r := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock(), Period: time.Second})
+	k, k2 := key(t, 0), key(t, 1)
+	hit(t, l, take(k, big, 1)) // 1000/hour: 0.28 per period
+	if got := r.inRedis(t, k, big); got != 999 {
+		t.Errorf("a limit of 0.28 tokens per period leased %d tokens, want none", 999-got)
+	}
+	fast := bucket.Limit{Requests: 10, Period: time.Second, Burst: 1000}
+	hit(t, l, take(k2, fast, 1)) // 10 per period, far below half of 999
+	if got := r.inRedis(t, k2, fast); got < 989 || got > 990 {
+		t.Errorf("Redis holds %d of the fast bucket, want 989 (a lease of 10, plus what refilled since)", got)
+	}
+}
+
+// Three nodes sharing a bucket at twice its rate never admit more than
+// burst + rate × T, and admit most of it.
+func TestNeverOver(t *testing.T) {
+	srv := redistest.Start(t)
+	lim := bucket.Limit{Requests: 200, Period: time.Second, Burst: 50}
+	k := bucket.SumKey([]byte(t.Name()))
+	var nodes []*lease.Limiter
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for range 3 {
+		l, _ := newLimiter(t, srv, lease.Options{Nodes: func() int { return 3 }, Period: 200 * time.Millisecond, Tick: 20 * time.Millisecond})
+		nodes = append(nodes, l)
+		wg.Go(func() { l.Run(ctx) })
+	}
+	// All three on one prefix: newLimiter names it after the test.
+	const d = 1500 * time.Millisecond
+	var admitted atomic.Int64
+	start := time.Now()
+	var load sync.WaitGroup
+	for _, l := range nodes {
+		load.Go(func() {
+			tick := time.NewTicker(time.Second / 133) // 400/s over 3 nodes: 2× the rate
+			defer tick.Stop()
+			states := make([]bucket.State, 1)
+			for time.Since(start) < d {
+				<-tick.C
+				dd, err := l.Hit(context.Background(), []bucket.Hit{take(k, lim, 1)}, states)
+				if err == nil && dd.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	load.Wait()
+	elapsed := time.Since(start)
+	bound := float64(lim.Burst) + 200*elapsed.Seconds()
+	got := float64(admitted.Load())
+	t.Logf("admitted %v of a bound of %.0f in %v", got, bound, elapsed)
+	if got > bound {
+		t.Errorf("admitted %v, over burst + rate × T = %.0f", got, bound)
+	}
+	if got < 0.9*bound {
+		t.Errorf("admitted %v, under 90%% of %.0f", got, bound)
+	}
+}
+
+// waitFor polls cond every 5ms for up to 5 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met within 5s")
+}
+
+// A decision answered from the lease allocates nothing: leased mode's
+// hot path.
+func TestFromLeaseAllocs(t *testing.T) {
+	srv := redistest.Start(t)
+	l, r := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock()})
+	ks := []bucket.Key{key(t, 0), key(t, 1), key(t, 2)}
+	hits := []bucket.Hit{take(ks[0], big, 1), take(ks[1], big, 1), take(ks[2], big, 1)}
+	states := make([]bucket.State, len(hits))
+	ctx := context.Background()
+	if _, err := l.Hit(ctx, hits, states); err != nil {
+		t.Fatal(err)
+	}
+	calls := r.calls.Load()
+	n := testing.AllocsPerRun(100, func() {
+		if d, err := l.Hit(ctx, hits, states); err != nil || !d.Allowed {
+			t.Fatalf("Hit: %+v %v", d, err)
+		}
+	})
+	if r.calls.Load() != calls {
+		t.Fatalf("%d Redis calls: not answered from the lease", r.calls.Load()-calls)
+	}
+	if n != 0 {
+		t.Errorf("a decision from the lease allocates %v times, want 0", n)
+	}
+}

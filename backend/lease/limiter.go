@@ -1,0 +1,747 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/bucket"
+)
+
+// DefaultConsistency is --consistency's default: global buckets are
+// exact unless a rule says leased.
+const DefaultConsistency = bucket.Exact
+
+// Defaults of Options.
+const (
+	// DefaultPeriod is how long a node keeps unused leased tokens before it
+	// gives them back: the longest that tokens parked on one node cannot
+	// serve another.
+	DefaultPeriod = time.Second
+	// DefaultMaxLease bounds one lease, whatever the bucket holds.
+	DefaultMaxLease = 1000
+	// DefaultTick is how often the background loop looks for expired
+	// leases; a prefetch does not wait for it (it is signalled).
+	DefaultTick = 100 * time.Millisecond
+)
+
+// Leaser takes, leases and gives back tokens of Redis buckets in one call:
+// backend/redis.Limiter.Lease, whose documentation gives the semantics.
+type Leaser interface {
+	Lease(ctx context.Context, ops []redisbackend.LeaseOp, out []redisbackend.LeaseReply) error
+}
+
+// Options configures a Limiter.
+type Options struct {
+	// Leaser is the Redis side of the leases. Required.
+	Leaser Leaser
+	// Exact decides the hits that are not leased (Consistency Exact, or
+	// DefaultConsistency under an exact Default). Nil: every hit is leased.
+	Exact bucket.Limiter
+	// Default is the consistency of hits whose Consistency is
+	// DefaultConsistency (--consistency); DefaultConsistency means Exact.
+	Default bucket.Consistency
+	// Clock is the node clock: lease periods, and the node's estimate of
+	// its buckets between calls (clockwork.NewRealClock() when nil).
+	Clock clockwork.Clock
+	// Period is the lease period (DefaultPeriod when 0).
+	Period time.Duration
+	// MaxLease bounds one lease (DefaultMaxLease when 0).
+	MaxLease uint64
+	// Tick is how often Run gives back expired leases (DefaultTick when 0).
+	Tick time.Duration
+	// Nodes returns the number of live nodes sharing the buckets (the
+	// heartbeat registry); a lease is at most the tokens left divided by
+	// twice that. Nil: one node.
+	Nodes func() int
+	// Metrics counts leases (nil: not counted).
+	Metrics *Metrics
+	// EagerLeases leases from a key's first decision. By default a key
+	// seen for the first time (or idle for a lease period) is decided
+	// exactly, without a lease, and leased from its next decision: keys
+	// hit once in a while then cost no lease and no give-back.
+	EagerLeases bool
+}
+
+// Limiter is the leased global layer. It is safe for concurrent use. Run
+// gives back expired leases and fetches the next ones in the background;
+// Close gives back every lease.
+//
+// Per key it holds the tokens leased and not spent (held) and an estimate
+// of Redis' bucket: the instant it would be full, from the last reply. The
+// State of a hit decided from a lease is that estimate: what Redis reported
+// at the last call on the key, refilled since on the node's clock, plus the
+// tokens the node holds. It is exact on a single node; with several, the
+// other nodes' spending since that call is not in it, so it may report
+// tokens they have taken since (it never counts a token twice: held tokens
+// are not in Redis).
+type Limiter struct {
+	opts  Options
+	clock clockwork.Clock
+
+	mu      sync.Mutex
+	entries map[bucket.Key]*entry
+	fetch   map[bucket.Key]bool // keys to prefetch
+	holding map[bucket.Key]bool // keys that may hold tokens: Run looks at these alone
+	swept   time.Time           // Run's last sweep of idle entries
+	closed  bool
+
+	batch *batcher // the decisions' Lease calls
+
+	nudge chan struct{} // a prefetch is wanted
+	done  chan struct{} // closed by Close: Run returns
+	runMu sync.Mutex    // held by Run's call: Close waits for it
+}
+
+// entry is the node's state of one leased key.
+type entry struct {
+	key   bucket.Key
+	limit bucket.Limit
+	held  uint64 // leased tokens not spent
+	// fullLo and fullHi bound when Redis' bucket is full, as of the last
+	// reply: its reset after the call's send, and after its reply. The
+	// durations of a state come from fullLo, never longer than Redis would
+	// say; its Remaining from fullHi, never more tokens than Redis had.
+	fullLo, fullHi time.Time
+	lastLease      uint64    // size of the last lease granted
+	expires        time.Time // held tokens go back then
+	used           time.Time // last decision on the key
+	fetching       bool      // a prefetch is queued or in flight
+	// fresh marks an entry made for the decision at hand: its first
+	// decision within a lease period leases nothing (Options.EagerLeases).
+	fresh bool
+	// emptyUntil is when Redis' bucket has a whole token again, as its
+	// last reply said (the empty-bucket cache); zero when not known empty.
+	emptyUntil time.Time
+}
+
+// New returns a Limiter; call Run in a goroutine of its own, and Close.
+func New(opts Options) *Limiter {
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
+	}
+	if opts.Period <= 0 {
+		opts.Period = DefaultPeriod
+	}
+	if opts.MaxLease == 0 {
+		opts.MaxLease = DefaultMaxLease
+	}
+	if opts.Tick <= 0 {
+		opts.Tick = DefaultTick
+	}
+	return &Limiter{
+		opts:    opts,
+		clock:   opts.Clock,
+		entries: map[bucket.Key]*entry{},
+		fetch:   map[bucket.Key]bool{},
+		holding: map[bucket.Key]bool{},
+		batch:   &batcher{leaser: opts.Leaser},
+		nudge:   make(chan struct{}, 1),
+		done:    make(chan struct{}),
+	}
+}
+
+// Shared reports true: leased buckets live in Redis, shared by the fleet.
+func (l *Limiter) Shared() bool { return true }
+
+// leased reports whether h is decided from leases.
+func (l *Limiter) leased(h *bucket.Hit) bool {
+	c := h.Consistency
+	if c == bucket.DefaultConsistency {
+		c = l.opts.Default
+	}
+	return c == bucket.Leased || l.opts.Exact == nil
+}
+
+// Hit decides hits as bucket.Hit documents: the leased ones from the
+// node's leases (and Redis when they hold too few tokens), the others
+// through Options.Exact, all-or-nothing across both. An error means a
+// needed Redis call failed: the tokens the call reserved are back in the
+// node's leases, and the caller falls back.
+func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.State) (bucket.Decision, error) {
+	if len(states) < len(hits) {
+		return bucket.Decision{}, fmt.Errorf("backend/lease: %d states for %d hits", len(states), len(hits))
+	}
+	// Count first, allocating nothing: exact mode's path costs one loop.
+	nLeased := 0
+	for i := range hits {
+		if l.leased(&hits[i]) {
+			nLeased++
+		}
+	}
+	switch {
+	case len(hits) == 0:
+		return bucket.Decision{Allowed: true}, nil
+	case nLeased == 0:
+		return l.opts.Exact.Hit(ctx, hits, states)
+	case nLeased == len(hits):
+		return l.hitLeased(ctx, hits, states, nil)
+	}
+	exact := make([]int, 0, len(hits)-nLeased)
+	for i := range hits {
+		if !l.leased(&hits[i]) {
+			exact = append(exact, i)
+		}
+	}
+	// Mixed: the leased hits first; the exact ones then, with their takes
+	// only when the leased ones were allowed.
+	var taken []taken
+	dl, err := l.hitLeased(ctx, hits, states, &taken)
+	if err != nil {
+		return dl, err
+	}
+	eh := make([]bucket.Hit, 0, len(exact))
+	ei := make([]int, 0, len(exact))
+	for _, i := range exact {
+		h := hits[i]
+		if !dl.Allowed && !h.Give && !h.Independent {
+			states[i] = bucket.State{Allowed: true} // not consulted
+			continue
+		}
+		eh = append(eh, h)
+		ei = append(ei, i)
+	}
+	es := make([]bucket.State, len(eh))
+	de, err := l.opts.Exact.Hit(ctx, eh, es)
+	if err != nil || !de.Allowed || de.Answer != bucket.Decided {
+		l.putBack(taken) // the exact layer refused or failed: nothing spent
+		l.untouched(hits, states)
+	}
+	if err != nil {
+		return de, err
+	}
+	for j, i := range ei {
+		states[i] = es[j]
+	}
+	return bucket.Decision{Allowed: dl.Allowed && de.Allowed, Answer: de.Answer}, nil
+}
+
+// taken is tokens a decision spent from a key, for putBack.
+type taken struct {
+	key    bucket.Key
+	tokens uint64
+}
+
+// putBack returns tokens a decision spent into the node's leases (they
+// left Redis, so holding them never admits more than exact mode).
+func (l *Limiter) putBack(ts []taken) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	for _, t := range ts {
+		e := l.entries[t.key]
+		if e == nil {
+			e = &entry{key: t.key, fullLo: now, fullHi: now}
+			l.entries[t.key] = e
+		}
+		l.addHeld(e, t.tokens)
+		if e.expires.Before(now) {
+			e.expires = now.Add(l.opts.Period)
+		}
+	}
+}
+
+// untouched reports the leased takes of a refused decision as their
+// buckets stand, untouched.
+func (l *Limiter) untouched(hits []bucket.Hit, states []bucket.State) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	for i := range hits {
+		h := &hits[i]
+		if !l.leased(h) || h.Give || h.Independent || h.Limit.Requests == 0 || !states[i].Allowed {
+			continue
+		}
+		if e := l.entries[h.Key]; e != nil && e.limit == h.Limit {
+			st := l.estimate(e, now, 0)
+			st.Allowed = true
+			states[i] = st
+		}
+	}
+}
+
+// keyNeed aggregates the takes of one key in one decision.
+type keyNeed struct {
+	key      bucket.Key
+	limit    bucket.Limit
+	total    uint64 // tokens the takes take
+	need     uint64 // tokens that must exist: max over takes of the ones before plus max(cost, 1)
+	reserved uint64 // held tokens reserved for it
+	op       int    // index of its LeaseOp, or -1: decided from the lease
+	refused  bool
+	retry    time.Duration
+	later    uint64 // tokens of takes after the one a state is for
+}
+
+// hitLeased decides the hits for which leased reports true. When taken is
+// not nil it receives what an allowed decision spent (for putBack).
+func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []bucket.State, spent *[]taken) (bucket.Decision, error) {
+	// A request has a few keys: a linear search in a stack array beats a
+	// map, which would allocate on every call.
+	var buf [8]keyNeed
+	needs := buf[:0]
+	find := func(k bucket.Key) int {
+		for n := range needs {
+			if needs[n].key == k {
+				return n
+			}
+		}
+		return -1
+	}
+	zero := false // a take of a Requests 0 limit refuses the call
+	for i := range hits {
+		h := &hits[i]
+		if !l.leased(h) || h.Give || h.Independent {
+			continue
+		}
+		if h.Limit.Requests == 0 {
+			zero = true
+			states[i] = bucket.State{RetryAfter: h.Limit.Period, ResetAfter: h.Limit.Period}
+			continue
+		}
+		n := find(h.Key)
+		if n < 0 {
+			n = len(needs)
+			needs = append(needs, keyNeed{key: h.Key, limit: h.Limit, op: -1})
+		}
+		k := &needs[n]
+		k.need = max(k.need, k.total+max(h.Cost, 1))
+		k.total += h.Cost
+	}
+	allowed := !zero
+	cached := false // a key refused from the empty-bucket cache
+	var ops []redisbackend.LeaseOp
+	var send time.Time
+	if allowed && len(needs) > 0 {
+		l.mu.Lock()
+		now := l.clock.Now()
+		for n := range needs {
+			k := &needs[n]
+			e := l.entry(k.key, k.limit, now, &ops)
+			e.used = now
+			if k.need > k.limit.Burst {
+				// Never allowed: Redis reports the bucket, the lease stays.
+				op := l.takeOp(k, 1, k.need, 0)
+				op.Extra = 0
+				ops = append(ops, op)
+				k.refused = true
+				continue
+			}
+			if e.held >= k.need {
+				e.held -= k.total
+				k.reserved = k.total
+				l.lowWater(k.key, e)
+				continue
+			}
+			if e.held == 0 && now.Before(e.emptyUntil) {
+				// Known empty (the empty-bucket cache): refused without
+				// Redis until its next token is due.
+				interval := e.limit.Period / time.Duration(e.limit.Requests)
+				k.refused, k.retry = true, e.emptyUntil.Sub(now)+time.Duration(k.need-1)*interval
+				cached = true
+				continue
+			}
+			k.reserved = e.held
+			e.held = 0
+			extra := l.maxLease(k.limit)
+			if e.fresh && !l.opts.EagerLeases {
+				extra = 0 // a key's first decision: rarely hit keys stay exact
+			}
+			op := l.takeOp(k, 1, k.need-k.reserved, k.total-min(k.total, k.reserved))
+			op.Extra = extra
+			ops = append(ops, op)
+			k.op = len(ops) - 1
+		}
+		for n := range needs {
+			if e := l.entries[needs[n].key]; e != nil {
+				e.fresh = false
+			}
+		}
+		if cached {
+			allowed = false
+			ops = ops[:0] // refused without Redis (a limit change's give-back is lost: never more tokens)
+			for n := range needs {
+				needs[n].op = -1
+			}
+		}
+		l.mu.Unlock()
+		if cached {
+			l.opts.Metrics.fromLease(len(hits))
+		} else if len(ops) > 0 {
+			replies := make([]redisbackend.LeaseReply, len(ops))
+			send = l.clock.Now()
+			err := l.batch.do(ctx, ops, replies)
+			l.opts.Metrics.redisCall(len(hits))
+			if err != nil {
+				l.mu.Lock()
+				for n := range needs {
+					if e := l.entries[needs[n].key]; e != nil {
+						l.addHeld(e, needs[n].reserved)
+					}
+				}
+				l.mu.Unlock()
+				return bucket.Decision{}, fmt.Errorf("backend/lease: %w", err)
+			}
+			allowed = l.apply(ops, replies, needs, send)
+		} else {
+			l.opts.Metrics.fromLease(len(hits))
+		}
+	}
+	if !allowed {
+		// Nothing spent: reserved tokens go back into the leases.
+		l.mu.Lock()
+		for n := range needs {
+			if e := l.entries[needs[n].key]; e != nil {
+				l.addHeld(e, needs[n].reserved)
+			}
+		}
+		l.mu.Unlock()
+	} else if spent != nil {
+		for _, k := range needs {
+			if k.total > 0 {
+				*spent = append(*spent, taken{key: k.key, tokens: k.total})
+			}
+		}
+	}
+	// The takes' states, each seeing the takes of its key before it.
+	l.mu.Lock()
+	now := l.clock.Now()
+	for n := range needs {
+		needs[n].later = 0
+		if allowed {
+			needs[n].later = needs[n].total
+		}
+	}
+	for i := range hits {
+		h := &hits[i]
+		if !l.leased(h) || h.Give || h.Independent || h.Limit.Requests == 0 {
+			continue
+		}
+		if zero {
+			states[i] = bucket.State{Allowed: true} // not consulted
+			continue
+		}
+		k := &needs[find(h.Key)]
+		e := l.entries[h.Key]
+		if allowed {
+			k.later -= h.Cost
+		}
+		at := now
+		if k.op >= 0 {
+			at = send // answered from Redis: its durations as Redis gave them
+		}
+		st := l.estimateAt(e, at, now, k.later)
+		if k.refused {
+			st.RetryAfter = k.retry
+			if k.need > k.limit.Burst {
+				st.RetryAfter = st.ResetAfter
+			}
+		} else {
+			st.Allowed = true
+		}
+		states[i] = st
+	}
+	l.mu.Unlock()
+	if err := l.loose(ctx, hits, states); err != nil {
+		return bucket.Decision{}, err
+	}
+	return bucket.Decision{Allowed: allowed, Answer: bucket.Decided}, nil
+}
+
+// takeOp is the LeaseOp of a take of k.
+func (l *Limiter) takeOp(k *keyNeed, decision, need, take uint64) redisbackend.LeaseOp {
+	return redisbackend.LeaseOp{
+		Key: k.key, Limit: k.limit, Decision: decision, Kind: redisbackend.LeaseTake,
+		Need: need, Take: take, Extra: l.maxLease(k.limit), Share: l.share(),
+	}
+}
+
+// maxLease bounds a lease of lim: MaxLease, and the tokens lim refills in
+// one lease period, so that the tokens of a node that dies holding leases
+// are back within one period (its bucket refills them), and a limit
+// slower than a token per period is never leased (every decision exact).
+// After Close, nothing.
+func (l *Limiter) maxLease(lim bucket.Limit) uint64 {
+	if l.closed || lim.Requests == 0 || lim.Period <= 0 {
+		return 0
+	}
+	perPeriod := float64(lim.Requests) * float64(l.opts.Period) / float64(lim.Period)
+	return min(l.opts.MaxLease, uint64(perPeriod))
+}
+
+// share is the divisor of a lease: twice the live nodes, so that the
+// fleet never parks more than about half of what is left.
+func (l *Limiter) share() uint64 {
+	n := 1
+	if l.opts.Nodes != nil {
+		n = max(l.opts.Nodes(), 1)
+	}
+	return 2 * uint64(n)
+}
+
+// entry returns k's entry, creating it; a key met with another limit
+// gives its held tokens back first (as an op of an earlier decision).
+// Called with mu held.
+func (l *Limiter) entry(k bucket.Key, lim bucket.Limit, now time.Time, ops *[]redisbackend.LeaseOp) *entry {
+	e := l.entries[k]
+	if e == nil {
+		e = &entry{key: k, limit: lim, fullLo: now, fullHi: now, fresh: true}
+		l.entries[k] = e
+		return e
+	}
+	if e.limit != lim {
+		if e.held > 0 {
+			*ops = append(*ops, redisbackend.LeaseOp{Key: k, Limit: e.limit, Decision: 0, Kind: redisbackend.LeaseGive, Take: e.held})
+			l.opts.Metrics.given(e.held)
+		}
+		*e = entry{key: k, limit: lim, fullLo: now, fullHi: now, fresh: true}
+	}
+	return e
+}
+
+// apply records the replies of a decision's call and reports whether it
+// was allowed.
+func (l *Limiter) apply(ops []redisbackend.LeaseOp, replies []redisbackend.LeaseReply, needs []keyNeed, send time.Time) bool {
+	allowed := true
+	for n := range needs {
+		k := &needs[n]
+		if k.op >= 0 && !replies[k.op].Allowed {
+			allowed = false
+		}
+	}
+	for n := range needs {
+		k := &needs[n]
+		if k.need > k.limit.Burst {
+			allowed = false
+			k.refused = true
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	for j, op := range ops {
+		e := l.entries[op.Key]
+		if e == nil || e.limit != op.Limit {
+			continue // a give-back of an old limit
+		}
+		r := &replies[j]
+		e.fullLo, e.fullHi = send.Add(r.Reset), now.Add(r.Reset)
+		if r.Leased > 0 {
+			l.grant(e, r.Leased, now)
+		}
+		l.rememberEmpty(e, op, r, send)
+	}
+	for n := range needs {
+		k := &needs[n]
+		e := l.entries[k.key]
+		if k.op >= 0 {
+			r := &replies[k.op]
+			if !r.Allowed {
+				k.refused = true
+				k.retry = r.Retry
+			}
+		}
+		if allowed && k.reserved > k.total {
+			l.addHeld(e, k.reserved-k.total) // a check's reserved tokens
+			k.reserved = k.total
+		}
+		l.lowWater(k.key, e)
+	}
+	return allowed
+}
+
+// rememberEmpty puts e in the empty-bucket cache when a take's reply left
+// Redis' bucket without a whole token and the node holds none: until the
+// next token is due (from the send: never later than Redis would say),
+// e's takes are refused without Redis. Another node's give-back may refill
+// it sooner: then this node refuses for at most one token interval more
+// than it must (never admits more). Called with mu held.
+func (l *Limiter) rememberEmpty(e *entry, op redisbackend.LeaseOp, r *redisbackend.LeaseReply, send time.Time) {
+	if op.Kind == redisbackend.LeaseGive || r.Remaining > 0 || e.held > 0 || e.limit.Requests == 0 {
+		e.emptyUntil = time.Time{}
+		return
+	}
+	interval := e.limit.Period / time.Duration(e.limit.Requests)
+	next := r.Reset - time.Duration(e.limit.Burst-1)*interval
+	if next > 0 {
+		e.emptyUntil = send.Add(next)
+	}
+}
+
+// addHeld adds n tokens to e's lease, and e to the keys Run looks at.
+// Called with mu held.
+func (l *Limiter) addHeld(e *entry, n uint64) {
+	e.held += n
+	if n > 0 {
+		l.holding[e.key] = true
+	}
+}
+
+// grant adds a lease of n tokens to e. Called with mu held.
+func (l *Limiter) grant(e *entry, n uint64, now time.Time) {
+	l.addHeld(e, n)
+	e.lastLease = n
+	e.expires = now.Add(l.opts.Period)
+	l.opts.Metrics.leased(n)
+}
+
+// lowWater queues a prefetch of k when its lease ran below half of the
+// last one. Called with mu held.
+func (l *Limiter) lowWater(k bucket.Key, e *entry) {
+	if e.fetching || e.lastLease < 2 || e.held*2 > e.lastLease || l.closed {
+		return
+	}
+	e.fetching = true
+	l.fetch[k] = true
+	select {
+	case l.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// estimate is the State of e's bucket at now as the node sees it, with
+// extra tokens still held: Redis' bucket at the last reply, refilled since,
+// plus the held tokens. Allowed and RetryAfter are left to the caller.
+// Called with mu held.
+func (l *Limiter) estimate(e *entry, now time.Time, extra uint64) bucket.State {
+	return l.estimateAt(e, now, now, extra)
+}
+
+// estimateAt is estimate for a state answered from a reply: durations at
+// send (as Redis measured them), Remaining at now.
+func (l *Limiter) estimateAt(e *entry, send, now time.Time, extra uint64) bucket.State {
+	lim := e.limit
+	if lim.Requests == 0 {
+		return bucket.State{ResetAfter: lim.Period}
+	}
+	interval := float64(lim.Period) / float64(lim.Requests)
+	held := float64(e.held+extra) * interval
+	debt := max(float64(e.fullLo.Sub(send))-held, 0)
+	debtHi := max(float64(e.fullHi.Sub(now))-held, 0)
+	tau := float64(lim.Burst) * interval
+	r := (tau - debtHi + float64(time.Microsecond)) / interval
+	var rem uint64
+	if r >= 1 {
+		rem = min(uint64(r), lim.Burst)
+	}
+	return bucket.State{Remaining: rem, ResetAfter: time.Duration(debt)}
+}
+
+// loose applies the gives and independent hits among the leased hits, one
+// by one in call order, after the takes: from the lease when it holds
+// enough, else in one Redis call, each op its own decision. A give returns
+// the key's held tokens with it.
+func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.State) error {
+	var ops []redisbackend.LeaseOp
+	var refs []int // hit of each op
+	var reserved []uint64
+	l.mu.Lock()
+	now := l.clock.Now()
+	for i := range hits {
+		h := &hits[i]
+		if !l.leased(h) || !(h.Give || h.Independent) {
+			continue
+		}
+		if h.Limit.Requests == 0 {
+			if h.Give {
+				states[i] = bucket.State{Allowed: true}
+			} else {
+				states[i] = bucket.State{RetryAfter: h.Limit.Period, ResetAfter: h.Limit.Period}
+			}
+			continue
+		}
+		e := l.entry(h.Key, h.Limit, now, &ops)
+		for len(refs) < len(ops) {
+			refs, reserved = append(refs, -1), append(reserved, 0)
+		}
+		e.used = now
+		d := uint64(len(ops) + 1)
+		switch {
+		case h.Give:
+			ops = append(ops, redisbackend.LeaseOp{Key: h.Key, Limit: h.Limit, Decision: d, Kind: redisbackend.LeaseGive, Take: h.Cost + e.held})
+			e.emptyUntil = time.Time{}
+			l.opts.Metrics.given(e.held)
+			reserved = append(reserved, 0)
+			e.held = 0
+		case e.held >= max(h.Cost, 1) && h.Cost <= h.Limit.Burst:
+			e.held -= h.Cost
+			st := l.estimate(e, now, 0)
+			st.Allowed = true
+			states[i] = st
+			continue
+		default:
+			need := max(h.Cost, 1)
+			ops = append(ops, redisbackend.LeaseOp{
+				Key: h.Key, Limit: h.Limit, Decision: d, Kind: redisbackend.LeaseIndependent,
+				Need: need - min(need, e.held), Take: h.Cost - min(h.Cost, e.held), Extra: l.maxLease(h.Limit), Share: l.share(),
+			})
+			if need > h.Limit.Burst {
+				ops[len(ops)-1].Need, ops[len(ops)-1].Take = need, 0
+			} else {
+				reserved = append(reserved, e.held)
+				e.held = 0
+			}
+			if len(reserved) < len(ops) {
+				reserved = append(reserved, 0)
+			}
+		}
+		refs = append(refs, i)
+	}
+	l.mu.Unlock()
+	if len(ops) == 0 {
+		return nil
+	}
+	replies := make([]redisbackend.LeaseReply, len(ops))
+	send := l.clock.Now()
+	err := l.batch.do(ctx, ops, replies)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		for j, op := range ops {
+			if e := l.entries[op.Key]; e != nil && e.limit == op.Limit {
+				l.addHeld(e, reserved[j])
+			}
+		}
+		return fmt.Errorf("backend/lease: %w", err)
+	}
+	now = l.clock.Now()
+	for j, op := range ops {
+		e := l.entries[op.Key]
+		r := &replies[j]
+		if e == nil || e.limit != op.Limit {
+			continue
+		}
+		e.fullLo, e.fullHi = send.Add(r.Reset), now.Add(r.Reset)
+		switch {
+		case refs[j] < 0:
+			continue
+		case op.Kind == redisbackend.LeaseIndependent && !r.Allowed:
+			l.addHeld(e, reserved[j])
+		case op.Kind == redisbackend.LeaseIndependent:
+			h := &hits[refs[j]]
+			l.addHeld(e, reserved[j]-min(reserved[j], h.Cost))
+			if r.Leased > 0 {
+				l.grant(e, r.Leased, now)
+			}
+		}
+		st := l.estimateAt(e, send, now, 0)
+		if op.Kind == redisbackend.LeaseGive || r.Allowed {
+			st.Allowed = true
+		} else {
+			st.RetryAfter = r.Retry
+			if op.Need > op.Limit.Burst {
+				st.RetryAfter = st.ResetAfter
+			}
+		}
+		states[refs[j]] = st
+	}
+	return nil
+}
+
+// errClosed is Run's answer after Close.
+var errClosed = errors.New("backend/lease: closed")

@@ -1,0 +1,149 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+)
+
+// maxCallOps bounds the ops of one background call: a script call blocks
+// Redis while it runs (backend/redis bounds its calls the same way).
+const maxCallOps = 512
+
+// Run gives back the leases whose period ended, every Options.Tick, and
+// fetches the leases that ran low (at once, when signalled), until ctx is
+// done or Close is called. Each round is one Lease call (per 512 keys)
+// carrying every key's prefetch and give-back.
+func (l *Limiter) Run(ctx context.Context) {
+	l.runMu.Lock()
+	defer l.runMu.Unlock()
+	t := l.clock.NewTicker(l.opts.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.done:
+			return
+		case <-t.Chan():
+		case <-l.nudge:
+		}
+		l.step(ctx, false)
+	}
+}
+
+// Close stops Run, then gives back every token the node holds, in one
+// call (per 512 keys) under the Leaser's timeout. Later Hits still work
+// but take no new leases. Calling it again does nothing more.
+func (l *Limiter) Close(ctx context.Context) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	close(l.done)
+	l.mu.Unlock()
+	l.runMu.Lock() // Run has returned
+	defer l.runMu.Unlock()
+	err := l.step(ctx, true)
+	l.batch.wait()
+	return err
+}
+
+// step sends the queued prefetches and the give-backs of expired leases
+// (of every lease when all is set), and forgets idle keys.
+func (l *Limiter) step(ctx context.Context, all bool) error {
+	var ops []redisbackend.LeaseOp
+	l.mu.Lock()
+	now := l.clock.Now()
+	for k := range l.fetch {
+		e := l.entries[k]
+		if e == nil || all {
+			if e != nil {
+				e.fetching = false
+			}
+			continue
+		}
+		ops = append(ops, redisbackend.LeaseOp{
+			Key: k, Limit: e.limit, Decision: uint64(len(ops) + 1), Kind: redisbackend.LeaseIndependent,
+			Extra: l.maxLease(e.limit), Share: l.share(),
+		})
+	}
+	clear(l.fetch)
+	for k := range l.holding {
+		e := l.entries[k]
+		switch {
+		case e == nil || e.held == 0:
+			delete(l.holding, k)
+		case all || !now.Before(e.expires):
+			ops = append(ops, redisbackend.LeaseOp{Key: k, Limit: e.limit, Decision: uint64(len(ops) + 1), Kind: redisbackend.LeaseGive, Take: e.held})
+			e.held, e.emptyUntil = 0, time.Time{}
+			delete(l.holding, k)
+		}
+	}
+	// Idle keys (nothing held, unused for a lease period) are forgotten
+	// once a period: a sweep walks every key, so it is not done per tick.
+	if now.Sub(l.swept) >= l.opts.Period {
+		l.swept = now
+		for k, e := range l.entries {
+			if e.held == 0 && !e.fetching && now.Sub(e.used) > l.opts.Period {
+				delete(l.entries, k)
+			}
+		}
+	}
+	l.mu.Unlock()
+	var first error
+	for len(ops) > 0 {
+		n := min(len(ops), maxCallOps)
+		if err := l.background(ctx, ops[:n], all); err != nil && first == nil {
+			first = err
+		}
+		ops = ops[n:]
+	}
+	return first
+}
+
+// background runs one call of step and records its replies. A failed
+// give-back keeps its tokens on the node (they left Redis: holding them
+// never admits more) for the next round, unless the node is closing.
+func (l *Limiter) background(ctx context.Context, ops []redisbackend.LeaseOp, closing bool) error {
+	replies := make([]redisbackend.LeaseReply, len(ops))
+	send := l.clock.Now()
+	err := l.opts.Leaser.Lease(ctx, ops, replies)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	for j, op := range ops {
+		e := l.entries[op.Key]
+		if op.Kind == redisbackend.LeaseIndependent && e != nil {
+			e.fetching = false
+		}
+		if err != nil {
+			if op.Kind == redisbackend.LeaseGive {
+				if !closing && e != nil && e.limit == op.Limit {
+					l.addHeld(e, op.Take)
+					e.expires = now.Add(l.opts.Period)
+				}
+			}
+			continue
+		}
+		if e == nil || e.limit != op.Limit {
+			continue
+		}
+		if op.Kind == redisbackend.LeaseGive {
+			l.opts.Metrics.given(op.Take)
+		}
+		r := &replies[j]
+		e.fullLo, e.fullHi = send.Add(r.Reset), now.Add(r.Reset)
+		if r.Leased > 0 {
+			l.grant(e, r.Leased, now)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("backend/lease: background lease call: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,249 @@
+package redis
+
+import (
+	"context"
+	_ "embed" // lease.lua
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rls/sluice/bucket"
+)
+
+// leaseLua is the script of the leased global layer (package
+// backend/lease); its header documents KEYS, ARGV and the reply.
+//
+//go:embed lease.lua
+var leaseLua string
+
+// leaseScript is immutable: the script's source and SHA-1.
+var leaseScript = goredis.NewScript(leaseLua)
+
+// leaseArgs is the number of doubles per key of lease.lua's ARGV[1].
+const leaseArgs = 9
+
+// LeaseKind says what a LeaseOp does.
+type LeaseKind uint8
+
+const (
+	// LeaseTake takes Take tokens when Need exist, all-or-nothing with the
+	// other LeaseTake ops of its decision, then leases up to Extra more.
+	LeaseTake LeaseKind = iota
+	// LeaseGive gives Take tokens back (never above the burst).
+	LeaseGive
+	// LeaseIndependent is a LeaseTake decided alone (a shadow-mode hit, or a
+	// prefetch with Need 0, which is always allowed).
+	LeaseIndependent
+)
+
+// LeaseOp is one bucket operation of a call of Limiter.Lease. Ops with the
+// same Decision number next to each other form one decision.
+type LeaseOp struct {
+	Key      bucket.Key
+	Limit    bucket.Limit
+	Decision uint64
+	Kind     LeaseKind
+	// Need is how many tokens must exist for a take to be allowed; Take how
+	// many it takes then (Take ≤ Need), or how many a give gives back.
+	Need, Take uint64
+	// Extra bounds the tokens leased beyond Take once the decision is
+	// allowed; they are at most the tokens then left divided by Share.
+	Extra, Share uint64
+}
+
+// LeaseReply is lease.lua's answer for one LeaseOp.
+type LeaseReply struct {
+	Allowed bool
+	// Leased is the number of tokens leased beyond Take.
+	Leased uint64
+	// Remaining is the number of whole tokens left in Redis' bucket.
+	Remaining uint64
+	// Retry is, for a refused take, the time until Need tokens exist.
+	Retry time.Duration
+	// Reset is the time until Redis' bucket is full, on Redis' clock.
+	Reset time.Duration
+}
+
+// ErrLeaseSlots is returned by Lease on a Ring for a decision of several
+// keys, which one script call cannot decide all-or-nothing.
+var ErrLeaseSlots = errors.New("backend/redis: a leased decision spans Ring shards")
+
+// Lease runs ops through lease.lua and writes one reply per op into out.
+// Its buckets are not token_bucket.lua's: their keys are
+// "<prefix>:lease:{<hash>}", so a rule switched between exact and leased
+// starts from a full bucket. On a single Redis (or sentinel master) it is
+// one script call; in Redis Cluster one per slot, concurrently (a decision
+// spanning slots is decided in each, and where one slot refuses, the
+// others give back what they took, in a second round); on a Ring one per
+// key, and every decision must have one key (ErrLeaseSlots). Every call runs under the
+// Timeout, not ctx's deadline. Errors are classified as Hit's (ErrorKind).
+func (l *Limiter) Lease(ctx context.Context, ops []LeaseOp, out []LeaseReply) error {
+	if len(out) < len(ops) {
+		return fmt.Errorf("backend/redis: %d replies for %d lease ops", len(out), len(ops))
+	}
+	if l.client == nil {
+		return errors.New("backend/redis: Options.Client is nil")
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	ks := newKeyspace(l.keys.prefix + ":lease")
+	groups := map[int][]int{} // by slot (or key index on a Ring): op indexes
+	var order []int
+	group := func(i int) (int, error) {
+		switch l.route {
+		case routeSlot:
+			return slot(fmt.Appendf(nil, "%x", ops[i].Key[:])), nil
+		case routeKey:
+			return i, nil
+		default:
+			return 0, nil
+		}
+	}
+	spans := false // a decision spans cluster slots
+	for i := range ops {
+		g, err := group(i)
+		if err != nil {
+			return err
+		}
+		if i > 0 && ops[i].Decision == ops[i-1].Decision {
+			prev, _ := group(i - 1)
+			if prev != g {
+				if l.route == routeKey {
+					g = prev // a Ring decision on one key only: checked below
+					if ops[i].Key != ops[i-1].Key {
+						return fmt.Errorf("backend/redis: a leased decision names several keys on a Ring: %w", ErrLeaseSlots)
+					}
+				} else {
+					spans = true
+				}
+			}
+		}
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
+	defer cancel()
+	if err := l.leaseGroups(cctx, ks, ops, out, groups, order); err != nil {
+		return err
+	}
+	if spans {
+		return l.leaseRefund(cctx, ks, ops, out, group)
+	}
+	return nil
+}
+
+// leaseGroups runs one script call per group, concurrently.
+func (l *Limiter) leaseGroups(ctx context.Context, ks keyspace, ops []LeaseOp, out []LeaseReply, groups map[int][]int, order []int) error {
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for n, g := range order {
+		idx := groups[g]
+		run := func() { errs[n] = l.leaseCall(ctx, ks, ops, idx, out) }
+		if len(order) == 1 {
+			run()
+			break
+		}
+		wg.Go(run)
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// leaseRefund completes the all-or-nothing of decisions that span Redis
+// Cluster slots, which each slot's call decided alone: where any take of a
+// decision was refused, the takes other slots allowed give back what they
+// took and leased, in a second round of calls; their replies then report
+// the bucket after the refund, and nothing leased.
+func (l *Limiter) leaseRefund(ctx context.Context, ks keyspace, ops []LeaseOp, out []LeaseReply, group func(int) (int, error)) error {
+	var gives []LeaseOp
+	var refs []int
+	for i := 0; i < len(ops); {
+		j := i
+		refused := false
+		for j < len(ops) && ops[j].Decision == ops[i].Decision {
+			if ops[j].Kind == LeaseTake && !out[j].Allowed {
+				refused = true
+			}
+			j++
+		}
+		for k := i; refused && k < j; k++ {
+			if ops[k].Kind == LeaseTake && out[k].Allowed && ops[k].Take+out[k].Leased > 0 {
+				gives = append(gives, LeaseOp{Key: ops[k].Key, Limit: ops[k].Limit, Decision: uint64(len(gives) + 1), Kind: LeaseGive, Take: ops[k].Take + out[k].Leased})
+				refs = append(refs, k)
+			}
+		}
+		i = j
+	}
+	if len(gives) == 0 {
+		return nil
+	}
+	groups := map[int][]int{}
+	var order []int
+	for i := range gives {
+		g := slot(fmt.Appendf(nil, "%x", gives[i].Key[:]))
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	replies := make([]LeaseReply, len(gives))
+	if err := l.leaseGroups(ctx, ks, gives, replies, groups, order); err != nil {
+		return fmt.Errorf("backend/redis: refund of a leased decision refused in another slot: %w", err)
+	}
+	for n, k := range refs {
+		out[k].Leased = 0
+		out[k].Remaining, out[k].Reset = replies[n].Remaining, replies[n].Reset
+	}
+	return nil
+}
+
+// leaseCall runs one script call for ops[idx].
+func (l *Limiter) leaseCall(ctx context.Context, ks keyspace, ops []LeaseOp, idx []int, out []LeaseReply) error {
+	keys := make([]string, len(idx))
+	args := make([]byte, 0, 8*leaseArgs*len(idx))
+	for j, i := range idx {
+		op := &ops[i]
+		keys[j] = string(ks.appendKey(nil, op.Key))
+		share := max(op.Share, 1)
+		for _, v := range [leaseArgs]uint64{
+			op.Decision, uint64(op.Limit.Period / time.Microsecond), op.Limit.Requests, op.Limit.Burst,
+			op.Need, op.Take, op.Extra, share, uint64(op.Kind),
+		} {
+			args = binary.LittleEndian.AppendUint64(args, math.Float64bits(float64(v)))
+		}
+	}
+	v, err := leaseScript.Run(ctx, l.client, keys, string(args)).Result()
+	if err != nil {
+		return classify(ctx, "lease.lua", err)
+	}
+	s, ok := v.(string)
+	if !ok || len(s) != replyBytes*len(idx) {
+		return fmt.Errorf("%w: lease.lua reply is %T of %d bytes, want %d", ErrScript, v, len(s), replyBytes*len(idx))
+	}
+	for j, i := range idx {
+		var f [replyBytes / 8]uint64
+		for k := range f {
+			x := math.Float64frombits(le64(s[replyBytes*j+8*k:]))
+			if !(x >= 0 && x <= maxReplyValue) || x != math.Trunc(x) {
+				return fmt.Errorf("%w: lease.lua reply value %d of key %d is %v", ErrScript, k+1, j+1, x)
+			}
+			f[k] = uint64(x)
+		}
+		out[i] = LeaseReply{
+			Allowed:   f[0] == 1,
+			Leased:    f[1],
+			Remaining: f[2],
+			Retry:     time.Duration(f[3]) * time.Microsecond,
+			Reset:     time.Duration(f[4]) * time.Microsecond,
+		}
+	}
+	return nil
+}
