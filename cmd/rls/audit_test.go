@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-rls/sluice/audit"
 	"github.com/sluice-rls/sluice/audit/redisaudit"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/internal/logtest"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -45,7 +46,7 @@ func TestServeAuditsReloadsToRedis(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr lockedBuffer
+	var stderr logtest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "",

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluice-rls/sluice/emergency"
+	"github.com/sluice-rls/sluice/internal/logtest"
 )
 
 // TestServeEmergencyChannel: --emergency-key and --emergency-secret-file
@@ -28,7 +29,7 @@ func TestServeEmergencyChannel(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr lockedBuffer
+	var stderr logtest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "", "--log-format", "json",
@@ -85,7 +86,7 @@ func TestServeEmergencyBadFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte("plain-secret-by-mistake\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var stderr lockedBuffer
+	var stderr logtest.Buffer
 	err := run(context.Background(), []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "",
 		"--emergency-key", "emergency", "--emergency-secret-file", path}, &stderr, &stderr, noEnv)
 	if err == nil || !strings.Contains(err.Error(), "line 1: not a SHA-256 digest") || strings.Contains(err.Error(), "plain-secret") {

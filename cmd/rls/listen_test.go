@@ -14,6 +14,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluice-rls/sluice/internal/logtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -103,7 +104,7 @@ func TestServeOverUnixSockets(t *testing.T) {
 	grpcSock, httpSock := filepath.Join(dir, "grpc.sock"), filepath.Join(dir, "http.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr lockedBuffer
+	var stderr logtest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--grpc-addr", "unix:" + grpcSock, "--http-addr", "unix://" + httpSock, "--admin-addr", "",
@@ -126,7 +127,7 @@ func TestServeOverUnixSockets(t *testing.T) {
 		t.Errorf("ShouldRateLimit over %s: %v, %v; want OVER_LIMIT", grpcSock, resp.GetOverallCode(), err)
 	}
 	// rls check reaches it too (grpc-go takes the unix: address as is).
-	var out lockedBuffer
+	var out logtest.Buffer
 	if err := run(context.Background(), []string{"check", "--addr", "unix:" + grpcSock, "remote_address=50.0.0.5"}, &out, &out, noEnv); !errors.Is(err, errOverLimit) {
 		t.Errorf("rls check --addr unix:%s: %v, want OVER_LIMIT\n%s", grpcSock, err, out.String())
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sluice-rls/sluice/internal/logtest"
 )
 
 // TestServePeerEnvAndEmbeddedRules runs rls serve configured only by
@@ -23,7 +24,7 @@ func TestServePeerEnvAndEmbeddedRules(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr lockedBuffer
+	var stderr logtest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--admin-addr", ""}, &stderr, &stderr, func(k string) string { return env[k] })

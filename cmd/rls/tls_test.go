@@ -27,6 +27,7 @@ import (
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
+	"github.com/sluice-rls/sluice/internal/logtest"
 	"github.com/sluice-rls/sluice/internal/pkitest"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
@@ -263,7 +264,7 @@ func TestClientSAN(t *testing.T) {
 	p := pkitest.New(t)
 	st := flags.Serve{TLSCert: p.ServerCert, TLSKey: p.ServerKey, TLSClientCA: p.CA,
 		TLSClientSAN: "envoy.edge.svc.cluster.local, spiffe://cluster.local/ns/edge/sa/envoy,10.0.0.7"}
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s, err := newServerTLS(st, clockwork.NewFakeClock(), log, prometheus.NewRegistry())
 	if err != nil {
@@ -325,7 +326,7 @@ func TestServerTLSFlagsErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var out lockedBuffer
+			var out logtest.Buffer
 			args := append([]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", ""}, tt.args...)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -361,7 +362,7 @@ func TestServeRedisClientCert(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr lockedBuffer
+	var stderr logtest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "",

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sluice-rls/sluice/internal/logtest"
 	"github.com/sluice-rls/sluice/internal/otlptest"
 	"github.com/sluice-rls/sluice/service"
 )
@@ -32,7 +33,7 @@ func TestServeTracing(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			var stderr lockedBuffer
+			var stderr logtest.Buffer
 			done := make(chan error, 1)
 			go func() {
 				done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "", "--log-format", "json"},
@@ -78,7 +79,7 @@ func TestServeTracing(t *testing.T) {
 }
 
 // grpcAddr polls serve's log for its "serving" line and returns grpc_addr.
-func grpcAddr(t *testing.T, stderr *lockedBuffer) string {
+func grpcAddr(t *testing.T, stderr *logtest.Buffer) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/sluice-rls/sluice/internal/logtest"
 	"github.com/sluice-rls/sluice/internal/pkitest"
 	"github.com/sluice-rls/sluice/service"
 )
@@ -37,7 +38,7 @@ func TestUsageCommand(t *testing.T) {
 	p := pkitest.New(t)
 	rules := writeRuleFile(t, t.TempDir(), "rules.yaml", usageTestRules)
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr lockedBuffer
+	var stderr logtest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
@@ -151,7 +152,7 @@ func TestUsageOffWhenTopRefusedZero(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	admin := "unix:" + filepath.Join(dir, "admin.sock")
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr lockedBuffer
+	var stderr logtest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", admin,

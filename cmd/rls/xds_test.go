@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sluice-rls/sluice/internal/logtest"
 	"github.com/sluice-rls/sluice/internal/pkitest"
 	"github.com/sluice-rls/sluice/internal/xdstest"
 )
@@ -46,7 +47,7 @@ func egConfig(rpu uint32, unit rlsconfv3.RateLimitUnit) *rlsconfv3.RateLimitConf
 }
 
 // servingLine waits for serve's "serving" log line and returns it.
-func servingLine(t *testing.T, stderr *lockedBuffer) map[string]any {
+func servingLine(t *testing.T, stderr *logtest.Buffer) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -90,7 +91,7 @@ func TestServeFromXDS(t *testing.T) {
 	})))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr lockedBuffer
+	var stderr logtest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "", "--log-format", "json",
@@ -212,7 +213,7 @@ func TestServeXDSUpdateOverMaxRuleBytes(t *testing.T) {
 	mgmt.Set(t, "default", "big", big)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr lockedBuffer
+	var stderr logtest.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "", "--log-format", "json",
