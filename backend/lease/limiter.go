@@ -496,7 +496,7 @@ func (l *Limiter) entry(k bucket.Key, lim bucket.Limit, now time.Time, ops *[]re
 	}
 	if e.limit != lim {
 		if e.held > 0 {
-			*ops = append(*ops, redisbackend.LeaseOp{Key: k, Limit: e.limit, Decision: 0, Kind: redisbackend.LeaseGive, Take: e.held})
+			*ops = append(*ops, redisbackend.LeaseOp{Key: k, Limit: e.limit, Decision: 0, Kind: redisbackend.LeaseReturn, Take: e.held})
 			l.opts.Metrics.given(e.held)
 		}
 		*e = entry{key: k, limit: lim, fullLo: now, fullHi: now, fresh: true}
@@ -562,7 +562,7 @@ func (l *Limiter) apply(ops []redisbackend.LeaseOp, replies []redisbackend.Lease
 // it sooner: then this node refuses for at most one token interval more
 // than it must (never admits more). Called with mu held.
 func (l *Limiter) rememberEmpty(e *entry, op redisbackend.LeaseOp, r *redisbackend.LeaseReply, send time.Time) {
-	if op.Kind == redisbackend.LeaseGive || r.Remaining > 0 || e.held > 0 || e.limit.Requests == 0 {
+	if op.Kind == redisbackend.LeaseGive || op.Kind == redisbackend.LeaseReturn || r.Remaining > 0 || e.held > 0 || e.limit.Requests == 0 {
 		e.emptyUntil = time.Time{}
 		return
 	}
