@@ -276,6 +276,12 @@ type keyNeed struct {
 	refused  bool
 	retry    time.Duration
 	later    uint64 // tokens of takes after the one a state is for
+	// other marks a key met under another limit too in the same decision
+	// (a limit changed between its hits): decided in Redis alone, neither
+	// from nor into the lease, its state from the reply (rem, reset).
+	other bool
+	rem   uint64
+	reset time.Duration
 }
 
 // hitLeased decides the hits for which leased reports true. When taken is
@@ -285,9 +291,9 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 	// map, which would allocate on every call.
 	var buf [8]keyNeed
 	needs := buf[:0]
-	find := func(k bucket.Key) int {
+	find := func(k bucket.Key, lim bucket.Limit) int {
 		for n := range needs {
-			if needs[n].key == k {
+			if needs[n].key == k && needs[n].limit == lim {
 				return n
 			}
 		}
@@ -304,7 +310,7 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 			states[i] = bucket.State{RetryAfter: h.Limit.Period, ResetAfter: h.Limit.Period}
 			continue
 		}
-		n := find(h.Key)
+		n := find(h.Key, h.Limit)
 		if n < 0 {
 			n = len(needs)
 			needs = append(needs, keyNeed{key: h.Key, limit: h.Limit, op: -1})
@@ -320,10 +326,25 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 	if allowed && len(needs) > 0 {
 		l.mu.Lock()
 		now := l.clock.Now()
+		// Keys met with another limit give their held tokens back first,
+		// ahead of the decision's takes (one decision in lease.lua).
+		for n := range needs {
+			l.entry(needs[n].key, needs[n].limit, now, &ops)
+		}
 		for n := range needs {
 			k := &needs[n]
-			e := l.entry(k.key, k.limit, now, &ops)
+			e := l.entries[k.key]
 			e.used = now
+			if e.limit != k.limit {
+				// The key under two limits in this decision: the entry
+				// follows the last; this one is Redis' alone.
+				k.other = true
+				op := l.takeOp(k, 1, k.need, k.total)
+				op.Extra = 0
+				ops = append(ops, op)
+				k.op = len(ops) - 1
+				continue
+			}
 			if k.need > k.limit.Burst {
 				// Never allowed: Redis reports the bucket, the lease stays.
 				op := l.takeOp(k, 1, k.need, 0)
@@ -403,7 +424,7 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 		l.mu.Unlock()
 	} else if spent != nil {
 		for _, k := range needs {
-			if k.total > 0 {
+			if k.total > 0 && !k.other {
 				*spent = append(*spent, taken{key: k.key, tokens: k.total})
 			}
 		}
@@ -426,7 +447,7 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 			states[i] = bucket.State{Allowed: true} // not consulted
 			continue
 		}
-		k := &needs[find(h.Key)]
+		k := &needs[find(h.Key, h.Limit)]
 		e := l.entries[h.Key]
 		if allowed {
 			k.later -= h.Cost
@@ -435,7 +456,16 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 		if k.op >= 0 {
 			at = send // answered from Redis: its durations as Redis gave them
 		}
-		st := l.estimateAt(e, at, now, k.later)
+		var st bucket.State
+		if k.other {
+			interval := k.limit.Period / time.Duration(k.limit.Requests)
+			st = bucket.State{
+				Remaining:  min(k.rem+k.later, k.limit.Burst),
+				ResetAfter: max(k.reset-time.Duration(k.later)*interval, 0),
+			}
+		} else {
+			st = l.estimateAt(e, at, now, k.later)
+		}
 		if k.refused {
 			st.RetryAfter = k.retry
 			if k.need > k.limit.Burst {
@@ -541,6 +571,7 @@ func (l *Limiter) apply(ops []redisbackend.LeaseOp, replies []redisbackend.Lease
 		e := l.entries[k.key]
 		if k.op >= 0 {
 			r := &replies[k.op]
+			k.rem, k.reset = r.Remaining, r.Reset
 			if !r.Allowed {
 				k.refused = true
 				k.retry = r.Retry
