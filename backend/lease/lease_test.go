@@ -2,7 +2,9 @@ package lease_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -417,5 +419,38 @@ func TestLimitChangeGivesBackOrDrops(t *testing.T) {
 	// lease, and a's 49 tokens are lost rather than risk more.
 	if got := r.inRedis(t, k, raised); got != before || before != 200-2-49-74 {
 		t.Errorf("Redis holds %d tokens after a's give-back, %d before; want %d both (a's old-limit tokens dropped)", got, before, 200-2-49-74)
+	}
+}
+
+// A leased bucket's value is token_bucket.lua's layout: four little-endian
+// doubles (TAT µs, expiry ms, interval µs and burst of the limit it was
+// written under); the 8-byte TAT of earlier builds reads as a full bucket.
+func TestValueFormat(t *testing.T) {
+	srv := redistest.Start(t)
+	l, r := newLimiter(t, srv, lease.Options{})
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	k := key(t, 0)
+	lim := bucket.Limit{Requests: 10, Period: 10 * time.Second, Burst: 5}
+	rkey := fmt.Sprintf("%s:lease:{%x}", t.Name(), k[:])
+	old := make([]byte, 8)
+	binary.LittleEndian.PutUint64(old, math.Float64bits(1e18)) // a TAT far ahead
+	if err := c.Set(ctx, rkey, old, time.Minute).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	if got := r.inRedis(t, k, lim); got != lim.Burst {
+		t.Errorf("bucket with an 8-byte value: %d tokens, want full (%d)", got, lim.Burst)
+	}
+	if ok, _ := hit(t, l, take(k, lim, 2)); !ok {
+		t.Fatal("take refused")
+	}
+	v, err := c.Get(ctx, rkey).Bytes()
+	if err != nil || len(v) != 32 {
+		t.Fatalf("GET after a take: %d bytes (%v), want 32", len(v), err)
+	}
+	d := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(v[8*i:])) }
+	if iv, burst := d(2), d(3); iv != 1e6 || burst != float64(lim.Burst) {
+		t.Errorf("value records interval %vµs, burst %v; want 1e6µs, %d", iv, burst, lim.Burst)
 	}
 }
