@@ -280,6 +280,7 @@ type keyNeed struct {
 	// (a limit changed between its hits): decided in Redis alone, neither
 	// from nor into the lease, its state from the reply (rem, reset).
 	other bool
+	e     *entry // the key's entry, for the decision under mu
 	rem   uint64
 	reset time.Duration
 }
@@ -329,11 +330,11 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 		// Keys met with another limit give their held tokens back first,
 		// ahead of the decision's takes (one decision in lease.lua).
 		for n := range needs {
-			l.entry(needs[n].key, needs[n].limit, now, &ops)
+			needs[n].e = l.entry(needs[n].key, needs[n].limit, now, &ops)
 		}
 		for n := range needs {
 			k := &needs[n]
-			e := l.entries[k.key]
+			e := k.e // entry resets an entry in place: still the key's
 			e.used = now
 			if e.limit != k.limit {
 				// The key under two limits in this decision: the entry
