@@ -240,6 +240,11 @@ func (rn *renderer) render(out []field, name string, v reflect.Value) []field {
 		return append(out, field{name, v.String()})
 	}
 	if s, ok := v.Interface().(fmt.Stringer); ok {
+		if v.IsZero() {
+			// Unset, as an empty string: a rule without rate_limit.consistency
+			// shows nothing, not "default".
+			return append(out, field{name, ""})
+		}
 		return append(out, field{name, s.String()}) // a Unit: "second"
 	}
 	switch v.Kind() {

@@ -189,7 +189,11 @@ func TestStalledRedisBlocksNothing(t *testing.T) {
 	srv.Stall()
 	t.Cleanup(srv.Resume)
 	reg := prometheus.NewRegistry()
-	const timeout = 200 * time.Millisecond
+	// A write timeout far above what 10 reloads take even on a loaded
+	// machine (400 ms seen with the CPUs shared): a Record that waited for
+	// Redis would show as a whole timeout, and the first write stays in
+	// flight for the whole loop, so the count of drops is exact.
+	const timeout = time.Second
 	w := redisaudit.New(redisaudit.Options{Timeout: timeout, Queue: 2, Metrics: redisaudit.NewMetrics(reg), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	stop := run(t, w, c)
 
