@@ -352,6 +352,7 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 				op.Extra = 0
 				ops = append(ops, op)
 				k.refused = true
+				k.op = len(ops) - 1 // its durations from the call's send
 				continue
 			}
 			if e.held >= k.need {
