@@ -39,24 +39,9 @@ func TestConformance(t *testing.T) {
 					return buckettest.Subject{Limiter: l, Advance: time.Sleep, Now: time.Now}
 				},
 				Resolution: time.Microsecond,
-				Except:     limitChanges,
 			})
 		})
 	}
-}
-
-// limitChanges are the scenarios of a limit that changes under a key:
-// lease.lua still reads a bucket's instant under the new limit (the rule
-// before keep-consumption), so a changed limit on a leased rule does not
-// keep consumption yet (docs/design.md, the leased layer).
-var limitChanges = map[string]string{
-	"limit raised: spent stays spent":                                          "lease.lua does not convert a changed limit yet",
-	"limit lowered: refused until a token refills, spent clamped to the burst": "lease.lua does not convert a changed limit yet",
-	"limit lowered: the bucket refills at the new rate":                        "lease.lua does not convert a changed limit yet",
-	"limit changed: a fraction of a token converts":                            "lease.lua does not convert a changed limit yet",
-	"burst raised alone: spent stays spent":                                    "lease.lua does not convert a changed limit yet",
-	"burst lowered alone: spent clamped to the burst":                          "lease.lua does not convert a changed limit yet",
-	"period changed: spent stays spent, refilling at the new rate":             "lease.lua does not convert a changed limit yet",
 }
 
 // TestConformanceCluster runs the suite on a real 3-master Redis Cluster,
@@ -72,7 +57,6 @@ func TestConformanceCluster(t *testing.T) {
 			return buckettest.Subject{Limiter: l, Advance: time.Sleep, Now: time.Now}
 		},
 		Resolution: time.Microsecond,
-		Except:     limitChanges,
 	})
 }
 

@@ -7,7 +7,9 @@
 // The guarantee: a lease removes its tokens from the Redis bucket before
 // the node spends any of them, a refused request puts the tokens it
 // reserved back into the node's lease, and a give-back restores exactly the
-// unspent tokens (clamped at the burst). So the tokens the fleet spends
+// unspent tokens (clamped at the burst), or nothing when the bucket was
+// converted to another limit since they were leased (lease.lua converts a
+// bucket under a changed limit as token_bucket.lua does). So the tokens the fleet spends
 // from the start are never more than the bucket let out: admitted ≤ burst +
 // rate × T, as in exact mode. The cost is under-admission: tokens parked in
 // one node's lease cannot serve another node for up to one lease period.

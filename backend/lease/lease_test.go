@@ -2,7 +2,9 @@ package lease_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -371,5 +373,84 @@ func TestFromLeaseAllocs(t *testing.T) {
 	}
 	if n != 0 {
 		t.Errorf("a decision from the lease allocates %v times, want 0", n)
+	}
+}
+
+// A changed limit: a node that meets a key under a new limit gives its
+// held tokens back under the old one first (the bucket still has it), then
+// Redis converts the bucket; a node whose bucket another node converted
+// since loses its held tokens instead of giving them back, since a give
+// under the old limit would convert the bucket back and its clamp (the old
+// burst) would forget tokens the fleet spent.
+func TestLimitChangeGivesBackOrDrops(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := clockwork.NewFakeClock()
+	old := bucket.Limit{Requests: 100, Period: time.Hour, Burst: 100}
+	raised := bucket.Limit{Requests: 200, Period: time.Hour, Burst: 200}
+
+	// One node: the give-back keeps the bucket exact.
+	a, r := newLimiter(t, srv, lease.Options{Clock: clock})
+	k := key(t, 0)
+	if ok, st := hit(t, a, take(k, old, 1)); !ok || st[0].Remaining != 99 {
+		t.Fatalf("take under the old limit: %v %+v, want allowed, 99 left", ok, st)
+	}
+	if got := r.inRedis(t, k, old); got != 50 {
+		t.Fatalf("Redis holds %d tokens, want 50 (49 leased)", got)
+	}
+	if ok, st := hit(t, a, take(k, raised, 1)); !ok || st[0].Remaining != 198 {
+		t.Fatalf("take under the raised limit: %v %+v, want allowed, 198 left (2 spent)", ok, st)
+	}
+
+	// Two nodes: b converts the bucket while a holds a lease of the old
+	// limit; a's give-back (Close) then leaves the bucket as it is.
+	b, _ := newLimiter(t, srv, lease.Options{Clock: clock})
+	k = key(t, 1)
+	if ok, _ := hit(t, a, take(k, old, 1)); !ok {
+		t.Fatal("a's take refused")
+	}
+	if ok, st := hit(t, b, take(k, raised, 1)); !ok || st[0].Remaining != 149 {
+		t.Fatalf("b's take under the raised limit: %v %+v, want allowed, 149 left (2 spent, 49 held by a)", ok, st)
+	}
+	before := r.inRedis(t, k, raised)
+	if err := a.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Spent 2, b holds its lease: exact mode would leave 200 - 2 - b's
+	// lease, and a's 49 tokens are lost rather than risk more.
+	if got := r.inRedis(t, k, raised); got != before || before != 200-2-49-74 {
+		t.Errorf("Redis holds %d tokens after a's give-back, %d before; want %d both (a's old-limit tokens dropped)", got, before, 200-2-49-74)
+	}
+}
+
+// A leased bucket's value is token_bucket.lua's layout: four little-endian
+// doubles (TAT µs, expiry ms, interval µs and burst of the limit it was
+// written under); the 8-byte TAT of earlier builds reads as a full bucket.
+func TestValueFormat(t *testing.T) {
+	srv := redistest.Start(t)
+	l, r := newLimiter(t, srv, lease.Options{})
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	k := key(t, 0)
+	lim := bucket.Limit{Requests: 10, Period: 10 * time.Second, Burst: 5}
+	rkey := fmt.Sprintf("%s:lease:{%x}", t.Name(), k[:])
+	old := make([]byte, 8)
+	binary.LittleEndian.PutUint64(old, math.Float64bits(1e18)) // a TAT far ahead
+	if err := c.Set(ctx, rkey, old, time.Minute).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	if got := r.inRedis(t, k, lim); got != lim.Burst {
+		t.Errorf("bucket with an 8-byte value: %d tokens, want full (%d)", got, lim.Burst)
+	}
+	if ok, _ := hit(t, l, take(k, lim, 2)); !ok {
+		t.Fatal("take refused")
+	}
+	v, err := c.Get(ctx, rkey).Bytes()
+	if err != nil || len(v) != 32 {
+		t.Fatalf("GET after a take: %d bytes (%v), want 32", len(v), err)
+	}
+	d := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(v[8*i:])) }
+	if iv, burst := d(2), d(3); iv != 1e6 || burst != float64(lim.Burst) {
+		t.Errorf("value records interval %vµs, burst %v; want 1e6µs, %d", iv, burst, lim.Burst)
 	}
 }

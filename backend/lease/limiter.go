@@ -276,6 +276,13 @@ type keyNeed struct {
 	refused  bool
 	retry    time.Duration
 	later    uint64 // tokens of takes after the one a state is for
+	// other marks a key met under another limit too in the same decision
+	// (a limit changed between its hits): decided in Redis alone, neither
+	// from nor into the lease, its state from the reply (rem, reset).
+	other bool
+	e     *entry // the key's entry, for the decision under mu
+	rem   uint64
+	reset time.Duration
 }
 
 // hitLeased decides the hits for which leased reports true. When taken is
@@ -285,9 +292,9 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 	// map, which would allocate on every call.
 	var buf [8]keyNeed
 	needs := buf[:0]
-	find := func(k bucket.Key) int {
+	find := func(k bucket.Key, lim bucket.Limit) int {
 		for n := range needs {
-			if needs[n].key == k {
+			if needs[n].key == k && needs[n].limit == lim {
 				return n
 			}
 		}
@@ -304,7 +311,7 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 			states[i] = bucket.State{RetryAfter: h.Limit.Period, ResetAfter: h.Limit.Period}
 			continue
 		}
-		n := find(h.Key)
+		n := find(h.Key, h.Limit)
 		if n < 0 {
 			n = len(needs)
 			needs = append(needs, keyNeed{key: h.Key, limit: h.Limit, op: -1})
@@ -320,16 +327,32 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 	if allowed && len(needs) > 0 {
 		l.mu.Lock()
 		now := l.clock.Now()
+		// Keys met with another limit give their held tokens back first,
+		// ahead of the decision's takes (one decision in lease.lua).
+		for n := range needs {
+			needs[n].e = l.entry(needs[n].key, needs[n].limit, now, &ops)
+		}
 		for n := range needs {
 			k := &needs[n]
-			e := l.entry(k.key, k.limit, now, &ops)
+			e := k.e // entry resets an entry in place: still the key's
 			e.used = now
+			if e.limit != k.limit {
+				// The key under two limits in this decision: the entry
+				// follows the last; this one is Redis' alone.
+				k.other = true
+				op := l.takeOp(k, 1, k.need, k.total)
+				op.Extra = 0
+				ops = append(ops, op)
+				k.op = len(ops) - 1
+				continue
+			}
 			if k.need > k.limit.Burst {
 				// Never allowed: Redis reports the bucket, the lease stays.
 				op := l.takeOp(k, 1, k.need, 0)
 				op.Extra = 0
 				ops = append(ops, op)
 				k.refused = true
+				k.op = len(ops) - 1 // its durations from the call's send
 				continue
 			}
 			if e.held >= k.need {
@@ -403,7 +426,7 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 		l.mu.Unlock()
 	} else if spent != nil {
 		for _, k := range needs {
-			if k.total > 0 {
+			if k.total > 0 && !k.other {
 				*spent = append(*spent, taken{key: k.key, tokens: k.total})
 			}
 		}
@@ -426,7 +449,7 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 			states[i] = bucket.State{Allowed: true} // not consulted
 			continue
 		}
-		k := &needs[find(h.Key)]
+		k := &needs[find(h.Key, h.Limit)]
 		e := l.entries[h.Key]
 		if allowed {
 			k.later -= h.Cost
@@ -435,7 +458,16 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 		if k.op >= 0 {
 			at = send // answered from Redis: its durations as Redis gave them
 		}
-		st := l.estimateAt(e, at, now, k.later)
+		var st bucket.State
+		if k.other {
+			interval := k.limit.Period / time.Duration(k.limit.Requests)
+			st = bucket.State{
+				Remaining:  min(k.rem+k.later, k.limit.Burst),
+				ResetAfter: max(k.reset-time.Duration(k.later)*interval, 0),
+			}
+		} else {
+			st = l.estimateAt(e, at, now, k.later)
+		}
 		if k.refused {
 			st.RetryAfter = k.retry
 			if k.need > k.limit.Burst {
@@ -496,7 +528,7 @@ func (l *Limiter) entry(k bucket.Key, lim bucket.Limit, now time.Time, ops *[]re
 	}
 	if e.limit != lim {
 		if e.held > 0 {
-			*ops = append(*ops, redisbackend.LeaseOp{Key: k, Limit: e.limit, Decision: 0, Kind: redisbackend.LeaseGive, Take: e.held})
+			*ops = append(*ops, redisbackend.LeaseOp{Key: k, Limit: e.limit, Decision: 0, Kind: redisbackend.LeaseReturn, Take: e.held})
 			l.opts.Metrics.given(e.held)
 		}
 		*e = entry{key: k, limit: lim, fullLo: now, fullHi: now, fresh: true}
@@ -541,6 +573,7 @@ func (l *Limiter) apply(ops []redisbackend.LeaseOp, replies []redisbackend.Lease
 		e := l.entries[k.key]
 		if k.op >= 0 {
 			r := &replies[k.op]
+			k.rem, k.reset = r.Remaining, r.Reset
 			if !r.Allowed {
 				k.refused = true
 				k.retry = r.Retry
@@ -562,7 +595,7 @@ func (l *Limiter) apply(ops []redisbackend.LeaseOp, replies []redisbackend.Lease
 // it sooner: then this node refuses for at most one token interval more
 // than it must (never admits more). Called with mu held.
 func (l *Limiter) rememberEmpty(e *entry, op redisbackend.LeaseOp, r *redisbackend.LeaseReply, send time.Time) {
-	if op.Kind == redisbackend.LeaseGive || r.Remaining > 0 || e.held > 0 || e.limit.Requests == 0 {
+	if op.Kind == redisbackend.LeaseGive || op.Kind == redisbackend.LeaseReturn || r.Remaining > 0 || e.held > 0 || e.limit.Requests == 0 {
 		e.emptyUntil = time.Time{}
 		return
 	}

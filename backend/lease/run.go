@@ -79,7 +79,7 @@ func (l *Limiter) step(ctx context.Context, all bool) error {
 		case e == nil || e.held == 0:
 			delete(l.holding, k)
 		case all || !now.Before(e.expires):
-			ops = append(ops, redisbackend.LeaseOp{Key: k, Limit: e.limit, Decision: uint64(len(ops) + 1), Kind: redisbackend.LeaseGive, Take: e.held})
+			ops = append(ops, redisbackend.LeaseOp{Key: k, Limit: e.limit, Decision: uint64(len(ops) + 1), Kind: redisbackend.LeaseReturn, Take: e.held})
 			e.held, e.emptyUntil = 0, time.Time{}
 			delete(l.holding, k)
 		}
@@ -122,7 +122,7 @@ func (l *Limiter) background(ctx context.Context, ops []redisbackend.LeaseOp, cl
 			e.fetching = false
 		}
 		if err != nil {
-			if op.Kind == redisbackend.LeaseGive {
+			if op.Kind == redisbackend.LeaseReturn {
 				if !closing && e != nil && e.limit == op.Limit {
 					l.addHeld(e, op.Take)
 					e.expires = now.Add(l.opts.Period)
@@ -133,7 +133,7 @@ func (l *Limiter) background(ctx context.Context, ops []redisbackend.LeaseOp, cl
 		if e == nil || e.limit != op.Limit {
 			continue
 		}
-		if op.Kind == redisbackend.LeaseGive {
+		if op.Kind == redisbackend.LeaseReturn {
 			l.opts.Metrics.given(op.Take)
 		}
 		r := &replies[j]

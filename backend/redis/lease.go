@@ -39,6 +39,12 @@ const (
 	// LeaseIndependent is a LeaseTake decided alone (a shadow-mode hit, or a
 	// prefetch with Need 0, which is always allowed).
 	LeaseIndependent
+	// LeaseReturn gives back Take tokens leased under Limit: a LeaseGive,
+	// except that it does nothing when the bucket was written under another
+	// limit since (those tokens are lost, never admitted: giving them back
+	// would convert the bucket to the old limit, whose clamp may forget
+	// tokens the fleet spent).
+	LeaseReturn
 )
 
 // LeaseOp is one bucket operation of a call of Limiter.Lease. Ops with the
@@ -76,7 +82,9 @@ var ErrLeaseSlots = errors.New("backend/redis: a leased decision spans Ring shar
 // Lease runs ops through lease.lua and writes one reply per op into out.
 // Its buckets are not token_bucket.lua's: their keys are
 // "<prefix>:lease:{<hash>}", so a rule switched between exact and leased
-// starts from a full bucket. On a single Redis (or sentinel master) it is
+// starts from a full bucket. A leased bucket records the limit it was last
+// written under and an op under another limit converts it, as
+// token_bucket.lua's buckets (lease.lua's header). On a single Redis (or sentinel master) it is
 // one script call; in Redis Cluster one per slot, concurrently (a decision
 // spanning slots is decided in each, and where one slot refuses, the
 // others give back what they took, in a second round); on a Ring one per

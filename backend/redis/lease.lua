@@ -3,17 +3,32 @@
 --
 -- Representation (GCRA), as token_bucket.lua's but in keys of their own
 -- ("<prefix>:lease:{<hash>}"): a bucket is one string value, its
--- "theoretical arrival time" TAT in microseconds of Redis' clock (TIME), as
--- one little-endian IEEE 754 double (struct.pack '<d', 8 bytes); any other
--- value, or none, is a full bucket. With interval = period / requests and
--- tau = burst * interval, a bucket at time now holds
--- burst - max(TAT - now, 0) / interval tokens. Taking c tokens moves TAT to
--- max(TAT, now) + c * interval; giving c back moves it to
+-- "theoretical arrival time" TAT in microseconds of Redis' clock (TIME),
+-- then the key's expiry in milliseconds (recorded, not read), then the
+-- interval (below) and burst of the limit it was last written under, as
+-- four little-endian IEEE 754 doubles (struct.pack '<dddd', 32 bytes, the
+-- layout of token_bucket.lua's values). Any other value (the 8-byte '<d'
+-- TAT of earlier builds included), or none, is a full bucket. With
+-- interval = period / requests and tau = burst * interval, a bucket at time
+-- now holds burst - max(TAT - now, 0) / interval tokens. Taking c tokens
+-- moves TAT to max(TAT, now) + c * interval; giving c back moves it to
 -- max(TAT - c * interval, now), so a bucket is never above its burst.
 --
+-- A changed limit, as token_bucket.lua: a key may come with another limit
+-- (interval or burst) than its value was written under. The tokens it
+-- lacks at now stay lacking, clamped to the new burst: with debt = TAT -
+-- now > 0 at the old interval, the bucket is read as TAT' = now +
+-- min(debt / old interval, burst) * interval. Any op under another limit
+-- (take, check, lease, give, independent take) converts the bucket and
+-- writes it back under its limit, whatever the decision; under an
+-- unchanged limit nothing is clamped. Except a return (flags 3): tokens a
+-- node leased under a limit the bucket no longer has are not given back
+-- (giving them would convert the bucket back to the old limit, and a
+-- clamp there may forget debt); they are lost, never admitted.
+--
 -- KEYS[i]   bucket key i (i = 1..n); in Redis Cluster all in one slot.
--- ARGV[1]   64 bytes per key: eight little-endian doubles. For key i, at
---           byte 64(i-1) + 1:
+-- ARGV[1]   72 bytes per key: nine little-endian doubles. For key i, at
+--           byte 72(i-1) + 1:
 --   decision  decision number; the keys of one decision are contiguous and
 --             neighbouring decisions have different numbers
 --   period    in microseconds (> 0)
@@ -27,11 +42,11 @@
 --   share     > 0: the divisor of the lease (2 x live nodes)
 --   flags     0 = take (all-or-nothing within the decision), 1 = give back
 --             take tokens (never refused), 2 = independent take (decided
---             alone)
--- (nine values: the decision number, then eight; 72 bytes per key)
+--             alone), 3 = return take leased tokens (a give, but nothing
+--             when the bucket was written under another limit)
 --
 -- Reply: one string, 40 bytes per key, five little-endian doubles, each an
--- integer in [0, 2^53):
+-- integer in [0, 2^53), the bucket as key i's limit sees it:
 --   allowed   1 or 0
 --   leased    whole tokens leased to the caller beyond take
 --   remaining whole tokens left in Redis after the key
@@ -40,10 +55,10 @@
 --   reset     microseconds until Redis' bucket is full, rounded up
 --
 -- Semantics per decision: first its takes, all-or-nothing on a scratch
--- copy; leases only for an allowed decision; then gives and independent
--- takes one by one. Requests 0: takes refused (retry and reset one period),
--- gives do nothing. A written key expires when its bucket is full again,
--- plus the time to refill or a second, whichever is less.
+-- copy; leases only for an allowed decision; then gives, returns and
+-- independent takes one by one. Requests 0: takes refused (retry and reset
+-- one period), gives do nothing. A written key expires when its bucket is
+-- full again, plus the time to refill or a second, whichever is less.
 
 if redis.replicate_commands then
   redis.replicate_commands()
@@ -65,16 +80,31 @@ if #A ~= W * n then
   return redis.error_reply('lease.lua: ARGV[1] has ' .. #A .. ' bytes, want 72 per key')
 end
 
-local tats, dirty, out = {}, {}, {}
+local tats, ivs, bursts, dirty, out = {}, {}, {}, {}, {}
 
+-- committed returns key's TAT, read once, and the interval and burst it
+-- is measured in (nil when the value records none: a full bucket).
 local function committed(key)
   local v = tats[key]
   if v == nil then
     local s = redis.call('GET', key)
-    if s and #s == 8 then v = unpack('<d', s) else v = 0 end
+    local _
+    if s and #s == 32 then v, _, ivs[key], bursts[key] = unpack('<dddd', s) else v = 0 end
     tats[key] = v
   end
-  return v
+  return v, ivs[key], bursts[key]
+end
+
+-- convert returns tat, measured under interval iv and burst bu, under
+-- interval and burst: the tokens it lacks stay lacking, clamped to burst.
+local function convert(tat, iv, bu, interval, burst)
+  if tat > now and (iv ~= interval or bu ~= burst) then
+    local debt = (tat - now) / iv * interval
+    local tau = burst * interval
+    if debt > tau then debt = tau end
+    return now + debt, true
+  end
+  return tat, false
 end
 
 local function clamp(x)
@@ -96,9 +126,18 @@ local function args(k)
   return unpack('<dddddddd', A, W * (k - 1) + 9)
 end
 
--- decide applies key k to tat (not the leases) and returns allowed, the
--- new TAT and the reply fields but leased.
-local function decide(k, tat, give)
+-- limit returns key k's interval and burst (nil for requests 0).
+local function limit(k)
+  local period, requests, burst = args(k)
+  if requests <= 0 then return nil, burst end
+  return period / requests, burst
+end
+
+-- decide applies key k to tat, measured under iv and bu (not the leases),
+-- and returns allowed, the new TAT, the reply fields but leased, and, when
+-- tat was measured under another limit than key k's, tat converted to it
+-- (nil otherwise). Both TATs are then measured under key k's limit.
+local function decide(k, tat, iv, bu, give)
   local period, requests, burst, need, take = args(k)
   if requests <= 0 then
     if give then return true, tat, 0, 0, 0 end
@@ -106,26 +145,30 @@ local function decide(k, tat, give)
   end
   local interval = period / requests
   local tau = burst * interval
+  local conv = nil
+  local c, changed = convert(tat, iv, bu, interval, burst)
+  if changed then tat, conv = c, c end
   local base = tat
   if base < now then base = now end
   if give then
     local new = base - take * interval
     if new < now then new = now end
     if tat <= now then new = tat end
-    return true, new, 0, 0, 0
+    return true, new, 0, 0, 0, conv
   end
   if need > burst then
-    return false, tat, 0, base - now, base - now
+    return false, tat, 0, base - now, base - now, conv
   end
   local wait = base + need * interval - tau - now
   if wait > EPS then
-    return false, tat, 0, wait, base - now
+    return false, tat, 0, wait, base - now, conv
   end
-  if take > 0 then return true, base + take * interval, 0, 0, 0 end
-  return true, tat, 0, 0, 0
+  if take > 0 then return true, base + take * interval, 0, 0, 0, conv end
+  return true, tat, 0, 0, 0, conv
 end
 
--- lease takes key k's lease from tat and returns the new TAT and leased.
+-- lease takes key k's lease from tat (measured under key k's limit) and
+-- returns the new TAT and leased.
 local function lease(k, tat)
   local period, requests, burst, _, _, extra, share = args(k)
   if requests <= 0 or extra <= 0 then return tat, 0 end
@@ -139,14 +182,24 @@ local function lease(k, tat)
   return base + l * interval, l
 end
 
-local function report(k, allowed, leased, retry, tat)
+-- report fills key k's reply for key's committed bucket, as key k's limit
+-- sees it.
+local function report(k, allowed, leased, retry, key)
   local period, requests, burst = args(k)
   local remaining, reset = 0, period
   if requests > 0 then
     local interval = period / requests
+    local tat, iv, bu = committed(key)
+    tat = convert(tat, iv, bu, interval, burst)
     remaining, reset = tokens(tat, interval, burst * interval, burst)
   end
   out[k] = pack('<ddddd', allowed and 1 or 0, leased, remaining, clamp(ceil(retry)), clamp(ceil(reset)))
+end
+
+-- store commits tat, measured under key k's limit, as key's bucket.
+local function store(key, k, tat)
+  local interval, burst = limit(k)
+  tats[key], ivs[key], bursts[key], dirty[key] = tat, interval, burst, true
 end
 
 local i = 1
@@ -157,16 +210,25 @@ while i <= n do
   local flags = {}
   for k = i, j do flags[k] = unpack('<d', A, W * k - 7) end
 
-  -- Takes, all-or-nothing, on a scratch copy.
-  local scratch, ok, res = {}, true, {}
+  -- Takes, all-or-nothing, on a scratch copy (scratch TATs measured under
+  -- siv and sbu). A conversion of the committed bucket is kept whatever
+  -- the decision.
+  local scratch, siv, sbu, ok, res = {}, {}, {}, true, {}
   for k = i, j do
     if flags[k] == 0 then
       local key = KEYS[k]
-      local tat = scratch[key]
-      if tat == nil then tat = committed(key) end
-      local allowed, new, _, retry = decide(k, tat, false)
+      local tat, iv, bu = scratch[key], siv[key], sbu[key]
+      local fresh = tat == nil
+      if fresh then tat, iv, bu = committed(key) end
+      local allowed, new, _, retry, _, conv = decide(k, tat, iv, bu, false)
+      if conv and fresh then store(key, k, conv) end
       res[k] = {allowed, retry}
-      if allowed then scratch[key] = new else ok = false end
+      if allowed then
+        scratch[key] = new
+        siv[key], sbu[key] = limit(k)
+      else
+        ok = false
+      end
     end
   end
   for k = i, j do
@@ -174,31 +236,39 @@ while i <= n do
       local key = KEYS[k]
       local leased = 0
       if ok then
-        local tat = scratch[key]
+        local interval, burst = limit(k)
+        local tat = convert(scratch[key], siv[key], sbu[key], interval, burst)
         tat, leased = lease(k, tat)
-        scratch[key] = tat
-        if tat ~= tats[key] then tats[key], dirty[key] = tat, true end
+        scratch[key], siv[key], sbu[key] = tat, interval, burst
+        if tat ~= tats[key] or (tat > now and (interval ~= ivs[key] or burst ~= bursts[key])) then store(key, k, tat) end
       end
       res[k][3] = leased
     end
   end
   for k = i, j do
     if flags[k] == 0 then
-      report(k, res[k][1], res[k][3], res[k][2], committed(KEYS[k]))
+      report(k, res[k][1], res[k][3], res[k][2], KEYS[k])
     end
   end
 
-  -- Gives and independent takes, each alone.
+  -- Gives, returns and independent takes, each alone. A return (flags 3)
+  -- of tokens leased under another limit than the bucket's does nothing.
   for k = i, j do
     local f = flags[k]
     if f ~= 0 then
       local key = KEYS[k]
-      local tat = committed(key)
-      local allowed, new, _, retry = decide(k, tat, f == 1)
-      local leased = 0
-      if allowed and f == 2 then new, leased = lease(k, new) end
-      if allowed and new ~= tat then tats[key], dirty[key] = new, true end
-      report(k, allowed, leased, retry, committed(key))
+      local tat, iv, bu = committed(key)
+      local interval, burst = limit(k)
+      if f == 3 and tat > now and (iv ~= interval or bu ~= burst) then
+        report(k, true, 0, 0, key)
+      else
+        local allowed, new, _, retry, _, conv = decide(k, tat, iv, bu, f ~= 2)
+        if conv then store(key, k, conv); tat = conv end
+        local leased = 0
+        if allowed and f == 2 then new, leased = lease(k, new) end
+        if allowed and new ~= tat then store(key, k, new) end
+        report(k, allowed, leased, retry, key)
+      end
     end
   end
   i = j + 1
@@ -210,7 +280,7 @@ for key in pairs(dirty) do
   local ttl = ceil(tat / 1000) - nowms
   if ttl < 1 then ttl = 1 end
   local px = ttl + math.min(ttl, SLACK)
-  redis.call('SET', key, pack('<d', tat), 'PX', string.format('%d', px))
+  redis.call('SET', key, pack('<dddd', tat, nowms + px, ivs[key], bursts[key]), 'PX', string.format('%d', px))
 end
 
 return table.concat(out)
