@@ -53,10 +53,6 @@ type Harness struct {
 	// a microsecond for backend/redis (its script counts microseconds,
 	// rounds up, and keeps the bucket's instant in a double).
 	Resolution time.Duration
-	// Except names scenarios this Harness does not run, each with the
-	// reason, which the run logs: a known gap of a backend, written down
-	// where its suite runs, never a silent pass.
-	Except map[string]string
 }
 
 // Subject is one scenario's Limiter and its clock.
@@ -90,9 +86,6 @@ func Run(t *testing.T, h Harness) {
 	t.Helper()
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
-			if why, ok := h.Except[sc.name]; ok {
-				t.Skipf("excepted by this harness: %s", why)
-			}
 			t.Parallel()
 			m := sc.margin()
 			for attempt := 1; ; attempt++ {
