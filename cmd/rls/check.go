@@ -48,10 +48,7 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	hits := fs.Uint("hits", 0, "hits_addend of the request (0 = 1)")
 	timeout := fs.Duration("timeout", 2*time.Second, "deadline of the call")
 	var tf checkTLSFlags
-	fs.StringVar(&tf.ca, "tls-ca", "", "PEM bundle of the CAs to verify the server with (default with --tls-cert: the system roots)")
-	fs.StringVar(&tf.cert, "tls-cert", "", "PEM client certificate to present (mTLS; needs --tls-key)")
-	fs.StringVar(&tf.key, "tls-key", "", "PEM private key of --tls-cert")
-	fs.StringVar(&tf.serverName, "tls-server-name", "", "name the server certificate must carry (default: the host of --addr)")
+	tf.register(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, checkUsage)
 		fs.PrintDefaults()
@@ -61,12 +58,8 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else if err != nil {
 		return errUsage
 	}
-	if (tf.cert == "") != (tf.key == "") {
-		fmt.Fprintln(stderr, "rls check: --tls-cert and --tls-key go together")
-		return errUsage
-	}
-	if tf.serverName != "" && !tf.enabled() {
-		fmt.Fprintln(stderr, "rls check: --tls-server-name needs --tls-ca or --tls-cert")
+	if err := tf.validate(); err != nil {
+		fmt.Fprintln(stderr, "rls check:", err)
 		return errUsage
 	}
 	req := &rlsv3.RateLimitRequest{Domain: *domain, HitsAddend: uint32(*hits)}
@@ -111,6 +104,26 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 type checkTLSFlags struct{ ca, cert, key, serverName string }
 
 func (f checkTLSFlags) enabled() bool { return f.ca != "" || f.cert != "" }
+
+// register defines --tls-ca, --tls-cert, --tls-key and --tls-server-name,
+// the client TLS flags of rls check, usage and override.
+func (f *checkTLSFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.ca, "tls-ca", "", "PEM bundle of the CAs to verify the server with (default with --tls-cert: the system roots)")
+	fs.StringVar(&f.cert, "tls-cert", "", "PEM client certificate to present (mTLS; needs --tls-key)")
+	fs.StringVar(&f.key, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&f.serverName, "tls-server-name", "", "name the server certificate must carry (default: the host of --addr)")
+}
+
+// validate reports flags that cannot go together.
+func (f checkTLSFlags) validate() error {
+	if (f.cert == "") != (f.key == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if f.serverName != "" && !f.enabled() {
+		return errors.New("--tls-server-name needs --tls-ca or --tls-cert")
+	}
+	return nil
+}
 
 // credentials returns plaintext without --tls-ca and --tls-cert, else TLS
 // verifying the server (against --tls-ca, or the system roots) and

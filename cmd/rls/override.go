@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -46,10 +45,7 @@ func (c *overrideCLI) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8082", "admin address of the server (--admin-addr)")
 	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token (a line of the server's --admin-token-file: name:token, or the token alone)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "deadline of the call")
-	fs.StringVar(&c.tls.ca, "tls-ca", "", "PEM bundle of the CAs to verify the server with; switches to https")
-	fs.StringVar(&c.tls.cert, "tls-cert", "", "PEM client certificate to present (mTLS; needs --tls-key); switches to https")
-	fs.StringVar(&c.tls.key, "tls-key", "", "PEM private key of --tls-cert")
-	fs.StringVar(&c.tls.serverName, "tls-server-name", "", "name the server certificate must carry (default: the host of --addr)")
+	c.tls.register(fs)
 }
 
 // overrideRefused is an answer the server gave but refused (exit 1).
@@ -101,8 +97,8 @@ func overrideCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	} else if err != nil {
 		return errUsage
 	}
-	if (c.tls.cert == "") != (c.tls.key == "") {
-		fmt.Fprintln(stderr, "rls override: --tls-cert and --tls-key go together")
+	if err := c.tls.validate(); err != nil {
+		fmt.Fprintln(stderr, "rls override:", err)
 		return errUsage
 	}
 	switch args[0] {
@@ -164,16 +160,11 @@ func overrideCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 // call sends one request to /overrides and decodes the answer into out.
 func (c overrideCLI) call(ctx context.Context, method, path string, body, out any) error {
-	scheme := "http"
-	client := &http.Client{Timeout: c.timeout}
-	if c.tls.enabled() {
-		scheme = "https"
-		cfg, err := c.tlsConfig()
-		if err != nil {
-			return checkError{err}
-		}
-		client.Transport = &http.Transport{TLSClientConfig: cfg}
+	client, base, err := c.tls.httpClient(c.addr)
+	if err != nil {
+		return checkError{err}
 	}
+	client.Timeout = c.timeout
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -182,7 +173,7 @@ func (c overrideCLI) call(ctx context.Context, method, path string, body, out an
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, scheme+"://"+c.addr+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return checkError{err}
 	}
@@ -215,26 +206,6 @@ func (c overrideCLI) call(ctx context.Context, method, path string, body, out an
 		return checkError{fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(data)))}
 	}
 	return overrideRefused{fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(data)))}
-}
-
-// tlsConfig is check's TLS configuration, for HTTPS.
-func (c overrideCLI) tlsConfig() (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.tls.serverName}
-	if c.tls.ca != "" {
-		pool, err := loadCertPool(c.tls.ca)
-		if err != nil {
-			return nil, fmt.Errorf("--tls-ca: %w", err)
-		}
-		cfg.RootCAs = pool
-	}
-	if c.tls.cert != "" {
-		pair, err := tls.LoadX509KeyPair(c.tls.cert, c.tls.key)
-		if err != nil {
-			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
-	}
-	return cfg, nil
 }
 
 // readClientToken reads the first token line of path: "name:token" or the

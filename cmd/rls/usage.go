@@ -44,10 +44,7 @@ func usageCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "print the server's JSON answer as it is")
 	timeout := fs.Duration("timeout", 5*time.Second, "deadline of the call")
 	var tf checkTLSFlags
-	fs.StringVar(&tf.ca, "tls-ca", "", "PEM bundle of the CAs to verify the server with (default with --tls-cert: the system roots)")
-	fs.StringVar(&tf.cert, "tls-cert", "", "PEM client certificate to present (mTLS; needs --tls-key)")
-	fs.StringVar(&tf.key, "tls-key", "", "PEM private key of --tls-cert")
-	fs.StringVar(&tf.serverName, "tls-server-name", "", "name the server certificate must carry (default: the host of --addr)")
+	tf.register(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usageUsage)
 		fs.PrintDefaults()
@@ -61,11 +58,8 @@ func usageCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "rls usage: "+format+"\n", a...)
 		return errUsage
 	}
-	if (tf.cert == "") != (tf.key == "") {
-		return fail("--tls-cert and --tls-key go together")
-	}
-	if tf.serverName != "" && !tf.enabled() {
-		return fail("--tls-server-name needs --tls-ca or --tls-cert")
+	if err := tf.validate(); err != nil {
+		return fail("%v", err)
 	}
 	q := url.Values{}
 	path := "/usage"
