@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-rls/sluice/audit"
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/internal/audittest"
 	"github.com/sluice-rls/sluice/override"
 )
 
@@ -181,28 +182,6 @@ func TestScaleRounds(t *testing.T) {
 	}
 }
 
-// recorder keeps audit events.
-type recorder struct {
-	mu     sync.Mutex
-	events []audit.Event
-}
-
-func (r *recorder) Record(_ context.Context, e audit.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
-}
-
-func (r *recorder) kinds() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var k []string
-	for _, e := range r.events {
-		k = append(k, e.Kind)
-	}
-	return k
-}
-
 func TestManagerSetRemoveAudit(t *testing.T) {
 	t.Parallel()
 	cfg := mustRules(t, rulesYAML)
@@ -210,7 +189,7 @@ func TestManagerSetRemoveAudit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{}
+	rec := &audittest.Recorder{}
 	clock := clockwork.NewFakeClockAt(t0)
 	m := override.NewManager(override.ManagerOptions{Store: store, Rules: func() *descriptors.Config { return cfg }, Clock: clock, Audit: rec, Node: "n1"})
 	ctx := context.Background()
@@ -233,10 +212,10 @@ func TestManagerSetRemoveAudit(t *testing.T) {
 		t.Errorf("Remove of a removed override: %v, want ErrNotFound", err)
 	}
 	want := []string{audit.KindOverrideSet, audit.KindApplied, audit.KindOverrideSet, audit.KindApplied, audit.KindOverrideRemove, audit.KindApplied}
-	if got := rec.kinds(); strings.Join(got, " ") != strings.Join(want, " ") {
+	if got := kinds(rec.Events()); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("audit kinds %v, want %v", got, want)
 	}
-	second := rec.events[2]
+	second := rec.Events()[2]
 	if second.Author != "alice" || second.Reason != "more" || second.Node != "n1" || len(second.Changes) != 1 ||
 		second.Changes[0].Old != "scale ×1.5" || second.Changes[0].New != "scale ×2" {
 		t.Errorf("second set's event %+v, want alice, more, n1, scale ×1.5 → ×2", second)
@@ -252,7 +231,7 @@ func TestManagerExpiry(t *testing.T) {
 	t.Parallel()
 	cfg := mustRules(t, rulesYAML)
 	store, _ := override.OpenFile("")
-	rec := &recorder{}
+	rec := &audittest.Recorder{}
 	clock := clockwork.NewFakeClockAt(t0)
 	m := override.NewManager(override.ManagerOptions{Store: store, Rules: func() *descriptors.Config { return cfg }, Clock: clock, Audit: rec, Resync: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -284,7 +263,7 @@ func TestManagerExpiry(t *testing.T) {
 	if l, _ := store.List(ctx); len(l) != 0 {
 		t.Errorf("store still holds %v after the expiry", l)
 	}
-	if k := rec.kinds(); k[len(k)-1] != audit.KindOverrideExpire && k[len(k)-2] != audit.KindOverrideExpire {
+	if k := kinds(rec.Events()); k[len(k)-1] != audit.KindOverrideExpire && k[len(k)-2] != audit.KindOverrideExpire {
 		t.Errorf("audit kinds %v, want an override.expire", k)
 	}
 }
@@ -376,4 +355,13 @@ func TestManagerTableForReplacedRules(t *testing.T) {
 	if again := m.Table(newCfg); again != cur {
 		t.Error("the current rules' table was replaced by a request holding old rules")
 	}
+}
+
+// kinds lists the events' kinds in order.
+func kinds(events []audit.Event) []string {
+	var k []string
+	for _, e := range events {
+		k = append(k, e.Kind)
+	}
+	return k
 }

@@ -1,12 +1,10 @@
 package ruleset_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,25 +12,8 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/sluice-rls/sluice/audit"
+	"github.com/sluice-rls/sluice/internal/audittest"
 )
-
-// recorder keeps the events it is handed.
-type recorder struct {
-	mu     sync.Mutex
-	events []audit.Event
-}
-
-func (r *recorder) Record(_ context.Context, e audit.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
-}
-
-func (r *recorder) all() []audit.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]audit.Event(nil), r.events...)
-}
 
 const shareRules = "domain: d\ndescriptors:\n  - key: k\n    value: \"v*\"\n    SHARE\n    rate_limit: {unit: second, requests_per_unit: 10}\n"
 
@@ -46,7 +27,7 @@ func TestReloadRecordsAuditEvent(t *testing.T) {
 	file := filepath.Join(dir, "rules.yaml")
 	must(t, os.WriteFile(file, []byte(strings.Replace(shareRules, "    SHARE\n", "", 1)), 0o644))
 	f := newFixture(t, dir)
-	rec := &recorder{}
+	rec := &audittest.Recorder{}
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC))
 	f.r.Audit, f.r.Node, f.r.Clock = rec, "node-a:42", clock
 
@@ -54,7 +35,7 @@ func TestReloadRecordsAuditEvent(t *testing.T) {
 	if err := f.r.Reload(); err == nil {
 		t.Fatal("Reload of a bad file succeeded")
 	}
-	if ev := rec.all(); len(ev) != 0 {
+	if ev := rec.Events(); len(ev) != 0 {
 		t.Fatalf("a failed reload recorded %+v, want nothing", ev)
 	}
 
@@ -62,7 +43,7 @@ func TestReloadRecordsAuditEvent(t *testing.T) {
 	if err := f.r.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	ev := rec.all()
+	ev := rec.Events()
 	if len(ev) != 1 {
 		t.Fatalf("recorded %d events, want 1: %+v", len(ev), ev)
 	}
@@ -84,7 +65,7 @@ func TestReloadRecordsAuditEvent(t *testing.T) {
 	if err := f.r.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	ev = rec.all()
+	ev = rec.Events()
 	if len(ev) != 2 || ev[1].Subject != e.Subject || len(ev[1].Changes) != 0 {
 		t.Errorf("reloading the same files: %+v, want a second event, subject %s, no changes", ev[1:], e.Subject)
 	}

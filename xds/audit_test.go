@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -14,28 +13,11 @@ import (
 
 	"github.com/sluice-rls/sluice/audit"
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/internal/audittest"
 	"github.com/sluice-rls/sluice/internal/xdstest"
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/xds"
 )
-
-// recorder keeps the events it is handed.
-type recorder struct {
-	mu     sync.Mutex
-	events []audit.Event
-}
-
-func (r *recorder) Record(_ context.Context, e audit.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
-}
-
-func (r *recorder) all() []audit.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]audit.Event(nil), r.events...)
-}
 
 // TestUpdatesAreAudited: every applied update records one reload event
 // whose subject is the version and the SHA-256 of the rules, with every
@@ -48,7 +30,7 @@ func TestUpdatesAreAudited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{}
+	rec := &audittest.Recorder{}
 	src, err := xds.New(xds.Options{
 		Server: mgmt.Addr, NodeID: node,
 		Store: ruleset.NewStore(empty), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -72,7 +54,7 @@ func TestUpdatesAreAudited(t *testing.T) {
 	mgmt.Set(t, node, "v4", limit("edge", "user", "alice", 20))
 	mgmt.WaitRequest(t, xdstest.ACK("v4"))
 
-	ev := rec.all()
+	ev := rec.Events()
 	if len(ev) != 3 {
 		t.Fatalf("%d events, want 3 (v1, v2, v4; not the NACKed v3): %+v", len(ev), ev)
 	}
