@@ -1,10 +1,7 @@
 package service
 
 import (
-	"sync"
-
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // EmergencySecrets tells whether a value is an accepted secret of the
@@ -75,42 +72,9 @@ func (s *Server) emergencyOK(req *rlsv3.RateLimitRequest, sc *scratch, domain st
 	return s.allOK(req)
 }
 
-// emergencyCounters are ratelimit_emergency_requests_total's counters,
-// cached per domain (WithLabelValues allocates on every call).
-type emergencyCounters struct {
-	vec      *prometheus.CounterVec
-	byDomain sync.Map // domain string → *[2]prometheus.Counter: rejected, allowed
-}
-
-func newEmergencyCounters() *emergencyCounters {
-	return &emergencyCounters{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "ratelimit_emergency_requests_total",
-		Help: "Requests carrying the emergency entry (--emergency-key), by domain and result: allowed (an accepted secret: let through whatever the limits) or rejected (a wrong secret: decided as any other request).",
-	}, []string{"domain", "result"})}
-}
-
 func (m *Metrics) emergency(domain string, allowed bool) {
 	if m == nil {
 		return
 	}
-	e := m.emergencyReqs
-	v, found := e.byDomain.Load(domain)
-	if !found {
-		v, _ = e.byDomain.LoadOrStore(domain, &[2]prometheus.Counter{
-			e.vec.WithLabelValues(domain, "rejected"),
-			e.vec.WithLabelValues(domain, "allowed"),
-		})
-	}
-	c := v.(*[2]prometheus.Counter)
-	if allowed {
-		c[1].Inc()
-	} else {
-		c[0].Inc()
-	}
-}
-
-// forgetDomain deletes a removed domain's series.
-func (e *emergencyCounters) forgetDomain(domain string) {
-	e.vec.DeletePartialMatch(prometheus.Labels{"domain": domain})
-	e.byDomain.Delete(domain)
+	m.emergencyReqs.inc(domain, allowed)
 }

@@ -67,7 +67,7 @@ const overrideRule = "_override"
 // *Metrics records nothing. Build it with NewMetrics on a registry the caller
 // owns.
 type Metrics struct {
-	requests       *prometheus.CounterVec
+	requests       *domainPair // ratelimit_requests_total: over_limit, ok
 	decisions      *prometheus.CounterVec
 	duration       prometheus.Histogram
 	unknownDomains prometheus.Counter
@@ -77,12 +77,11 @@ type Metrics struct {
 
 	// WithLabelValues allocates and hashes on every call, so the hot path
 	// uses counters cached per domain and per rule of the current rule set.
-	okReqs sync.Map // domain string → *[2]prometheus.Counter
-	rules  atomic.Pointer[ruleCounters]
+	rules atomic.Pointer[ruleCounters]
 
 	values valueLabels
 
-	emergencyReqs *emergencyCounters // ratelimit_emergency_requests_total (emergency.go)
+	emergencyReqs *domainPair // ratelimit_emergency_requests_total: rejected, allowed (emergency.go)
 }
 
 // DefaultMaxMetricValues is the default cap on rule labels that carry
@@ -156,10 +155,10 @@ type decisionCounters [len(grayLabels)][LayerNone][numResults]prometheus.Counter
 // NewMetrics creates the request-path metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+		requests: newDomainPair(prometheus.CounterOpts{
 			Name: "ratelimit_requests_total",
 			Help: "ShouldRateLimit requests answered, by domain and overall code.",
-		}, []string{"domain", "code"}),
+		}, "code", "over_limit", "ok"),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_decisions_total",
 			Help: "Per-descriptor decisions, by domain, rule path, deciding layer, result and whether the request was gray.",
@@ -189,8 +188,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for i, k := range malformedKinds {
 		m.malformedParts[i] = malformed.WithLabelValues(k)
 	}
-	m.emergencyReqs = newEmergencyCounters()
-	reg.MustRegister(m.requests, m.decisions, m.duration, m.unknownDomains, m.invalid, m.globalErrors, malformed, m.emergencyReqs.vec)
+	m.emergencyReqs = newDomainPair(prometheus.CounterOpts{
+		Name: "ratelimit_emergency_requests_total",
+		Help: "Requests carrying the emergency entry (--emergency-key), by domain and result: allowed (an accepted secret: let through whatever the limits) or rejected (a wrong secret: decided as any other request).",
+	}, "result", "rejected", "allowed")
+	reg.MustRegister(m.requests.vec, m.decisions, m.duration, m.unknownDomains, m.invalid, m.globalErrors, malformed, m.emergencyReqs.vec)
 	return m
 }
 
@@ -198,19 +200,43 @@ func (m *Metrics) request(domain string, ok bool) {
 	if m == nil {
 		return
 	}
-	v, found := m.okReqs.Load(domain)
+	m.requests.inc(domain, ok)
+}
+
+// domainPair is a counter vector labelled by domain and by a second label
+// of two values, with each domain's two counters cached: WithLabelValues
+// allocates and hashes on every call, a cached pair costs one map load.
+type domainPair struct {
+	vec      *prometheus.CounterVec
+	no, yes  string   // the second label's values
+	byDomain sync.Map // domain string → *[2]prometheus.Counter: no, yes
+}
+
+func newDomainPair(opts prometheus.CounterOpts, label, no, yes string) *domainPair {
+	return &domainPair{vec: prometheus.NewCounterVec(opts, []string{"domain", label}), no: no, yes: yes}
+}
+
+// inc counts one under domain and yes or no.
+func (p *domainPair) inc(domain string, yes bool) {
+	v, found := p.byDomain.Load(domain)
 	if !found {
-		v, _ = m.okReqs.LoadOrStore(domain, &[2]prometheus.Counter{
-			m.requests.WithLabelValues(domain, "over_limit"),
-			m.requests.WithLabelValues(domain, "ok"),
+		v, _ = p.byDomain.LoadOrStore(domain, &[2]prometheus.Counter{
+			p.vec.WithLabelValues(domain, p.no),
+			p.vec.WithLabelValues(domain, p.yes),
 		})
 	}
 	c := v.(*[2]prometheus.Counter)
-	if ok {
+	if yes {
 		c[1].Inc()
 	} else {
 		c[0].Inc()
 	}
+}
+
+// forget deletes a removed domain's series.
+func (p *domainPair) forget(domain string) {
+	p.vec.DeletePartialMatch(prometheus.Labels{"domain": domain})
+	p.byDomain.Delete(domain)
 }
 
 func (m *Metrics) decision(cfg *descriptors.Config, domain string, r *descriptors.Rule, entries []descriptors.Entry, layer Layer, res result, gray bool) {
@@ -269,10 +295,9 @@ func (m *Metrics) deleteRemoved(old, cur *descriptors.Config) {
 	}
 	for _, d := range old.Domains() {
 		if cur.Domain(d) == nil {
-			m.requests.DeletePartialMatch(prometheus.Labels{"domain": d})
+			m.requests.forget(d)
 			m.decisions.DeletePartialMatch(prometheus.Labels{"domain": d})
-			m.okReqs.Delete(d)
-			m.emergencyReqs.forgetDomain(d)
+			m.emergencyReqs.forget(d)
 		}
 	}
 }
