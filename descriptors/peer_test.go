@@ -19,10 +19,11 @@ import (
 func TestPeerFiles(t *testing.T) {
 	t.Parallel()
 	type request struct{ req, want string }
-	tests := map[string]struct {
+	type peerCase struct {
 		warnings []string
 		requests []request
-	}{
+	}
+	tests := map[string]peerCase{
 		"unit_without_rpu": {
 			warnings: []string{"unit_without_rpu.yaml:5:13: rate_limit has a unit but no requests_per_unit: the limit is 0, so every request is over it (as in envoyproxy/ratelimit); write requests_per_unit: 0 to say so"},
 			requests: []request{{"x a=1", "x.a: global 0/second burst 0"}},
@@ -93,57 +94,34 @@ func TestPeerFiles(t *testing.T) {
 			},
 		},
 	}
-	files, err := filepath.Glob("testdata/peer/*.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := make(map[string]bool)
-	for _, path := range files {
-		name := strings.TrimSuffix(filepath.Base(path), ".yaml")
-		seen[name] = true
-		tt, ok := tests[name]
-		if !ok {
-			t.Errorf("fixture %s has no expectations in the table", path)
-			continue
+	runFixtures(t, "testdata/peer", tests, func(t *testing.T, path string, data []byte, tt peerCase) {
+		f, err := Parse(filepath.Base(path), data)
+		if err != nil {
+			t.Fatalf("Parse(%s): %v; want it to load", path, err)
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, err := Parse(filepath.Base(path), data)
-			if err != nil {
-				t.Fatalf("Parse(%s): %v; want it to load", path, err)
-			}
-			c, err := New([]*File{f}, Options{GrayKey: "gray"})
-			if err != nil {
-				t.Fatalf("New(%s): %v; want it to load", path, err)
-			}
-			var got []string
-			for _, w := range c.Warnings() {
-				got = append(got, w.Error())
-			}
-			if !slices.Equal(got, tt.warnings) {
-				t.Errorf("Warnings() =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.warnings, "\n"))
-			}
-			for _, r := range tt.requests {
-				fields := strings.Fields(r.req)
-				got := ""
-				if rule := c.Domain(fields[0]).Match(entries(fields[1:]...)); rule != nil {
-					got = rule.String()
-				}
-				if got != r.want {
-					t.Errorf("Match(%s) = %q, want %q", r.req, got, r.want)
-				}
-			}
-		})
-	}
-	for name := range tests {
-		if !seen[name] {
-			t.Errorf("table entry %q has no testdata/peer/%s.yaml", name, name)
+		c, err := New([]*File{f}, Options{GrayKey: "gray"})
+		if err != nil {
+			t.Fatalf("New(%s): %v; want it to load", path, err)
 		}
-	}
+		var got []string
+		for _, w := range c.Warnings() {
+			got = append(got, w.Error())
+		}
+		if !slices.Equal(got, tt.warnings) {
+			t.Errorf("Warnings() =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.warnings, "\n"))
+		}
+		for _, r := range tt.requests {
+			fields := strings.Fields(r.req)
+			got := ""
+			if rule := c.Domain(fields[0]).Match(entries(fields[1:]...)); rule != nil {
+				got = rule.String()
+			}
+			if got != r.want {
+				t.Errorf("Match(%s) = %q, want %q", r.req, got, r.want)
+			}
+		}
+
+	})
 }
 
 // TestManyDuplicatesCapped: a field repeated many times costs linear time

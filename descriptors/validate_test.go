@@ -67,49 +67,25 @@ func TestInvalidFiles(t *testing.T) {
 			"share_threshold_without_wildcard.yaml:5:22: share_threshold needs a wildcard value (one containing '*')",
 		},
 	}
-	files, err := filepath.Glob("testdata/invalid/*.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := make(map[string]bool)
-	for _, path := range files {
-		name := strings.TrimSuffix(filepath.Base(path), ".yaml")
-		seen[name] = true
-		want, ok := tests[name]
-		if !ok {
-			t.Errorf("fixture %s has no expected error in the table", path)
-			continue
+	runFixtures(t, "testdata/invalid", tests, func(t *testing.T, path string, data []byte, want []string) {
+		_, err := load(t, filepath.Base(path), data)
+		if err == nil {
+			t.Fatalf("load(%s) = nil error, want %q", path, want)
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = load(t, filepath.Base(path), data)
-			if err == nil {
-				t.Fatalf("load(%s) = nil error, want %q", path, want)
-			}
-			got := err.Error()
-			if n := len(strings.Split(got, "\n")); n != len(want) {
-				t.Errorf("load(%s) reported %d problems, want %d:\n%s", path, n, len(want), got)
-			}
-			for _, w := range want {
-				if !strings.Contains(got, w) {
-					t.Errorf("load(%s) error =\n%s\nwant it to contain\n%s", path, got, w)
-				}
-			}
-			var e *Error
-			if !errors.As(err, &e) {
-				t.Errorf("load(%s) error %T does not wrap *Error", path, err)
-			}
-		})
-	}
-	for name := range tests {
-		if !seen[name] {
-			t.Errorf("table entry %q has no testdata/invalid/%s.yaml", name, name)
+		got := err.Error()
+		if n := len(strings.Split(got, "\n")); n != len(want) {
+			t.Errorf("load(%s) reported %d problems, want %d:\n%s", path, n, len(want), got)
 		}
-	}
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("load(%s) error =\n%s\nwant it to contain\n%s", path, got, w)
+			}
+		}
+		var e *Error
+		if !errors.As(err, &e) {
+			t.Errorf("load(%s) error %T does not wrap *Error", path, err)
+		}
+	})
 }
 
 // TestAllProblemsAtOnce checks that one file with many problems reports
@@ -158,6 +134,40 @@ descriptors:
 	for i := range min(len(got), len(want)) {
 		if !strings.HasPrefix(got[i], want[i]) {
 			t.Errorf("problem %d = %q, want prefix %q", i, got[i], want[i])
+		}
+	}
+}
+
+// runFixtures runs check as a parallel subtest for every dir/*.yaml,
+// named after the file, with its content and its table entry; a fixture
+// without an entry, or an entry without a fixture, fails t.
+func runFixtures[V any](t *testing.T, dir string, table map[string]V, check func(t *testing.T, path string, data []byte, want V)) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(map[string]bool)
+	for _, path := range files {
+		name := strings.TrimSuffix(filepath.Base(path), ".yaml")
+		seen[name] = true
+		want, ok := table[name]
+		if !ok {
+			t.Errorf("fixture %s has no entry in the table", path)
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, path, data, want)
+		})
+	}
+	for name := range table {
+		if !seen[name] {
+			t.Errorf("table entry %q has no %s/%s.yaml", name, dir, name)
 		}
 	}
 }
