@@ -165,11 +165,7 @@ func (s *Server) quotaRefused(sc *scratch, out *outcome) bool {
 // independent and keep their effect, as they do in a refused call.
 func (s *Server) giveBackTakes(ctx context.Context, sc *scratch, out *outcome) {
 	if out.localDone {
-		sc.refund = appendTakesAsGives(sc.refund[:0], sc.local)
-		if len(sc.refund) > 0 {
-			sc.localStates = grow(sc.localStates, len(sc.local)+len(sc.refund))
-			_, _ = s.opts.Local.Hit(ctx, sc.refund, sc.localStates[len(sc.local):])
-		}
+		s.refundLocal(ctx, sc)
 	}
 	if out.globalDone {
 		sc.refund = appendTakesAsGives(sc.refund[:0], sc.global)
@@ -225,21 +221,21 @@ func (s *Server) decideGlobal(ctx context.Context, sc *scratch, out *outcome) (b
 		return false
 	}
 	out.allowed, out.layer = false, out.globalLayer
-	// Give back what the local layer took for this request. Its gives
-	// (is_negative_hits) stay applied: a give is never refused
-	// (bucket.Hit).
-	for _, h := range sc.local {
-		if h.Cost > 0 && !h.Give && !h.Independent {
-			h.Give = true
-			sc.refund = append(sc.refund, h)
-		}
-	}
+	s.refundLocal(ctx, sc)
+	return false
+}
+
+// refundLocal gives back what the local layer took for this request. Its
+// gives (is_negative_hits) stay applied: a give is never refused
+// (bucket.Hit).
+func (s *Server) refundLocal(ctx context.Context, sc *scratch) {
+	sc.refund = appendTakesAsGives(sc.refund[:0], sc.local)
 	if len(sc.refund) > 0 {
 		sc.localStates = grow(sc.localStates, len(sc.local)+len(sc.refund))
 		// The refund's states are not reported; they land after the real ones.
 		_, _ = s.opts.Local.Hit(ctx, sc.refund, sc.localStates[len(sc.local):])
 	}
-	return false
+	sc.refund = sc.refund[:0]
 }
 
 // giveGlobal applies the request's global gives after the local layer
