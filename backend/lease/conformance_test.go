@@ -22,7 +22,8 @@ import (
 // from the lease and some in Redis, and the states are the layer's
 // estimate, which on one node is exact. As backend/redis's suite, the
 // buckets run on Redis' clock: Advance waits real time, and the lag is
-// measured (buckettest.Run). The layer's own clock is real too.
+// measured (buckettest.Run). The layer's own clock is real too, and it
+// dates Redis' replies at their call's send (DatesAtCall).
 //
 // "eager" leases from a key's first decision; "default" (rls serve's
 // setting) from its second, so that its first is Redis' exact decision.
@@ -38,7 +39,8 @@ func TestConformance(t *testing.T) {
 					l, _ := newLimiterOn(t, c, lease.Options{EagerLeases: eager})
 					return buckettest.Subject{Limiter: l, Advance: time.Sleep, Now: time.Now}
 				},
-				Resolution: time.Microsecond,
+				Resolution:  time.Microsecond,
+				DatesAtCall: true,
 			})
 		})
 	}
@@ -56,7 +58,8 @@ func TestConformanceCluster(t *testing.T) {
 			l, _ := newLimiterOn(t, c, lease.Options{EagerLeases: true})
 			return buckettest.Subject{Limiter: l, Advance: time.Sleep, Now: time.Now}
 		},
-		Resolution: time.Microsecond,
+		Resolution:  time.Microsecond,
+		DatesAtCall: true,
 	})
 }
 

@@ -1,8 +1,14 @@
 package buckettest
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/sluice-rls/sluice/backend/memory"
+	"github.com/sluice-rls/sluice/bucket"
 )
 
 // TestDurationOK pins the only slack the suite gives durations: none on a
@@ -98,3 +104,59 @@ func TestMargin(t *testing.T) {
 		t.Errorf("no scenarios %v", want)
 	}
 }
+
+// TestDatesAtCall pins the lag of a Limiter that dates its store's answers
+// at the start of its calls (backend/lease): one whose third call took
+// 8ms to reach its store answers the calls after it 8ms short, beyond the
+// 8ms its clock then runs behind the scenario. The suite must count the
+// call's time only when told (Harness.DatesAtCall).
+func TestDatesAtCall(t *testing.T) {
+	var sc scenario
+	for _, s := range scenarios {
+		if s.name == "refill over time" {
+			sc = s
+		}
+	}
+	const slow = 8 * time.Millisecond
+	for _, dates := range []bool{false, true} {
+		h := Harness{DatesAtCall: dates, New: func(t *testing.T) Subject {
+			clock := clockwork.NewFakeClock()
+			l := &datedAtCall{inner: memory.New(memory.Options{Clock: clock}), clock: clock, slowCall: 2, slow: slow}
+			return Subject{Limiter: l, Advance: clock.Advance, Now: clock.Now}
+		}}
+		errs, lag := runScenario(t, h, sc, 1)
+		if dates && (len(errs) > 0 || lag != 2*slow) {
+			t.Errorf("DatesAtCall: lag %v (want %v), mismatches %q", lag, 2*slow, errs)
+		}
+		if !dates && (len(errs) == 0 || lag != slow) {
+			t.Errorf("without DatesAtCall: lag %v (want %v), mismatches %q (want some)", lag, slow, errs)
+		}
+	}
+}
+
+// datedAtCall is a Limiter whose call number slowCall reaches its store
+// (inner) slow late on its clock, and which dates the states of the later
+// calls at that call's start, as backend/lease dates a reply at its send.
+type datedAtCall struct {
+	inner           bucket.Limiter
+	clock           *clockwork.FakeClock
+	calls, slowCall int
+	slow, early     time.Duration
+}
+
+func (d *datedAtCall) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.State) (bucket.Decision, error) {
+	early := d.early
+	if d.calls == d.slowCall {
+		d.clock.Advance(d.slow)
+		d.early = d.slow
+	}
+	d.calls++
+	dec, err := d.inner.Hit(ctx, hits, states)
+	for i := range states[:len(hits)] {
+		states[i].RetryAfter = max(states[i].RetryAfter-early, 0)
+		states[i].ResetAfter = max(states[i].ResetAfter-early, 0)
+	}
+	return dec, err
+}
+
+func (d *datedAtCall) Shared() bool { return false }
