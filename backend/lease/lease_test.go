@@ -424,7 +424,9 @@ func TestLimitChangeGivesBackOrDrops(t *testing.T) {
 
 // A leased bucket's value is token_bucket.lua's layout: four little-endian
 // doubles (TAT µs, expiry ms, interval µs and burst of the limit it was
-// written under); the 8-byte TAT of earlier builds reads as a full bucket.
+// written under), then, while leases are out, five more (lease.lua's
+// count of parked tokens); the 8-byte TAT of earlier builds reads as a
+// full bucket.
 func TestValueFormat(t *testing.T) {
 	srv := redistest.Start(t)
 	l, r := newLimiter(t, srv, lease.Options{})
@@ -446,11 +448,92 @@ func TestValueFormat(t *testing.T) {
 		t.Fatal("take refused")
 	}
 	v, err := c.Get(ctx, rkey).Bytes()
-	if err != nil || len(v) != 32 {
-		t.Fatalf("GET after a take: %d bytes (%v), want 32", len(v), err)
+	if err != nil || len(v) != 72 {
+		t.Fatalf("GET after a take and a lease: %d bytes (%v), want 72", len(v), err)
 	}
 	d := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(v[8*i:])) }
 	if iv, burst := d(2), d(3); iv != 1e6 || burst != float64(lim.Burst) {
 		t.Errorf("value records interval %vµs, burst %v; want 1e6µs, %d", iv, burst, lim.Burst)
+	}
+	// The lease (half of the 3 left: 1) is counted as parked, in a window
+	// of twice the lease period (newLimiter's hour).
+	if w, start, pstart, cur, prev := d(4), d(5), d(6), d(7), d(8); w != 2*3600e6 || start != pstart || cur != 1 || prev != 0 {
+		t.Errorf("value records window %vµs from %v (previous from %v), %v parked now, %v before; want 7.2e9µs, one start, 1, 0", w, start, pstart, cur, prev)
+	}
+	// Closing the pool (Close gives the lease back) empties the count:
+	// the value is 32 bytes again.
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err = c.Get(ctx, rkey).Bytes(); err != nil || len(v) != 32 {
+		t.Fatalf("GET after Close: %d bytes (%v), want 32", len(v), err)
+	}
+	if got := r.inRedis(t, k, lim); got != lim.Burst-2 {
+		t.Errorf("after Close, Redis holds %d, want %d", got, lim.Burst-2)
+	}
+}
+
+// A give (is_negative_hits) while another node holds a lease: exact mode
+// clamps the give at the burst, so the fleet (Redis' bucket plus the
+// tokens parked in leases) must not hold more after it. Node a leases
+// half of what its take leaves, node b gives near full, then both take
+// until refused: the fleet admits what the exact backend admits on the
+// same sequence, never more.
+func TestGiveWhileLeasedNeverOver(t *testing.T) {
+	srv := redistest.Start(t)
+	// 100 a day: a token refills in 864 s, none within the test.
+	lim := bucket.Limit{Requests: 100, Period: 24 * time.Hour, Burst: 100}
+	k := key(t, 0)
+	give := bucket.Hit{Key: k, Limit: lim, Cost: 60, Give: true}
+
+	// The same sequence on the exact backend (token_bucket.lua): take 1,
+	// give 60 (clamped at the burst: 100), then takes until refused.
+	drain := func(ls ...bucket.Limiter) int {
+		n := 0
+		states := make([]bucket.State, 1)
+		for _, l := range ls {
+			for range 1000 {
+				d, err := l.Hit(context.Background(), []bucket.Hit{take(k, lim, 1)}, states)
+				if err != nil {
+					t.Fatalf("Hit: %v", err)
+				}
+				if !d.Allowed {
+					break
+				}
+				n++
+			}
+		}
+		return n
+	}
+	seq := func(first, giver bucket.Limiter, rest ...bucket.Limiter) (admitted int, elapsed time.Duration) {
+		start := time.Now()
+		states := make([]bucket.State, 1)
+		if d, err := first.Hit(context.Background(), []bucket.Hit{take(k, lim, 1)}, states); err != nil || !d.Allowed {
+			t.Fatalf("first take: %+v %v", d, err)
+		}
+		if d, err := giver.Hit(context.Background(), []bucket.Hit{give}, states); err != nil || !d.Allowed {
+			t.Fatalf("give: %+v %v", d, err)
+		}
+		admitted = 1 + drain(rest...)
+		return admitted, time.Since(start)
+	}
+
+	// A lease period of a day: a lease may be a day's refill (49 here).
+	a, r := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock(), Period: 24 * time.Hour})
+	b, _ := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock(), Period: 24 * time.Hour})
+	exact, exactTook := seq(r.Limiter, r.Limiter, r.Limiter)
+	if exact != 101 {
+		t.Fatalf("exact mode admitted %d, want 1 + 100 (the give clamped at the burst)", exact)
+	}
+	// a's take leases 49 of the 99 left; b's give comes while a holds them.
+	leased, took := seq(a, b, b, a)
+	// Refill allowance: what the limit refills in either run, rounded up.
+	slack := int(math.Ceil(float64(lim.Requests) * float64(took+exactTook) / float64(lim.Period)))
+	t.Logf("exact mode admitted %d in %v, the leased fleet %d in %v (slack %d)", exact, exactTook, leased, took, slack)
+	if leased > exact+slack {
+		t.Errorf("the leased fleet admitted %d after a give while a lease was out, over exact mode's %d", leased, exact)
+	}
+	if leased < exact-slack {
+		t.Errorf("the leased fleet admitted %d, under exact mode's %d: the give's clamp lost tokens", leased, exact)
 	}
 }
