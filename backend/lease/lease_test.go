@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rls/sluice/backend/lease"
+	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
@@ -535,5 +536,115 @@ func TestGiveWhileLeasedNeverOver(t *testing.T) {
 	}
 	if leased < exact-slack {
 		t.Errorf("the leased fleet admitted %d, under exact mode's %d: the give's clamp lost tokens", leased, exact)
+	}
+}
+
+// lease.lua's count of parked tokens, op by op: a grant counts its lease,
+// a give fills the bucket only up to the burst minus the count, a return
+// that closes the pool takes its grants out of the count, and a grant
+// leaves the count on its own only a window after it.
+func TestParkedCount(t *testing.T) {
+	srv := redistest.Start(t)
+	_, r := newLimiter(t, srv, lease.Options{})
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	lim := bucket.Limit{Requests: 100, Period: 24 * time.Hour, Burst: 100}
+	call := func(op redisbackend.LeaseOp) redisbackend.LeaseReply {
+		t.Helper()
+		op.Limit, op.Decision = lim, 1
+		out := make([]redisbackend.LeaseReply, 1)
+		if err := r.Limiter.Lease(ctx, []redisbackend.LeaseOp{op}, out); err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	k := key(t, 0)
+	leaseOp := redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseTake, Need: 1, Take: 1, Extra: 100, Share: 2, Window: time.Hour}
+	g := call(leaseOp)
+	if g.Leased != 49 || g.Remaining != 50 || g.Granted == 0 {
+		t.Fatalf("take 1 and lease: %+v, want 49 leased, 50 left, a grant time", g)
+	}
+	if got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseGive, Take: 60, Window: time.Hour}); got.Remaining != 51 {
+		t.Errorf("give 60 with 49 parked: %d left, want 51 (100 - 49)", got.Remaining)
+	}
+	// The pool goes back: 10 unspent, 39 spent; the count empties.
+	if got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseReturn, Take: 10, Window: time.Hour, Since: g.Granted, Unpark: 49}); got.Remaining != 61 {
+		t.Errorf("return 10 closing the pool: %d left, want 61", got.Remaining)
+	}
+	rkey := fmt.Sprintf("%s:lease:{%x}", t.Name(), k[:])
+	if v, err := c.Get(ctx, rkey).Bytes(); err != nil || len(v) != 32 {
+		t.Errorf("value with nothing parked: %d bytes (%v), want 32", len(v), err)
+	}
+	if got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseGive, Take: 60, Window: time.Hour}); got.Remaining != 100 {
+		t.Errorf("give 60 with nothing parked: %d left, want 100", got.Remaining)
+	}
+
+	// A return whose first grant the count no longer holds takes nothing
+	// out: a pool granted before a window that was dropped.
+	k = key(t, 1)
+	win := 20 * time.Millisecond
+	leaseOp.Key, leaseOp.Window = k, win
+	g = call(leaseOp)
+	if g.Leased != 49 {
+		t.Fatalf("take 1 and lease: %+v, want 49 leased", g)
+	}
+	// Until a window has passed on Redis' clock the lease is counted; a
+	// window or two after, it is dropped: poll with gives of 1000.
+	for end := time.Now().Add(5 * time.Second); ; {
+		got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseGive, Take: 1000, Window: win})
+		tm, err := c.Time(ctx).Result() // after the give: its time is before
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uint64(tm.UnixMicro()) < g.Granted+uint64(win/time.Microsecond) && got.Remaining != 51 {
+			t.Fatalf("give within a window of the grant: %d left, want 51 (49 parked)", got.Remaining)
+		}
+		if got.Remaining == 100 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the lease was still counted 5 s after its grant (window %v): %d left", win, got.Remaining)
+		}
+		time.Sleep(win / 4)
+	}
+	// The pool's return comes too late to unpark anything: the count is
+	// empty, and a second lease's count stays whole.
+	g2 := call(leaseOp) // takes 1, leases 49 of 99: 50 left
+	if got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseReturn, Take: 0, Window: win, Since: g.Granted, Unpark: 49}); got.Remaining != 50 {
+		t.Errorf("a stale return: %d left, want 50", got.Remaining)
+	}
+	got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseGive, Take: 1000, Window: win})
+	tm, err := c.Time(ctx).Result() // after the give: its time is before
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uint64(tm.UnixMicro()) < g2.Granted+uint64(win/time.Microsecond) && got.Remaining != 51 {
+		t.Errorf("give after a stale return: %d left, want 51 (the second lease still counted)", got.Remaining)
+	}
+}
+
+// A node spends a pool's tokens only until one lease period after its
+// first grant (Redis counts them as parked that long, and a little
+// more): the next decision after it gives them back and closes the pool
+// in the same call as its take, even before Run's round does.
+func TestPoolEnds(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := clockwork.NewFakeClock()
+	l, r := newLimiter(t, srv, lease.Options{Clock: clock, Period: time.Hour})
+	k := key(t, 0)
+	hit(t, l, take(k, big, 1)) // leases 499: 500 in Redis
+	hit(t, l, take(k, big, 1)) // from the lease
+	calls := r.calls.Load()
+	clock.Advance(time.Hour)
+	if ok, st := hit(t, l, take(k, big, 1)); !ok || st[0].Remaining != 997 {
+		t.Fatalf("take after the pool's end: %v %+v, want allowed, 997 left", ok, st)
+	}
+	if n := r.calls.Load() - calls; n != 1 {
+		t.Errorf("take after the pool's end: %d Redis calls, want 1 (the give-back and the take)", n)
+	}
+	// 498 came back, 1 was taken, and half the rest (498 of 997) leased.
+	if got := r.inRedis(t, k, big); got != 499 {
+		t.Errorf("Redis holds %d, want 499", got)
 	}
 }

@@ -86,9 +86,10 @@ type Limiter struct {
 
 	mu      sync.Mutex
 	entries map[bucket.Key]*entry
-	fetch   map[bucket.Key]bool // keys to prefetch
-	holding map[bucket.Key]bool // keys that may hold tokens: Run looks at these alone
-	swept   time.Time           // Run's last sweep of idle entries
+	fetch   map[bucket.Key]bool    // keys to prefetch
+	holding map[bucket.Key]bool    // keys that may hold tokens: Run looks at these alone
+	pending []redisbackend.LeaseOp // pools to give back in Run's next round
+	swept   time.Time              // Run's last sweep of idle entries
 	closed  bool
 
 	batch *batcher // the decisions' Lease calls
@@ -367,7 +368,7 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 	}
 	allowed := !zero
 	cached := false // a key refused from the empty-bucket cache
-	var ops []redisbackend.LeaseOp
+	var ops, takes []redisbackend.LeaseOp
 	var send time.Time
 	if allowed && len(needs) > 0 {
 		l.mu.Lock()
@@ -387,17 +388,17 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 				k.other = true
 				op := l.takeOp(k, 1, k.need, k.total)
 				op.Extra = 0
-				ops = append(ops, op)
-				k.op = len(ops) - 1
+				takes = append(takes, op)
+				k.op = len(takes) - 1
 				continue
 			}
 			if k.need > k.limit.Burst {
 				// Never allowed: Redis reports the bucket, the lease stays.
 				op := l.takeOp(k, 1, k.need, 0)
 				op.Extra = 0
-				ops = append(ops, op)
+				takes = append(takes, op)
 				k.refused = true
-				k.op = len(ops) - 1 // its durations from the call's send
+				k.op = len(takes) - 1 // its durations from the call's send
 				continue
 			}
 			k.until = e.expires
@@ -415,17 +416,29 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 				cached = true
 				continue
 			}
-			k.reserved = e.held
-			e.held = 0
+			// Redis decides: the key's pool goes back first (its held
+			// tokens into Redis, its grants out of the count of parked
+			// tokens), and the take asks Redis for everything, in the
+			// same call; its lease starts the next pool.
+			if op, ok := l.closePool(e, 0); ok {
+				ops = append(ops, op)
+			}
 			extra := l.maxLease(k.limit)
 			if e.fresh && !l.opts.EagerLeases {
 				extra = 0 // a key's first decision: rarely hit keys stay exact
 			}
-			op := l.takeOp(k, 1, k.need-k.reserved, k.total-min(k.total, k.reserved))
+			op := l.takeOp(k, 1, k.need, k.total)
 			op.Extra = extra
-			ops = append(ops, op)
-			k.op = len(ops) - 1
+			takes = append(takes, op)
+			k.op = len(takes) - 1
 		}
+		// The takes after every give-back: one decision.
+		for n := range needs {
+			if needs[n].op >= 0 {
+				needs[n].op += len(ops)
+			}
+		}
+		ops = append(ops, takes...)
 		for n := range needs {
 			if e := l.entries[needs[n].key]; e != nil {
 				e.fresh = false
@@ -668,11 +681,19 @@ func (l *Limiter) addHeld(e *entry, n uint64) {
 }
 
 // grant adds the lease of reply r, to a call sent at send, to e's pool;
-// it starts a new pool when e has none, or when e's ended (whose held
-// tokens are then lost). Called with mu held.
+// it starts a new pool when e has none, or when e's ended (which Run's
+// next round then gives back). Called with mu held.
 func (l *Limiter) grant(e *entry, r *redisbackend.LeaseReply, send, now time.Time) {
-	if e.granted == 0 || !now.Before(e.expires) {
-		e.held = 0
+	if e.granted != 0 && !now.Before(e.expires) {
+		if op, ok := l.closePool(e, 0); ok {
+			l.pending = append(l.pending, op)
+			select {
+			case l.nudge <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if e.granted == 0 {
 		e.granted, e.pooled, e.expires = r.Granted, 0, send.Add(l.opts.Period)
 	}
 	e.pooled += r.Leased
@@ -730,8 +751,6 @@ func (l *Limiter) estimateAt(e *entry, send, now time.Time, extra uint64) bucket
 func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.State) error {
 	var ops []redisbackend.LeaseOp
 	var refs []int // hit of each op
-	var reserved []uint64
-	var until []time.Time // the end of the pool reserved came from
 	l.mu.Lock()
 	now := l.clock.Now()
 	for i := range hits {
@@ -748,46 +767,38 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 			continue
 		}
 		e := l.entry(h.Key, h.Limit, now, &ops)
-		if h.Give {
-			// The key's pool goes back first, so that Redis counts
-			// only the other nodes' leases as parked when it clamps
-			// the give.
+		fromLease := !h.Give && e.held >= max(h.Cost, 1) && h.Cost <= h.Limit.Burst
+		if h.Give || (!fromLease && h.Cost <= h.Limit.Burst) {
+			// Redis decides: the key's pool goes back first (so that
+			// Redis counts only the other nodes' leases as parked when
+			// it clamps a give), and a take asks Redis for everything.
 			if op, ok := l.closePool(e, uint64(len(ops)+1)); ok {
 				ops = append(ops, op)
 			}
 		}
 		for len(refs) < len(ops) {
-			refs, reserved, until = append(refs, -1), append(reserved, 0), append(until, time.Time{})
+			refs = append(refs, -1)
 		}
 		e.used = now
 		d := uint64(len(ops) + 1)
-		until = append(until, e.expires)
 		switch {
 		case h.Give:
 			ops = append(ops, redisbackend.LeaseOp{Key: h.Key, Limit: h.Limit, Decision: d, Kind: redisbackend.LeaseGive, Take: h.Cost})
 			e.emptyUntil = time.Time{}
-			reserved = append(reserved, 0)
-		case e.held >= max(h.Cost, 1) && h.Cost <= h.Limit.Burst:
+		case fromLease:
 			e.held -= h.Cost
 			st := l.estimate(e, now, 0)
 			st.Allowed = true
 			states[i] = st
-			until = until[:len(until)-1]
 			continue
 		default:
 			need := max(h.Cost, 1)
 			ops = append(ops, redisbackend.LeaseOp{
 				Key: h.Key, Limit: h.Limit, Decision: d, Kind: redisbackend.LeaseIndependent,
-				Need: need - min(need, e.held), Take: h.Cost - min(h.Cost, e.held), Extra: l.maxLease(h.Limit), Share: l.share(),
+				Need: need, Take: h.Cost, Extra: l.maxLease(h.Limit), Share: l.share(),
 			})
 			if need > h.Limit.Burst {
-				ops[len(ops)-1].Need, ops[len(ops)-1].Take = need, 0
-			} else {
-				reserved = append(reserved, e.held)
-				e.held = 0
-			}
-			if len(reserved) < len(ops) {
-				reserved = append(reserved, 0)
+				ops[len(ops)-1].Take = 0
 			}
 		}
 		refs = append(refs, i)
@@ -803,11 +814,7 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 	defer l.mu.Unlock()
 	now = l.clock.Now()
 	if err != nil {
-		for j, op := range ops {
-			if e := l.entries[op.Key]; e != nil && e.limit == op.Limit {
-				l.restore(e, reserved[j], until[j], now)
-			}
-		}
+		// The pools given back in the call are lost (it may have run).
 		return fmt.Errorf("backend/lease: %w", err)
 	}
 	for j, op := range ops {
@@ -820,14 +827,8 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 		switch {
 		case refs[j] < 0:
 			continue
-		case op.Kind == redisbackend.LeaseIndependent && !r.Allowed:
-			l.restore(e, reserved[j], until[j], now)
-		case op.Kind == redisbackend.LeaseIndependent:
-			h := &hits[refs[j]]
-			l.restore(e, reserved[j]-min(reserved[j], h.Cost), until[j], now)
-			if r.Leased > 0 {
-				l.grant(e, r, send, now)
-			}
+		case op.Kind == redisbackend.LeaseIndependent && r.Leased > 0:
+			l.grant(e, r, send, now)
 		}
 		st := l.estimateAt(e, send, now, 0)
 		if op.Kind == redisbackend.LeaseGive || r.Allowed {

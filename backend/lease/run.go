@@ -72,6 +72,11 @@ func (l *Limiter) step(ctx context.Context, all bool) error {
 		})
 	}
 	clear(l.fetch)
+	for _, op := range l.pending {
+		op.Decision = uint64(len(ops) + 1)
+		ops = append(ops, op)
+	}
+	l.pending = nil
 	for k := range l.holding {
 		e := l.entries[k]
 		switch {
