@@ -461,6 +461,10 @@ func TestValueFormat(t *testing.T) {
 	if w, start, pstart, cur, prev := d(4), d(5), d(6), d(7), d(8); w != 2*3600e6 || start != pstart || cur != 1 || prev != 0 {
 		t.Errorf("value records window %vµs from %v (previous from %v), %v parked now, %v before; want 7.2e9µs, one start, 1, 0", w, start, pstart, cur, prev)
 	}
+	mem72, err := c.MemoryUsage(ctx, rkey).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Closing the pool (Close gives the lease back) empties the count:
 	// the value is 32 bytes again.
 	if err := l.Close(ctx); err != nil {
@@ -468,6 +472,14 @@ func TestValueFormat(t *testing.T) {
 	}
 	if v, err = c.Get(ctx, rkey).Bytes(); err != nil || len(v) != 32 {
 		t.Fatalf("GET after Close: %d bytes (%v), want 32", len(v), err)
+	}
+	mem32, err := c.MemoryUsage(ctx, rkey).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("MEMORY USAGE of the key: %d bytes with the count (72-byte value), %d without (32)", mem72, mem32)
+	if mem72-mem32 > 64 {
+		t.Errorf("the count costs %d bytes of Redis memory per key, want at most 64", mem72-mem32)
 	}
 	if got := r.inRedis(t, k, lim); got != lim.Burst-2 {
 		t.Errorf("after Close, Redis holds %d, want %d", got, lim.Burst-2)
