@@ -660,3 +660,26 @@ func TestPoolEnds(t *testing.T) {
 		t.Errorf("Redis holds %d, want 499", got)
 	}
 }
+
+// A decision refused from the empty-bucket cache gives nothing back: a
+// key of it that would have asked Redis keeps its lease.
+func TestCachedRefusalKeepsPool(t *testing.T) {
+	srv := redistest.Start(t)
+	l, r := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock()})
+	a, b := key(t, 0), key(t, 1)
+	one := bucket.Limit{Requests: 1, Period: time.Hour, Burst: 1}
+	hit(t, l, take(a, big, 1)) // leases 499 of a
+	if ok, _ := hit(t, l, take(b, one, 1)); !ok {
+		t.Fatal("b's only token refused")
+	}
+	calls := r.calls.Load()
+	if ok, _ := hit(t, l, take(a, big, 600), take(b, one, 1)); ok {
+		t.Fatal("a decision with b empty allowed")
+	}
+	if ok, _ := hit(t, l, take(a, big, 499)); !ok {
+		t.Fatal("a's lease refused")
+	}
+	if n := r.calls.Load() - calls; n != 0 {
+		t.Errorf("%d Redis calls, want 0: b refused from the cache, a from its lease", n)
+	}
+}

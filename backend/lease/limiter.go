@@ -317,6 +317,7 @@ type keyNeed struct {
 	total    uint64    // tokens the takes take
 	need     uint64    // tokens that must exist: max over takes of the ones before plus max(cost, 1)
 	reserved uint64    // held tokens reserved for it
+	close    bool      // Redis decides it: its pool goes back first
 	until    time.Time // the end of the pool they came from
 	op       int       // index of its LeaseOp, or -1: decided from the lease
 	refused  bool
@@ -420,9 +421,7 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 			// tokens into Redis, its grants out of the count of parked
 			// tokens), and the take asks Redis for everything, in the
 			// same call; its lease starts the next pool.
-			if op, ok := l.closePool(e, 0); ok {
-				ops = append(ops, op)
-			}
+			k.close = true
 			extra := l.maxLease(k.limit)
 			if e.fresh && !l.opts.EagerLeases {
 				extra = 0 // a key's first decision: rarely hit keys stay exact
@@ -432,7 +431,15 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 			takes = append(takes, op)
 			k.op = len(takes) - 1
 		}
-		// The takes after every give-back: one decision.
+		// The takes after every give-back: one decision. A decision
+		// refused from the cache closes no pool.
+		for n := range needs {
+			if needs[n].close && !cached {
+				if op, ok := l.closePool(needs[n].e, 0); ok {
+					ops = append(ops, op)
+				}
+			}
+		}
 		for n := range needs {
 			if needs[n].op >= 0 {
 				needs[n].op += len(ops)
