@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -16,19 +17,19 @@ import (
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
-// sweep runs TestSizingSweep's whole sweep (docs/benchmarks.md, issue 13).
-var sweep = flag.Bool("sweep", false, "run the lease sizing sweep of TestSizingSweep")
+// sizingSweep runs the sizing sweeps (docs/benchmarks.md, issue 13).
+var sizingSweep = flag.Bool("sweep", false, "run the lease sizing sweeps (TestSizingSweep, TestSizingFast)")
 
-// The sizing simulation (TestSizingSweep, TestSizingDefaults) runs N
+// The sizing simulation (TestSizingDefaults, TestSizingSweep,
+// TestSizingFast) runs N
 // Limiters ("nodes") on one real redis-server and one fake clock, so that
 // it counts, and never times: every figure is a count of decisions, calls
 // and tokens, the same on a busy machine as on an idle one.
 //
 // Redis' buckets run on Redis' clock (lease.lua reads TIME), which the
 // fake clock does not move. simLeaser makes the simulation sound anyway:
-// it sends Redis every limit slowed down simScale times (its buckets
-// refill 10⁻⁷ of a token per real second per token per second of the
-// limit: nothing in a run), and refills the bucket itself, on the fake
+// it sends Redis every limit slowed down simScale times (in real time a
+// bucket refills 10⁻⁷ of its rate: nothing in a run), and refills the bucket itself, on the fake
 // clock, by a give of the tokens the limit added since its last call,
 // first in each call. A give clamps at the burst as refilling does, and
 // nobody sees the bucket between calls, so the bucket each call sees is
@@ -52,6 +53,8 @@ type sizing struct {
 	share          uint64 // a lease is at most left / (share × nodes)
 	lowNum, lowDen uint64 // the low-water mark, of the last lease
 	period         time.Duration
+	rtt            time.Duration // a prefetch's round trip (simRTT when 0)
+	maxLease       uint64        // Options.MaxLease (DefaultMaxLease when 0)
 	// noLease leases nothing (every lease op's Extra 0): every decision is
 	// Redis', as in exact mode with the empty-bucket cache, for reference.
 	noLease bool
@@ -61,7 +64,7 @@ func (s sizing) String() string {
 	if s.noLease {
 		return fmt.Sprintf("nodes %d, no leases", s.nodes)
 	}
-	return fmt.Sprintf("nodes %d, share %d×n, low %d/%d, period %v", s.nodes, s.share, s.lowNum, s.lowDen, s.period)
+	return fmt.Sprintf("nodes %d, share %d×N, low %d/%d, period %v, rtt %v", s.nodes, s.share, s.lowNum, s.lowDen, s.period, s.rtt)
 }
 
 // defaultSizing is the Limiter's defaults on n nodes.
@@ -77,10 +80,10 @@ type workload struct {
 }
 
 var (
-	below = workload{name: "below", load: 0.1}
-	near  = workload{name: "near", load: 0.9}
-	over  = workload{name: "over", load: 1.5}
-	skew  = workload{name: "skew", load: 1.5, skew: 0.9}
+	wBelow = workload{name: "below", load: 0.1}
+	wNear  = workload{name: "near", load: 0.9}
+	wOver  = workload{name: "over", load: 1.5}
+	wSkew  = workload{name: "skew", load: 1.5, skew: 0.9}
 )
 
 // sizingResult is what one simulation counted.
@@ -121,8 +124,8 @@ type simLeaser struct {
 	calls    int64        // the nodes' calls (the simulation is sequential)
 }
 
-// slow is lim as Redis sees it.
-func slow(lim bucket.Limit) bucket.Limit {
+// simSlow is lim as Redis sees it.
+func simSlow(lim bucket.Limit) bucket.Limit {
 	lim.Period *= simScale
 	return lim
 }
@@ -133,13 +136,13 @@ func (s *simLeaser) Lease(ctx context.Context, ops []redisbackend.LeaseOp, out [
 	due := s.lim.Requests * uint64(s.clock.Since(s.start)) / uint64(s.lim.Period)
 	if due > s.refilled && len(ops) > 0 {
 		sops = append(sops, redisbackend.LeaseOp{
-			Key: s.key, Limit: slow(s.lim), Decision: ops[0].Decision + 1, // a decision of its own, first
+			Key: s.key, Limit: simSlow(s.lim), Decision: ops[0].Decision + 1, // a decision of its own, first
 			Kind: redisbackend.LeaseGive, Take: due - s.refilled,
 		})
 		s.refilled = due
 	}
 	for _, op := range ops {
-		op.Limit = slow(op.Limit)
+		op.Limit = simSlow(op.Limit)
 		if op.Share > 0 {
 			op.Share = s.share
 		}
@@ -175,7 +178,7 @@ func simulate(t testing.TB, c goredis.UniversalClient, name string, sz sizing, w
 	n := sz.nodes
 	nodes := make([]*Limiter, n)
 	for i := range nodes {
-		nodes[i] = New(Options{Leaser: sim, Default: bucket.Leased, Clock: clock, Period: sz.period, Nodes: func() int { return n }})
+		nodes[i] = New(Options{Leaser: sim, Default: bucket.Leased, Clock: clock, Period: sz.period, MaxLease: sz.maxLease, Nodes: func() int { return n }})
 		nodes[i].lowNum, nodes[i].lowDen = sz.lowNum, sz.lowDen
 	}
 	// Arrivals: node i's rate, its requests evenly spaced, the nodes'
@@ -201,6 +204,7 @@ func simulate(t testing.TB, c goredis.UniversalClient, name string, sz sizing, w
 		fetchAt[i] = -1
 	}
 	tick := DefaultTick
+	rtt := cmp.Or(sz.rtt, simRTT)
 	ctx := context.Background()
 	hits := []bucket.Hit{{Key: sim.key, Limit: lim, Cost: 1}}
 	states := make([]bucket.State, 1)
@@ -277,7 +281,7 @@ func simulate(t testing.TB, c goredis.UniversalClient, name string, sz sizing, w
 			queued := len(l.fetch) > 0
 			l.mu.Unlock()
 			if queued && fetchAt[who] < 0 {
-				fetchAt[who] = at + simRTT
+				fetchAt[who] = at + rtt
 			}
 		}
 		res.peakParked = max(res.peakParked, parked())
@@ -319,7 +323,7 @@ func TestSizingDefaults(t *testing.T) {
 	sz := defaultSizing(n)
 	exact := sz
 	exact.noLease = true
-	for _, w := range []workload{over, skew} {
+	for _, w := range []workload{wOver, wSkew} {
 		res := simulate(t, c, t.Name()+"/"+w.name, sz, w, sizingLimit, sizingT)
 		ref := simulate(t, c, t.Name()+"/"+w.name+"-exact", exact, w, sizingLimit, sizingT)
 		t.Logf("%s: %+v; leasing nothing: %+v", w.name, res, ref)
@@ -330,7 +334,7 @@ func TestSizingDefaults(t *testing.T) {
 			t.Errorf("%s: %d Redis calls, more than the %d of nodes leasing nothing", w.name, res.calls, ref.calls)
 		}
 	}
-	res := simulate(t, c, t.Name()+"/below", sz, below, sizingLimit, sizingT)
+	res := simulate(t, c, t.Name()+"/below", sz, wBelow, sizingLimit, sizingT)
 	t.Logf("below: %+v", res)
 	if res.admitted != res.decisions {
 		t.Errorf("below: admitted %d of %d", res.admitted, res.decisions)
@@ -346,7 +350,7 @@ func TestSizingDefaults(t *testing.T) {
 // runs every setting of the knobs on each workload and logs the table of
 // docs/benchmarks.md (issue 13, "Lease sizing").
 func TestSizingSweep(t *testing.T) {
-	if !*sweep {
+	if !*sizingSweep {
 		t.Skip("the sweep runs with -sweep")
 	}
 	srv := redistest.Start(t)
@@ -356,7 +360,7 @@ func TestSizingSweep(t *testing.T) {
 	fmt.Fprintln(&b, "| workload | nodes | share | low water | period | calls/decision | waited/decision | admitted/(burst + rate × T) | admitted/offered | peak parked | peak shortfall |")
 	fmt.Fprintln(&b, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	run := 0
-	for _, w := range []workload{below, near, over, skew} {
+	for _, w := range []workload{wBelow, wNear, wOver, wSkew} {
 		for _, n := range []int{1, 3, 10} {
 			if w.skew > 0 && n == 1 {
 				continue // one node: the over workload
@@ -372,13 +376,53 @@ func TestSizingSweep(t *testing.T) {
 			for _, sz := range sizings {
 				run++
 				res := simulate(t, c, fmt.Sprintf("%s/%d", t.Name(), run), sz, w, sizingLimit, sizingT)
-				knobs := fmt.Sprintf("%d×n | %d/%d | %v", sz.share, sz.lowNum, sz.lowDen, sz.period)
+				knobs := fmt.Sprintf("%d×N | %d/%d | %v", sz.share, sz.lowNum, sz.lowDen, sz.period)
 				if sz.noLease {
 					knobs = "no leases | | "
 				}
 				fmt.Fprintf(&b, "| %s | %d | %s | %.4f | %.4f | %.2f%% | %.2f%% | %d | %d |\n",
 					w.name, n, knobs, res.callsPerDecision(), res.waitedPerDecision(),
 					100*res.admittedOfBound(), 100*float64(res.admitted)/float64(res.decisions), res.peakParked, res.shortfall)
+			}
+		}
+	}
+	t.Log("\n" + b.String())
+}
+
+// fastLimit is the limit of TestSizingSweep's second part: fast enough that
+// a node's rate × a prefetch's round trip reaches the low-water mark of a
+// lease capped at DefaultMaxLease.
+var fastLimit = bucket.Limit{Requests: 50_000, Period: time.Second, Burst: 50_000}
+
+// TestSizingFast (go test -run TestSizingFast -sweep ./backend/lease) runs
+// the low-water marks at 90% of fastLimit, for round trips of 1 and 10 ms,
+// and the default mark with a lease cap 10 times the default.
+func TestSizingFast(t *testing.T) {
+	if !*sizingSweep {
+		t.Skip("the sweep runs with -sweep")
+	}
+	srv := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	var b strings.Builder
+	fmt.Fprintln(&b, "| nodes | round trip | low water | max lease | calls/decision | waited/decision | peak parked |")
+	fmt.Fprintln(&b, "|--:|--:|--:|--:|--:|--:|--:|")
+	run := 0
+	for _, n := range []int{1, 3} {
+		for _, rtt := range []time.Duration{time.Millisecond, 10 * time.Millisecond} {
+			var sizings []sizing
+			for _, low := range [][2]uint64{{1, 4}, {1, 2}, {3, 4}} {
+				sz := defaultSizing(n)
+				sz.lowNum, sz.lowDen, sz.rtt = low[0], low[1], rtt
+				sizings = append(sizings, sz)
+			}
+			big := defaultSizing(n)
+			big.rtt, big.maxLease = rtt, 10*DefaultMaxLease
+			for _, sz := range append(sizings, big) {
+				run++
+				res := simulate(t, c, fmt.Sprintf("%s/%d", t.Name(), run), sz, wNear, fastLimit, sizingT)
+				fmt.Fprintf(&b, "| %d | %v | %d/%d | %d | %.5f | %.5f | %d |\n", n, rtt, sz.lowNum, sz.lowDen,
+					cmp.Or(sz.maxLease, DefaultMaxLease), res.callsPerDecision(), res.waitedPerDecision(), res.peakParked)
 			}
 		}
 	}
