@@ -166,8 +166,6 @@ type output struct {
 	WarmupSec   float64 `json:"warmup_s"`
 	// Rate is the -rate cap, when set.
 	Rate float64 `json:"rate,omitempty"`
-	// Addrs are each address' answer counts, when -addr lists several.
-	Addrs []addrOutput `json:"addrs,omitempty"`
 
 	// QPS is answers per second in the measured window; P50 to Max are
 	// latency percentiles in milliseconds.
@@ -214,6 +212,10 @@ type output struct {
 	// Failed is set only by the benchmark script, for a run that could not
 	// happen (the server did not start); the report shows it as n/a.
 	Failed string `json:"failed,omitempty"`
+
+	// Addrs are each address' answer counts, when -addr lists several
+	// (last, so that the first "ok" of the line is the run's).
+	Addrs []addrOutput `json:"addrs,omitempty"`
 }
 
 // addrOutput is one address' answers in the measured window.
