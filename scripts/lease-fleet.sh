@@ -248,10 +248,12 @@ for mode in $modes; do
 		n=$((n + 1))
 		row "$mode" "$n" "${f[@]}"
 	done <"$rows"
+	# The median row keeps each column's format (calls, %, per request).
+	formats=(%.0f %.0f %.0f %.2f%% %.0f %.4f %.4f %.4f %.2f %.0f %.0f %.0f)
 	med=()
 	for col in $(seq 12); do
-		med+=("$(cut -f "$col" "$rows" | tr -d '%' | median)")
+		# shellcheck disable=SC2059 # the format is the column's
+		med+=("$(printf "${formats[col - 1]}" "$(cut -f "$col" "$rows" | tr -d '%' | median)")")
 	done
-	med[3]="${med[3]}%"
 	row "$mode" "median" "${med[@]}"
 done
