@@ -17,7 +17,7 @@
 #   FLEET_DURATION   measured duration of each run                   (default 10s)
 #   FLEET_RUNS       runs of each mode; medians                      (default 2)
 #   FLEET_NODES      rls serve nodes                                 (default 3)
-#   FLEET_C          callers, a multiple of FLEET_NODES              (default 48)
+#   FLEET_C          callers, a multiple of FLEET_NODES              (default 192)
 #   FLEET_MODES      consistencies to run                            (default "exact leased")
 #   FLEET_REDIS_TIMEOUT  --redis-timeout of the nodes                (default 100ms)
 #   FLEET_RESULTS    also keep the raw JSON lines in this file
@@ -29,7 +29,7 @@ load_factor=${FLEET_LOAD:-1.5}
 duration=${FLEET_DURATION:-10s}
 runs=${FLEET_RUNS:-2}
 nodes=${FLEET_NODES:-3}
-callers=${FLEET_C:-48}
+callers=${FLEET_C:-192}
 modes=${FLEET_MODES:-exact leased}
 # As in bench.sh: on a few shared cores, queueing alone can pass a 10ms
 # deadline, and a node answering from its fallback would not be the mode
