@@ -28,7 +28,7 @@ descriptors:
   - key: term
     rate_limit: {unit: minute, requests_per_unit: 10, burst: 100, consistency: leased}
   - key: big
-    rate_limit: {unit: second, requests_per_unit: 1000, burst: 1000, consistency: leased}
+    rate_limit: {unit: second, requests_per_unit: 6000, burst: 6000, consistency: leased}
   - key: tiny
     rate_limit: {unit: minute, requests_per_unit: 5, burst: 5, consistency: leased}
 `
@@ -308,9 +308,16 @@ func decisionTimes(t *testing.T, p *rlsProcess) (count, within float64) {
 
 // checkDecidedWithin asserts that at least 99% of the requests p decided
 // since (count0, within0) took the server envoyTimeout or less. The
-// server's own timing leaves out the client's scheduling and gRPC; 1%
-// leaves room for a rare preemption of the race-built binary on a loaded
-// machine, never for a wait on Redis (those the lease metrics rule out).
+// server's own timing leaves out the test client's scheduling and gRPC,
+// which on a loaded machine pass 20 ms at p99 (measured: 22–97 ms at load
+// average 8–11 on 2 cores); the calls come one at a time (serial), so no
+// request queues behind another in the server. A decision that does no
+// I/O then passes 20 ms only when the race-built binary is preempted in
+// it (measured at load average 8–11: none of 4,800 serial decisions; 1 of
+// 100 at most with concurrent calls). So 99% of a phase's 400 calls leaves
+// room for a few preemptions, not for a wait on Redis, which would hold up
+// the decisions behind it (the lease phase also asserts, exactly, that
+// none waited).
 func checkDecidedWithin(t *testing.T, p *rlsProcess, what string, count0, within0 float64) {
 	t.Helper()
 	count, within := decisionTimes(t, p)
@@ -321,20 +328,57 @@ func checkDecidedWithin(t *testing.T, p *rlsProcess, what string, count0, within
 	}
 }
 
+// serial sends req to p n times, one call after the other: the server
+// decides one request at a time, so the time it takes is its decision path
+// alone, never a queue of the test's own making.
+func serial(t *testing.T, p *rlsProcess, n int, req *rlsv3.RateLimitRequest) paced {
+	t.Helper()
+	out := paced{first: time.Now()}
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), paceTimeout)
+		t0 := time.Now()
+		resp, err := p.Client.ShouldRateLimit(ctx, req)
+		t1 := time.Now()
+		cancel()
+		out.latencies = append(out.latencies, t1.Sub(t0))
+		out.lastSent, out.last = t0, t1
+		switch {
+		case err != nil:
+			out.errors++
+			if out.firstErr == nil {
+				out.firstErr = err
+			}
+		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
+			out.admitted++
+		default:
+			out.refused++
+		}
+	}
+	return out
+}
+
+// redisDownCalls is how many requests each phase of TestLeaseRedisDown
+// sends: 1% of them is 4.
+const redisDownCalls = 400
+
 // TestLeaseRedisDown stops Redis while a node holds a lease: its tokens
 // keep answering, without errors and without waiting on Redis, within
 // Envoy's 20 ms; past them the fail-open switch answers, and limiting
 // continues.
 func TestLeaseRedisDown(t *testing.T) {
 	// A 10 s lease period: the lease cannot end, and go back to Redis,
-	// before Redis stops, however slow the machine. Its size is the same
-	// as with 1 s: 999 / (2 × 3 nodes) = 166.
+	// before Redis stops, however slow the machine. The lease is the most
+	// a lease may be, 1000 (5998 left / (2 × 3 nodes) = 999, capped at
+	// 1000): more than the phase's calls.
 	s, nodes := leaseNodes(t, "--lease-period", "10s")
 	p := nodes[0]
 	for i := range 2 { // a key's first decision leases nothing; its second does
 		if r := p.Check(t, "lease", "big=b"); r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("request %d: %v", i, r.GetOverallCode())
 		}
+	}
+	if v, _ := scrapeMetric(t, p, `ratelimit_lease_tokens_total{direction="leased"}`); v < redisDownCalls {
+		t.Fatalf("node 0 leased %v tokens, want at least %d", v, redisDownCalls)
 	}
 	fromLease := func() (lease, waited float64) {
 		lease, _ = scrapeMetric(t, p, `ratelimit_lease_decisions_total{answer="lease"}`)
@@ -344,23 +388,33 @@ func TestLeaseRedisDown(t *testing.T) {
 	lease0, waited0 := fromLease()
 	count0, within0 := decisionTimes(t, p)
 	s.Kill()
-	out := pace(t, nodes[:1], []float64{200}, 500*time.Millisecond, request("lease", "big=b"))
+	out := serial(t, p, redisDownCalls, request("lease", "big=b"))
 	lease1, waited1 := fromLease()
 	t.Logf("Redis down: %d admitted, %d refused, %d errors, %.0f from the lease, %.0f waited on Redis; client-side p99 %v",
 		out.admitted, out.refused, out.errors, lease1-lease0, waited1-waited0, out.p99())
 	if out.errors > 0 || out.refused > 0 || out.admitted == 0 {
-		t.Errorf("%d admitted, %d errors and %d refusals from a lease of 166 tokens, want all admitted (first error: %v)", out.admitted, out.errors, out.refused, out.firstErr)
+		t.Errorf("%d admitted, %d errors and %d refusals from the lease, want all admitted (first error: %v)", out.admitted, out.errors, out.refused, out.firstErr)
 	}
 	if lease1-lease0 != float64(out.admitted) || waited1 != waited0 {
 		t.Errorf("%.0f of %d answers came from the lease, %.0f waited on Redis; want all from the lease, none waiting", lease1-lease0, out.admitted, waited1-waited0)
 	}
 	checkDecidedWithin(t, p, "answers from the lease", count0, within0)
-	// Limiting continues: the fallback's share of tiny (5 a minute).
+	// Limiting continues: the fallback's share of tiny (5 a minute). The
+	// first decision of tiny is Redis' (a key's first decision is exact):
+	// it fails, and turns the fail-open switch, which answers it and every
+	// later one.
+	t0 := time.Now()
+	admitted := 0
+	if p.Check(t, "lease", "tiny=x").GetOverallCode() == rlsv3.RateLimitResponse_OK {
+		admitted++
+	}
+	t.Logf("tiny's first decision with Redis down, the switch's turn: %v on the client's clock", time.Since(t0))
 	count0, within0 = decisionTimes(t, p)
-	tiny := pace(t, nodes[:1], []float64{100}, 200*time.Millisecond, request("lease", "tiny=x"))
-	t.Logf("tiny with Redis down: %d admitted, %d refused, %d errors; client-side p99 %v", tiny.admitted, tiny.refused, tiny.errors, tiny.p99())
-	if tiny.errors > 0 || tiny.refused == 0 || tiny.admitted > 5 {
-		t.Errorf("tiny with Redis down: %d admitted, %d refused, %d errors; want at most 5 admitted, refusals, no errors", tiny.admitted, tiny.refused, tiny.errors)
+	tiny := serial(t, p, redisDownCalls, request("lease", "tiny=x"))
+	admitted += tiny.admitted
+	t.Logf("tiny with Redis down: %d admitted, %d refused, %d errors; client-side p99 %v", admitted, tiny.refused, tiny.errors, tiny.p99())
+	if tiny.errors > 0 || tiny.refused == 0 || admitted > 5 {
+		t.Errorf("tiny with Redis down: %d admitted, %d refused, %d errors; want at most 5 admitted, refusals, no errors", admitted, tiny.refused, tiny.errors)
 	}
 	checkDecidedWithin(t, p, "answers of the fail-open switch", count0, within0)
 }
