@@ -125,15 +125,20 @@ func leaseKey(prefix string, k bucket.Key) string {
 	return fmt.Sprintf("%s:lease:{%x}", prefix, k[:])
 }
 
-// leasePlace is where leased bucket k lives, as the cluster sees it now.
-func leasePlace(t *testing.T, cl *redistest.Cluster, prefix string, k bucket.Key) (slot int, master string) {
-	t.Helper()
+// place returns the slot of leased bucket k and its master, as f's client
+// sees it.
+func (f *leaseFixture) place(k bucket.Key) (slot int, master string) {
+	f.t.Helper()
 	ctx := context.Background()
-	s, err := cl.Master(0).Client().ClusterKeySlot(ctx, leaseKey(prefix, k)).Result()
+	s, err := f.cc.ClusterKeySlot(ctx, leaseKey(f.prefix, k)).Result()
 	if err != nil {
-		t.Fatalf("CLUSTER KEYSLOT: %v", err)
+		f.t.Fatalf("CLUSTER KEYSLOT: %v", err)
 	}
-	return int(s), cl.Addrs()[cl.MasterOfSlot(int(s))]
+	m, err := f.cc.MasterForKey(ctx, leaseKey(f.prefix, k))
+	if err != nil {
+		f.t.Fatalf("MasterForKey: %v", err)
+	}
+	return int(s), m.Options().Addr
 }
 
 // take is a lease op of decision d taking one token of k, leasing one more.
@@ -155,7 +160,7 @@ func testLeasePerMaster(t *testing.T, cl *redistest.Cluster) {
 	var masters []string // in order of first bucket
 	for i := range 60 {
 		k := f.key(i)
-		s, m := leasePlace(t, cl, f.prefix, k)
+		s, m := f.place(k)
 		slots[s] = true
 		if byMaster[m] == nil {
 			masters = append(masters, m)
@@ -258,7 +263,7 @@ func testLeaseStaleSlotMap(t *testing.T, cl *redistest.Cluster) {
 	var owner string
 	for i := 0; i < 1000 && (moved == bucket.Key{} || other == bucket.Key{}); i++ {
 		k := stale.key(i)
-		s, m := leasePlace(t, cl, stale.prefix, k)
+		s, m := stale.place(k)
 		switch {
 		case owner == "":
 			a, aSlot, owner = k, s, m
