@@ -4,43 +4,94 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
+// clusterLeaseRules are TestLeaseCluster's leased rules: shared, the hot
+// bucket (leaseRules'), and wide, which never refuses in the run and is
+// never leased (slower than a token per lease period), so every decision's
+// call carries both buckets.
+const clusterLeaseRules = `domain: lease
+descriptors:
+  - key: shared
+    rate_limit: {unit: second, requests_per_unit: 200, burst: 200, consistency: leased}
+  - key: wide
+    rate_limit: {unit: hour, requests_per_unit: 1, burst: 5000, consistency: leased}
+`
+
 // TestLeaseCluster is TestLeaseNeverOver on a real 3-master Redis Cluster,
-// the hot bucket's slot migrated (with its key) to another master a second
-// into the 3 s run: the nodes' slot maps go stale, their calls reach the
-// old master, fail there before writing, and go again slot by slot, which
-// go-redis redirects. The fleet still admits no more than burst + rate ×
-// T, and at least 95% of it, with no error.
+// each request hitting the hot bucket and a wide one on the same master,
+// in another slot. A second into the 3 s run the hot bucket's slot
+// migrates, with its key, to another master: the nodes' slot maps go
+// stale, their calls for the two buckets reach a master that serves only
+// one, lease.lua fails there before writing, and the calls go again slot
+// by slot, which go-redis redirects (a decision refused by the hot bucket
+// then gets its wide token back in a refund call). The fleet still admits
+// no more than burst + rate × T of the hot bucket, at least 95% of it, with
+// no error; and the wide bucket lost exactly one token per admitted
+// request: none taken twice, none refunded twice or kept.
 func TestLeaseCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	nodes := leaseNodesOn(t, strings.Join(cl.Addrs(), ","))
+	nodes := leaseNodesOn(t, strings.Join(cl.Addrs(), ","), clusterLeaseRules)
+	// Place the buckets: one request each creates its key (a key's first
+	// decision leases nothing). The hot one takes half its burst, so that
+	// its key outlives the search (a key expires once its bucket is full
+	// again), and refills it within 0.5 s, before the run.
+	seen := map[string]bool{}
+	hot := probeLeaseKey(t, cl, nodes[0], "shared=hot", 100, seen)
+	var wide leasePlace
+	for i := 0; wide.key == "" && i < 50; i++ {
+		p := probeLeaseKey(t, cl, nodes[0], fmt.Sprintf("wide=%d", i), 1, seen)
+		if p.master == hot.master && p.slot != hot.slot {
+			wide = p
+		}
+	}
+	if wide.key == "" {
+		t.Fatalf("no wide bucket on master %d beside %s", hot.master, hot.key)
+	}
+	hold(600 * time.Millisecond)
 	done := make(chan paced, 1)
 	go func() {
-		done <- pace(t, nodes, []float64{400.0 / 3, 400.0 / 3, 400.0 / 3}, 3*time.Second, request("lease", "shared=all"))
+		done <- pace(t, nodes, []float64{400.0 / 3, 400.0 / 3, 400.0 / 3}, 3*time.Second, request("lease", "shared=hot", wide.desc))
 	}()
-	hold(time.Second) // the run's first third, on the bucket's first master
-	key, slot, from := hotLeaseKey(t, cl)
-	to := (from + 1) % 3
-	cl.MigrateSlot(slot, to)
+	hold(time.Second) // the run's first third, with the buckets on one master
+	to := (hot.master + 1) % 3
+	cl.MigrateSlot(hot.slot, to)
 	moved := time.Now()
 	out := <-done
-	t.Logf("%s (slot %d) migrated from master %d to %d, %v after the run's start", key, slot, from, to, moved.Sub(out.first).Round(time.Millisecond))
+	t.Logf("%s (slot %d) migrated from master %d to %d, %v after the run's start; %s (slot %d) stays",
+		hot.key, hot.slot, hot.master, to, moved.Sub(out.first).Round(time.Millisecond), wide.key, wide.slot)
 	checkNeverOver(t, out, 200, 200)
 
 	ctx := context.Background()
-	if n, err := cl.Master(to).Client().Exists(ctx, key).Result(); err != nil || n != 1 {
-		t.Errorf("%s on its new master: EXISTS = %d, %v; want 1", key, n, err)
+	if n, err := cl.Master(to).Client().Exists(ctx, hot.key).Result(); err != nil || n != 1 {
+		t.Errorf("%s on its new master: EXISTS = %d, %v; want 1", hot.key, n, err)
+	}
+	// The wide bucket (never leased: every node holds none of it) has 5000
+	// less its probe and the admitted requests, plus under a token of
+	// refill: a take of that many is allowed, one more is refused.
+	left := uint32(5000 - 1 - out.admitted)
+	for _, c := range []struct {
+		hits uint32
+		want rlsv3.RateLimitResponse_Code
+	}{{left + 1, rlsv3.RateLimitResponse_OVER_LIMIT}, {left, rlsv3.RateLimitResponse_OK}} {
+		req := request("lease", wide.desc)
+		req.HitsAddend = c.hits
+		r, err := nodes[0].Client.ShouldRateLimit(ctx, req)
+		if err != nil || r.GetOverallCode() != c.want {
+			t.Errorf("%s × %d after %d admitted: %v, %v; want %v", wide.desc, c.hits, out.admitted, r.GetOverallCode(), err, c.want)
+		}
 	}
 	// The old master answered calls built on stale slot maps: MOVED (or
-	// ASK, during the migration) to declared keys, and lease.lua's refusal
-	// of a key it no longer serves.
-	stats, err := cl.Master(from).Client().Info(ctx, "errorstats").Result()
+	// ASK, during the migration) when the hot key routed the call.
+	stats, err := cl.Master(hot.master).Client().Info(ctx, "errorstats").Result()
 	if err != nil {
 		t.Fatalf("INFO errorstats: %v", err)
 	}
@@ -50,10 +101,24 @@ func TestLeaseCluster(t *testing.T) {
 	}
 }
 
-// hotLeaseKey returns the one leased bucket key in cl, its slot and the
-// index of the master holding it.
-func hotLeaseKey(t *testing.T, cl *redistest.Cluster) (string, int, int) {
+// leasePlace is a leased bucket's key in Redis Cluster.
+type leasePlace struct {
+	desc   string // the descriptor that hits it
+	key    string
+	slot   int
+	master int
+}
+
+// probeLeaseKey sends desc once through p, cost hits, and returns the
+// leased bucket key it created (the one not in seen, which it adds).
+func probeLeaseKey(t *testing.T, cl *redistest.Cluster, p *rlsProcess, desc string, hits uint32, seen map[string]bool) leasePlace {
 	t.Helper()
+	req := request("lease", desc)
+	req.HitsAddend = hits
+	r, err := p.Client.ShouldRateLimit(context.Background(), req)
+	if err != nil || r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("%s × %d: %v, %v; want OK", desc, hits, r.GetOverallCode(), err)
+	}
 	ctx := context.Background()
 	var found []string
 	for i := range cl.Addrs() {
@@ -61,14 +126,19 @@ func hotLeaseKey(t *testing.T, cl *redistest.Cluster) (string, int, int) {
 		if err != nil {
 			t.Fatalf("SCAN master %d: %v", i, err)
 		}
-		found = append(found, keys...)
+		for _, k := range keys {
+			if !seen[k] {
+				found = append(found, k)
+			}
+		}
 	}
 	if len(found) != 1 {
-		t.Fatalf("leased bucket keys %v, want one", found)
+		t.Fatalf("%s: new leased bucket keys %v, want one", desc, found)
 	}
+	seen[found[0]] = true
 	slot, err := cl.Master(0).Client().ClusterKeySlot(ctx, found[0]).Result()
 	if err != nil {
 		t.Fatalf("CLUSTER KEYSLOT: %v", err)
 	}
-	return found[0], int(slot), cl.MasterOfSlot(int(slot))
+	return leasePlace{desc: desc, key: found[0], slot: int(slot), master: cl.MasterOfSlot(int(slot))}
 }
