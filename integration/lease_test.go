@@ -39,8 +39,14 @@ descriptors:
 func leaseNodes(t *testing.T, extra ...string) (*redistest.Server, []*rlsProcess) {
 	t.Helper()
 	s := redistest.Start(t)
-	rules := writeFile(t, t.TempDir(), "rules.yaml", leaseRules)
-	args := append([]string{"--redis", "redis://" + s.Addr() + "/0", "--config", rules, "--redis-timeout", "200ms"}, extra...)
+	return s, leaseNodesOn(t, "redis://"+s.Addr()+"/0", leaseRules, extra...)
+}
+
+// leaseNodesOn is leaseNodes on the Redis of --redis url, serving rules.
+func leaseNodesOn(t *testing.T, url, rules string, extra ...string) []*rlsProcess {
+	t.Helper()
+	rules = writeFile(t, t.TempDir(), "rules.yaml", rules)
+	args := append([]string{"--redis", url, "--config", rules, "--redis-timeout", "200ms"}, extra...)
 	nodes := []*rlsProcess{startRLS(t, args...), startRLS(t, args...), startRLS(t, args...)}
 	for i, p := range nodes {
 		pollFor(t, 10*time.Second, fmt.Sprintf("node %d counting 3 live nodes", i), func() bool {
@@ -48,7 +54,7 @@ func leaseNodes(t *testing.T, extra ...string) (*redistest.Server, []*rlsProcess
 			return v == 3
 		})
 	}
-	return s, nodes
+	return nodes
 }
 
 // paced is the outcome of an open-loop load.
