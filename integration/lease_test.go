@@ -17,9 +17,8 @@ import (
 )
 
 // leaseRules are leased global rules (rate_limit.consistency). Each test
-// runs its own Redis and nodes, and keeps its run to 3 s or less (the
-// issue asked for 10 s: the bounds are the same, and the suite must stay
-// well inside CI's budget).
+// runs its own Redis and nodes. The never-over tests run 10 s, as issue 13
+// asks; the others a second or two.
 const leaseRules = `domain: lease
 descriptors:
   - key: shared
@@ -29,7 +28,7 @@ descriptors:
   - key: term
     rate_limit: {unit: minute, requests_per_unit: 10, burst: 100, consistency: leased}
   - key: big
-    rate_limit: {unit: second, requests_per_unit: 1000, burst: 1000, consistency: leased}
+    rate_limit: {unit: second, requests_per_unit: 6000, burst: 6000, consistency: leased}
   - key: tiny
     rate_limit: {unit: minute, requests_per_unit: 5, burst: 5, consistency: leased}
 `
@@ -40,8 +39,14 @@ descriptors:
 func leaseNodes(t *testing.T, extra ...string) (*redistest.Server, []*rlsProcess) {
 	t.Helper()
 	s := redistest.Start(t)
-	rules := writeFile(t, t.TempDir(), "rules.yaml", leaseRules)
-	args := append([]string{"--redis", "redis://" + s.Addr() + "/0", "--config", rules, "--redis-timeout", "200ms"}, extra...)
+	return s, leaseNodesOn(t, "redis://"+s.Addr()+"/0", leaseRules, extra...)
+}
+
+// leaseNodesOn is leaseNodes on the Redis of --redis url, serving rules.
+func leaseNodesOn(t *testing.T, url, rules string, extra ...string) []*rlsProcess {
+	t.Helper()
+	rules = writeFile(t, t.TempDir(), "rules.yaml", rules)
+	args := append([]string{"--redis", url, "--config", rules, "--redis-timeout", "200ms"}, extra...)
 	nodes := []*rlsProcess{startRLS(t, args...), startRLS(t, args...), startRLS(t, args...)}
 	for i, p := range nodes {
 		pollFor(t, 10*time.Second, fmt.Sprintf("node %d counting 3 live nodes", i), func() bool {
@@ -49,25 +54,62 @@ func leaseNodes(t *testing.T, extra ...string) (*redistest.Server, []*rlsProcess
 			return v == 3
 		})
 	}
-	return s, nodes
+	return nodes
 }
 
 // paced is the outcome of an open-loop load.
 type paced struct {
 	admitted, refused, errors int
-	first, last               time.Time
-	latencies                 []time.Duration
-	firstErr                  error
+	// first is before the first call was sent, lastSent when the last was
+	// sent, last when the last answer arrived.
+	first, lastSent, last time.Time
+	latencies             []time.Duration
+	firstErr              error
 }
 
-// pace sends req to each node at its rate (requests per second) for d, an
-// open loop per node (a slow answer delays only that node's next request),
-// and adds up the answers.
+// paceTimeout bounds each call of pace: far above any answer of a loaded
+// machine, and above the never-over tests' --redis-timeout, so that an
+// error is the server's answer, not the test's impatience.
+const paceTimeout = 10 * time.Second
+
+// pace sends req to each node at its rate (requests per second) for d, and
+// adds up the answers. It is an open loop: each call starts at its time on
+// a goroutine of its own, whatever earlier calls' answers, so a slow
+// answer (a loaded machine) delays no other call and the offered load
+// stays what the rates say. A call starts late only when the test process
+// itself is not scheduled in time, and then at once.
 func pace(t *testing.T, nodes []*rlsProcess, rates []float64, d time.Duration, req *rlsv3.RateLimitRequest) paced {
 	t.Helper()
 	var mu sync.Mutex
 	var out paced
 	var wg sync.WaitGroup
+	call := func(p *rlsProcess) {
+		ctx, cancel := context.WithTimeout(context.Background(), paceTimeout)
+		t0 := time.Now()
+		resp, err := p.Client.ShouldRateLimit(ctx, req)
+		t1 := time.Now()
+		cancel()
+		mu.Lock()
+		defer mu.Unlock()
+		out.latencies = append(out.latencies, t1.Sub(t0))
+		if t0.After(out.lastSent) {
+			out.lastSent = t0
+		}
+		if t1.After(out.last) {
+			out.last = t1
+		}
+		switch {
+		case err != nil:
+			out.errors++
+			if out.firstErr == nil {
+				out.firstErr = err
+			}
+		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
+			out.admitted++
+		default:
+			out.refused++
+		}
+	}
 	start := time.Now()
 	out.first = start
 	for i, p := range nodes {
@@ -82,28 +124,7 @@ func pace(t *testing.T, nodes []*rlsProcess, rates []float64, d time.Duration, r
 					return
 				}
 				time.Sleep(time.Until(at))
-				ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-				t0 := time.Now()
-				resp, err := p.Client.ShouldRateLimit(ctx, req)
-				t1 := time.Now()
-				cancel()
-				mu.Lock()
-				out.latencies = append(out.latencies, t1.Sub(t0))
-				if t1.After(out.last) {
-					out.last = t1
-				}
-				switch {
-				case err != nil:
-					out.errors++
-					if out.firstErr == nil {
-						out.firstErr = err
-					}
-				case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
-					out.admitted++
-				default:
-					out.refused++
-				}
-				mu.Unlock()
+				wg.Go(func() { call(p) })
 			}
 		})
 	}
@@ -112,40 +133,77 @@ func pace(t *testing.T, nodes []*rlsProcess, rates []float64, d time.Duration, r
 }
 
 // p99 returns the 99th percentile latency.
-func (p paced) p99() time.Duration {
+func (p paced) p99() time.Duration { return p.quantile(0.99) }
+
+// quantile returns the latency at quantile q (0 to 1) of the calls.
+func (p paced) quantile(q float64) time.Duration {
 	if len(p.latencies) == 0 {
 		return 0
 	}
 	l := append([]time.Duration(nil), p.latencies...)
 	sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
-	return l[len(l)*99/100]
+	return l[min(len(l)-1, int(float64(len(l))*q))]
 }
 
-// checkNeverOver asserts burst + rate × T ≥ admitted ≥ 95% of it.
+// neverOverTime is how long the never-over tests drive a bucket, as issue
+// 13 asks.
+const neverOverTime = 10 * time.Second
+
+// neverOverTimeout is the nodes' --redis-timeout in the never-over tests:
+// far above any Redis call on a loaded CI machine, so that the fail-open
+// switch, whose share the bounds do not cover, never answers there
+// (checkNoFallback makes sure).
+const neverOverTimeout = "2s"
+
+// checkNeverOver asserts admitted ≤ burst + rate × T, T from before the
+// first call was sent to after the last answer arrived, and admitted ≥ 95%
+// of burst + rate × T', T' from then until the last call was sent.
+//
+// The upper bound is the design's, exactly: the bucket is full before the
+// first call, and every admitted token left it (in a take or a lease)
+// within T. The lower one is what pace offers: twice the rate until the
+// last call is sent, whatever the answers' lag (an open loop), so only
+// tokens parked in leases go unspent; T' leaves out the last answers' lag,
+// which a loaded machine stretches and during which nothing is offered.
 func checkNeverOver(t *testing.T, out paced, burst, rate float64) {
 	t.Helper()
-	elapsed := out.last.Sub(out.first)
+	elapsed, offered := out.last.Sub(out.first), out.lastSent.Sub(out.first)
 	bound := burst + rate*elapsed.Seconds()
-	t.Logf("admitted %d, refused %d, errors %d over %v: %.1f%% of burst + rate × T = %.0f; p99 %v",
-		out.admitted, out.refused, out.errors, elapsed.Round(time.Millisecond), 100*float64(out.admitted)/bound, bound, out.p99())
+	floor := 0.95 * (burst + rate*offered.Seconds())
+	t.Logf("admitted %d, refused %d, errors %d: %.1f%% of burst + rate × T = %.0f (T %v to the last answer; %v to the last call); latency p50 %v, p99 %v, max %v",
+		out.admitted, out.refused, out.errors, 100*float64(out.admitted)/bound, bound, elapsed.Round(time.Millisecond), offered.Round(time.Millisecond),
+		out.quantile(0.5), out.p99(), out.quantile(1))
 	if out.errors > 0 {
 		t.Errorf("%d errors, want 0; first: %v", out.errors, out.firstErr)
 	}
 	if float64(out.admitted) > bound {
 		t.Errorf("admitted %d, over burst + rate × T = %.1f", out.admitted, bound)
 	}
-	if float64(out.admitted) < 0.95*bound {
-		t.Errorf("admitted %d, under 95%% of %.1f", out.admitted, bound)
+	if float64(out.admitted) < floor {
+		t.Errorf("admitted %d, under 95%% of burst + rate × %v = %.1f", out.admitted, offered, floor)
+	}
+}
+
+// checkNoFallback fails the test if a node's fail-open switch answered:
+// its share is not the leased layer's, and the never-over bounds are not
+// its bounds.
+func checkNoFallback(t *testing.T, nodes []*rlsProcess) {
+	t.Helper()
+	for i, p := range nodes {
+		if v, _ := scrapeMetric(t, p, `ratelimit_fallback_transitions_total{to="fallback"}`); v != 0 {
+			t.Errorf("node %d switched to its fallback %v times (a Redis call over %s): the bounds are the leased layer's", i, v, neverOverTimeout)
+		}
 	}
 }
 
 // TestLeaseNeverOver drives a leased bucket at twice its rate, spread
-// evenly over three nodes for 3 s: the fleet admits no more than
+// evenly over three nodes for 10 s: the fleet admits no more than
 // burst + rate × T, and at least 95% of it.
 func TestLeaseNeverOver(t *testing.T) {
-	_, nodes := leaseNodes(t)
-	out := pace(t, nodes, []float64{400.0 / 3, 400.0 / 3, 400.0 / 3}, 3*time.Second, request("lease", "shared=all"))
+	_, nodes := leaseNodes(t, "--redis-timeout", neverOverTimeout)
+	out := pace(t, nodes, []float64{400.0 / 3, 400.0 / 3, 400.0 / 3}, neverOverTime, request("lease", "shared=all"))
 	checkNeverOver(t, out, 200, 200)
+	checkNoFallback(t, nodes)
 	var fromLease float64
 	for _, p := range nodes {
 		v, _ := scrapeMetric(t, p, `ratelimit_lease_decisions_total{answer="lease"}`)
@@ -159,9 +217,10 @@ func TestLeaseNeverOver(t *testing.T) {
 
 // TestLeaseSkew is TestLeaseNeverOver with 90% of the traffic on one node.
 func TestLeaseSkew(t *testing.T) {
-	_, nodes := leaseNodes(t)
-	out := pace(t, nodes, []float64{360, 20, 20}, 3*time.Second, request("lease", "shared=all"))
+	_, nodes := leaseNodes(t, "--redis-timeout", neverOverTimeout)
+	out := pace(t, nodes, []float64{360, 20, 20}, neverOverTime, request("lease", "shared=all"))
 	checkNeverOver(t, out, 200, 200)
+	checkNoFallback(t, nodes)
 }
 
 // TestLeaseSIGKILL kills a node holding a lease: the fleet never goes
@@ -237,35 +296,131 @@ func TestLeaseSIGTERM(t *testing.T) {
 	}
 }
 
+// envoyTimeout is Envoy's default deadline for a rate-limit call.
+const envoyTimeout = 20 * time.Millisecond
+
+// decisionTimes reads p's ratelimit_request_duration_seconds: requests
+// decided so far, and those decided within envoyTimeout (a bucket bound of
+// the histogram), as the server timed its own decision path.
+func decisionTimes(t *testing.T, p *rlsProcess) (count, within float64) {
+	t.Helper()
+	count, ok1 := scrapeMetric(t, p, "ratelimit_request_duration_seconds_count")
+	within, ok2 := scrapeMetric(t, p, `ratelimit_request_duration_seconds_bucket{le="0.02"}`)
+	if !ok1 || !ok2 {
+		t.Fatalf("no ratelimit_request_duration_seconds count or le=\"0.02\" bucket on /metrics")
+	}
+	return count, within
+}
+
+// checkDecidedWithin asserts that at least 99% of the requests p decided
+// since (count0, within0) took the server envoyTimeout or less. The
+// server's own timing leaves out the test client's scheduling and gRPC,
+// which on a loaded machine pass 20 ms at p99 (measured: 22–97 ms at load
+// average 8–11 on 2 cores); the calls come one at a time (serial), so no
+// request queues behind another in the server. A decision that does no
+// I/O then passes 20 ms only when the race-built binary is preempted in
+// it (measured at load average 8–11: none of 4,800 serial decisions; 1 of
+// 100 at most with concurrent calls). So 99% of a phase's 400 calls leaves
+// room for a few preemptions, not for a wait on Redis, which would hold up
+// the decisions behind it (the lease phase also asserts, exactly, that
+// none waited).
+func checkDecidedWithin(t *testing.T, p *rlsProcess, what string, count0, within0 float64) {
+	t.Helper()
+	count, within := decisionTimes(t, p)
+	n, in := count-count0, within-within0
+	t.Logf("%s: %.0f of %.0f requests decided within %v by the server's clock", what, in, n, envoyTimeout)
+	if n == 0 || in < 0.99*n {
+		t.Errorf("%s: %.0f of %.0f requests decided within Envoy's %v, want at least 99%%", what, in, n, envoyTimeout)
+	}
+}
+
+// serial sends req to p n times, one call after the other: the server
+// decides one request at a time, so the time it takes is its decision path
+// alone, never a queue of the test's own making.
+func serial(t *testing.T, p *rlsProcess, n int, req *rlsv3.RateLimitRequest) paced {
+	t.Helper()
+	out := paced{first: time.Now()}
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), paceTimeout)
+		t0 := time.Now()
+		resp, err := p.Client.ShouldRateLimit(ctx, req)
+		t1 := time.Now()
+		cancel()
+		out.latencies = append(out.latencies, t1.Sub(t0))
+		out.lastSent, out.last = t0, t1
+		switch {
+		case err != nil:
+			out.errors++
+			if out.firstErr == nil {
+				out.firstErr = err
+			}
+		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
+			out.admitted++
+		default:
+			out.refused++
+		}
+	}
+	return out
+}
+
+// redisDownCalls is how many requests each phase of TestLeaseRedisDown
+// sends: 1% of them is 4.
+const redisDownCalls = 400
+
 // TestLeaseRedisDown stops Redis while a node holds a lease: its tokens
-// keep answering, without errors, within Envoy's 20 ms; past them the
-// fail-open switch answers, and limiting continues.
+// keep answering, without errors and without waiting on Redis, within
+// Envoy's 20 ms; past them the fail-open switch answers, and limiting
+// continues.
 func TestLeaseRedisDown(t *testing.T) {
-	s, nodes := leaseNodes(t)
+	// A 10 s lease period: the lease cannot end, and go back to Redis,
+	// before Redis stops, however slow the machine. The lease is the most
+	// a lease may be, 1000 (5998 left / (2 × 3 nodes) = 999, capped at
+	// 1000): more than the phase's calls.
+	s, nodes := leaseNodes(t, "--lease-period", "10s")
 	p := nodes[0]
 	for i := range 2 { // a key's first decision leases nothing; its second does
 		if r := p.Check(t, "lease", "big=b"); r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("request %d: %v", i, r.GetOverallCode())
 		}
 	}
-	before, _ := scrapeMetric(t, p, `ratelimit_lease_decisions_total{answer="lease"}`)
+	if v, _ := scrapeMetric(t, p, `ratelimit_lease_tokens_total{direction="leased"}`); v < redisDownCalls {
+		t.Fatalf("node 0 leased %v tokens, want at least %d", v, redisDownCalls)
+	}
+	fromLease := func() (lease, waited float64) {
+		lease, _ = scrapeMetric(t, p, `ratelimit_lease_decisions_total{answer="lease"}`)
+		waited, _ = scrapeMetric(t, p, `ratelimit_lease_decisions_total{answer="redis"}`)
+		return lease, waited
+	}
+	lease0, waited0 := fromLease()
+	count0, within0 := decisionTimes(t, p)
 	s.Kill()
-	out := pace(t, nodes[:1], []float64{200}, 500*time.Millisecond, request("lease", "big=b"))
-	after, _ := scrapeMetric(t, p, `ratelimit_lease_decisions_total{answer="lease"}`)
-	t.Logf("Redis down: %d admitted, %d refused, %d errors, %.0f from the lease, p99 %v", out.admitted, out.refused, out.errors, after-before, out.p99())
-	if out.errors > 0 || out.refused > 0 {
-		t.Errorf("%d errors and %d refusals from a lease of 166 tokens, want none (first error: %v)", out.errors, out.refused, out.firstErr)
+	out := serial(t, p, redisDownCalls, request("lease", "big=b"))
+	lease1, waited1 := fromLease()
+	t.Logf("Redis down: %d admitted, %d refused, %d errors, %.0f from the lease, %.0f waited on Redis; client-side p99 %v",
+		out.admitted, out.refused, out.errors, lease1-lease0, waited1-waited0, out.p99())
+	if out.errors > 0 || out.refused > 0 || out.admitted == 0 {
+		t.Errorf("%d admitted, %d errors and %d refusals from the lease, want all admitted (first error: %v)", out.admitted, out.errors, out.refused, out.firstErr)
 	}
-	if after-before < float64(out.admitted)/2 {
-		t.Errorf("%.0f of %d answers came from the lease", after-before, out.admitted)
+	if lease1-lease0 != float64(out.admitted) || waited1 != waited0 {
+		t.Errorf("%.0f of %d answers came from the lease, %.0f waited on Redis; want all from the lease, none waiting", lease1-lease0, out.admitted, waited1-waited0)
 	}
-	if d := out.p99(); d > 20*time.Millisecond {
-		t.Errorf("p99 %v with Redis down, want within Envoy's 20ms", d)
+	checkDecidedWithin(t, p, "answers from the lease", count0, within0)
+	// Limiting continues: the fallback's share of tiny (5 a minute). The
+	// first decision of tiny is Redis' (a key's first decision is exact):
+	// it fails, and turns the fail-open switch, which answers it and every
+	// later one.
+	t0 := time.Now()
+	admitted := 0
+	if p.Check(t, "lease", "tiny=x").GetOverallCode() == rlsv3.RateLimitResponse_OK {
+		admitted++
 	}
-	// Limiting continues: the fallback's share of tiny (5 a minute).
-	tiny := pace(t, nodes[:1], []float64{100}, 200*time.Millisecond, request("lease", "tiny=x"))
-	t.Logf("tiny with Redis down: %d admitted, %d refused, %d errors", tiny.admitted, tiny.refused, tiny.errors)
-	if tiny.errors > 0 || tiny.refused == 0 || tiny.admitted > 5 {
-		t.Errorf("tiny with Redis down: %d admitted, %d refused, %d errors; want at most 5 admitted, refusals, no errors", tiny.admitted, tiny.refused, tiny.errors)
+	t.Logf("tiny's first decision with Redis down, the switch's turn: %v on the client's clock", time.Since(t0))
+	count0, within0 = decisionTimes(t, p)
+	tiny := serial(t, p, redisDownCalls, request("lease", "tiny=x"))
+	admitted += tiny.admitted
+	t.Logf("tiny with Redis down: %d admitted, %d refused, %d errors; client-side p99 %v", admitted, tiny.refused, tiny.errors, tiny.p99())
+	if tiny.errors > 0 || tiny.refused == 0 || admitted > 5 {
+		t.Errorf("tiny with Redis down: %d admitted, %d refused, %d errors; want at most 5 admitted, refusals, no errors", admitted, tiny.refused, tiny.errors)
 	}
+	checkDecidedWithin(t, p, "answers of the fail-open switch", count0, within0)
 }

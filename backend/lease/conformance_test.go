@@ -47,8 +47,9 @@ func TestConformance(t *testing.T) {
 }
 
 // TestConformanceCluster runs the suite on a real 3-master Redis Cluster,
-// eager leases: a decision's keys lie in several slots, each decided in
-// its own call, and a refusal in one slot gives back what the others took.
+// eager leases: a decision's keys lie on several masters, each decided in
+// its own call, and a refusal on one master gives back what the others
+// took.
 func TestConformanceCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	buckettest.Run(t, buckettest.Harness{

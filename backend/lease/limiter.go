@@ -30,6 +30,10 @@ const (
 	DefaultTick = 100 * time.Millisecond
 )
 
+// The low-water mark: a key's prefetch is queued when the tokens the node
+// holds fall to lowWaterNum/lowWaterDen of its last lease.
+const lowWaterNum, lowWaterDen = 1, 2
+
 // Leaser takes, leases and gives back tokens of Redis buckets in one call:
 // backend/redis.Limiter.Lease, whose documentation gives the semantics.
 type Leaser interface {
@@ -94,6 +98,8 @@ type Limiter struct {
 
 	batch *batcher // the decisions' Lease calls
 
+	lowNum, lowDen uint64 // the low-water mark (lowWaterNum/lowWaterDen; the sizing sweep sets others)
+
 	nudge chan struct{} // a prefetch is wanted
 	done  chan struct{} // closed by Close: Run returns
 	runMu sync.Mutex    // held by Run's call: Close waits for it
@@ -149,6 +155,8 @@ func New(opts Options) *Limiter {
 		fetch:   map[bucket.Key]bool{},
 		holding: map[bucket.Key]bool{},
 		batch:   &batcher{leaser: windowed{opts.Leaser, 2 * opts.Period}},
+		lowNum:  lowWaterNum,
+		lowDen:  lowWaterDen,
 		nudge:   make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
@@ -709,10 +717,10 @@ func (l *Limiter) grant(e *entry, r *redisbackend.LeaseReply, send, now time.Tim
 	l.opts.Metrics.leased(r.Leased)
 }
 
-// lowWater queues a prefetch of k when its lease ran below half of the
-// last one. Called with mu held.
+// lowWater queues a prefetch of k when its lease ran down to the low-water
+// mark (half of the last one). Called with mu held.
 func (l *Limiter) lowWater(k bucket.Key, e *entry) {
-	if e.fetching || e.lastLease < 2 || e.held*2 > e.lastLease || l.closed {
+	if e.fetching || e.lastLease < 2 || e.held*l.lowDen > e.lastLease*l.lowNum || l.closed {
 		return
 	}
 	e.fetching = true

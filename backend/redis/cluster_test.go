@@ -23,11 +23,13 @@ func TestCluster(t *testing.T) {
 		runBehaviours(t, e)
 		t.Run("Slots", func(t *testing.T) { t.Parallel(); testSlots(t, e) })
 		t.Run("CrossSlotRefund", func(t *testing.T) { t.Parallel(); testCrossSlotRefund(t, e) })
+		t.Run("LeasePerMaster", func(t *testing.T) { t.Parallel(); testLeasePerMaster(t, cl) })
 	})
 	// Alone, as it flushes the scripts.
 	t.Run("OneMasterOneCall", func(t *testing.T) { testOneMasterOneCall(t, e) })
 	// Alone, as it moves a slot.
 	t.Run("StaleSlotMap", func(t *testing.T) { testStaleSlotMap(t, e, cl) })
+	t.Run("LeaseStaleSlotMap", func(t *testing.T) { testLeaseStaleSlotMap(t, cl) })
 	// Last, as it takes a master down.
 	t.Run("MasterDown", func(t *testing.T) { testMasterDown(t, e, cl) })
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -102,12 +103,22 @@ var ErrLeaseSlots = errors.New("backend/redis: a leased decision spans Ring shar
 // "<prefix>:lease:{<hash>}", so a rule switched between exact and leased
 // starts from a full bucket. A leased bucket records the limit it was last
 // written under and an op under another limit converts it, as
-// token_bucket.lua's buckets (lease.lua's header). On a single Redis (or sentinel master) it is
-// one script call; in Redis Cluster one per slot, concurrently (a decision
-// spanning slots is decided in each, and where one slot refuses, the
-// others give back what they took, in a second round); on a Ring one per
-// key, and every decision must have one key (ErrLeaseSlots). Every call runs under the
-// Timeout, not ctx's deadline. Errors are classified as Hit's (ErrorKind).
+// token_bucket.lua's buckets (lease.lua's header).
+//
+// On a single Redis (or sentinel master) it is one script call. In Redis
+// Cluster it is one call per master touched, concurrently, as Hit's: the
+// bucket keys travel in ARGV (lease.lua's header), so one call serves every
+// slot its master holds, by the client's slot map. A decision spanning
+// masters is decided on each, and where one refuses, the takes the others
+// allowed give back what they took and leased, in a second round of calls
+// (one per master again); their replies then report the bucket after the
+// refund, and nothing leased. When a call reaches a master that no longer
+// serves one of its buckets (a stale slot map, while slots move), lease.lua
+// fails before writing anything, and that call's ops go again one call per
+// slot, which go-redis redirects (MOVED, ASK). On a Ring it is one call per
+// key, and every decision must have one key (ErrLeaseSlots). Every call
+// runs under the Timeout, not ctx's deadline. Errors are classified as
+// Hit's (ErrorKind).
 func (l *Limiter) Lease(ctx context.Context, ops []LeaseOp, out []LeaseReply) error {
 	if len(out) < len(ops) {
 		return fmt.Errorf("backend/redis: %d replies for %d lease ops", len(out), len(ops))
@@ -118,90 +129,151 @@ func (l *Limiter) Lease(ctx context.Context, ops []LeaseOp, out []LeaseReply) er
 	if len(ops) == 0 {
 		return nil
 	}
-	ks := newKeyspace(l.keys.prefix + ":lease")
-	groups := map[int][]int{} // by slot (or key index on a Ring): op indexes
-	var order []int
-	group := func(i int) (int, error) {
-		switch l.route {
-		case routeSlot:
-			return slot(fmt.Appendf(nil, "%x", ops[i].Key[:])), nil
-		case routeKey:
-			return i, nil
-		default:
-			return 0, nil
-		}
-	}
-	spans := false // a decision spans cluster slots
-	for i := range ops {
-		g, err := group(i)
-		if err != nil {
-			return err
-		}
-		if i > 0 && ops[i].Decision == ops[i-1].Decision {
-			prev, _ := group(i - 1)
-			if prev != g {
-				if l.route == routeKey {
-					g = prev // a Ring decision on one key only: checked below
-					if ops[i].Key != ops[i-1].Key {
-						return fmt.Errorf("backend/redis: a leased decision names several keys on a Ring: %w", ErrLeaseSlots)
-					}
-				} else {
-					spans = true
-				}
+	if l.route == routeKey {
+		for i := 1; i < len(ops); i++ {
+			if ops[i].Decision == ops[i-1].Decision && ops[i].Key != ops[i-1].Key {
+				return fmt.Errorf("backend/redis: a leased decision names several keys on a Ring: %w", ErrLeaseSlots)
 			}
 		}
-		if _, ok := groups[g]; !ok {
-			order = append(order, g)
-		}
-		groups[g] = append(groups[g], i)
 	}
+	ks := newKeyspace(l.keys.prefix + ":lease")
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
 	defer cancel()
-	if err := l.leaseGroups(cctx, ks, ops, out, groups, order); err != nil {
+	call, err := l.leaseRun(cctx, ks, ops, out)
+	if err != nil {
 		return err
 	}
-	if spans {
-		return l.leaseRefund(cctx, ks, ops, out, group)
+	if l.route == routeSlot {
+		return l.leaseRefund(cctx, ks, ops, out, call)
 	}
 	return nil
 }
 
-// leaseGroups runs one script call per group, concurrently.
-func (l *Limiter) leaseGroups(ctx context.Context, ks keyspace, ops []LeaseOp, out []LeaseReply, groups map[int][]int, order []int) error {
-	errs := make([]error, len(order))
-	var wg sync.WaitGroup
-	for n, g := range order {
-		idx := groups[g]
-		run := func() { errs[n] = l.leaseCall(ctx, ks, ops, idx, out) }
-		if len(order) == 1 {
-			run()
-			break
+// leaseGroup is the ops of one lease.lua call.
+type leaseGroup struct {
+	idx []int // indexes of the ops, in order
+	// merged: the call serves several slots of one master, its bucket keys
+	// in ARGV (KEYS[1] only routes it).
+	merged bool
+	err    error // the call's, unclassified
+}
+
+// leaseRun runs ops in as few lease.lua calls as the routing allows,
+// concurrently, and returns the call that decided each op (an index: ops
+// of one call were decided all-or-nothing per decision). In Redis Cluster
+// a master's call refused as non-local (a stale slot map) goes again one
+// call per slot.
+func (l *Limiter) leaseRun(ctx context.Context, ks keyspace, ops []LeaseOp, out []LeaseReply) ([]int, error) {
+	call := make([]int, len(ops))
+	var groups []leaseGroup
+	switch l.route {
+	case routeSlot:
+		byMaster := map[string]int{}
+		for i := range ops {
+			m, err := l.cluster.MasterForKey(ctx, string(ks.appendKey(nil, ops[i].Key)))
+			if err != nil {
+				return nil, classify(ctx, "cluster slots", err)
+			}
+			g, ok := byMaster[m.Options().Addr]
+			if !ok {
+				g = len(groups)
+				byMaster[m.Options().Addr] = g
+				groups = append(groups, leaseGroup{merged: true})
+			}
+			groups[g].idx = append(groups[g].idx, i)
+			call[i] = g
 		}
-		wg.Go(run)
+	case routeKey:
+		// One call per op, but the ops of a decision (on one key) together.
+		for i := range ops {
+			if i == 0 || ops[i].Decision != ops[i-1].Decision {
+				groups = append(groups, leaseGroup{})
+			}
+			g := len(groups) - 1
+			groups[g].idx = append(groups[g].idx, i)
+			call[i] = g
+		}
+	default:
+		groups = []leaseGroup{{idx: make([]int, len(ops))}}
+		for i := range ops {
+			groups[0].idx[i] = i
+		}
+	}
+	l.leaseGroups(ctx, ks, ops, out, groups)
+
+	// A stale slot map: nothing was written on the master that refused.
+	// Its ops go again, one call per slot.
+	var again []leaseGroup
+	for g := range groups {
+		if !groups[g].merged || groups[g].err == nil || !isNotLocal(groups[g].err) {
+			continue
+		}
+		groups[g].err = nil
+		bySlot := map[int]int{}
+		for _, i := range groups[g].idx {
+			s := slot(fmt.Appendf(nil, "%x", ops[i].Key[:]))
+			n, ok := bySlot[s]
+			if !ok {
+				n = len(again)
+				bySlot[s] = n
+				again = append(again, leaseGroup{})
+			}
+			again[n].idx = append(again[n].idx, i)
+			call[i] = len(groups) + n
+		}
+	}
+	if len(again) > 0 {
+		l.cluster.ReloadState(ctx)
+		l.leaseGroups(ctx, ks, ops, out, again)
+		groups = append(groups, again...)
+	}
+	var errs []error
+	for _, g := range groups {
+		if g.err != nil {
+			errs = append(errs, classify(ctx, "lease.lua", g.err))
+		}
+	}
+	return call, errors.Join(errs...)
+}
+
+// leaseGroups runs one script call per group, concurrently, and records
+// each call's error in its group.
+func (l *Limiter) leaseGroups(ctx context.Context, ks keyspace, ops []LeaseOp, out []LeaseReply, groups []leaseGroup) {
+	if len(groups) == 1 {
+		groups[0].err = l.leaseCall(ctx, ks, ops, groups[0].idx, groups[0].merged, out)
+		return
+	}
+	var wg sync.WaitGroup
+	for n := range groups {
+		g := &groups[n]
+		wg.Go(func() { g.err = l.leaseCall(ctx, ks, ops, g.idx, g.merged, out) })
 	}
 	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // leaseRefund completes the all-or-nothing of decisions that span Redis
-// Cluster slots, which each slot's call decided alone: where any take of a
-// decision was refused, the takes other slots allowed give back what they
-// took and leased, in a second round of calls; their replies then report
-// the bucket after the refund, and nothing leased.
-func (l *Limiter) leaseRefund(ctx context.Context, ks keyspace, ops []LeaseOp, out []LeaseReply, group func(int) (int, error)) error {
+// Cluster calls (masters, or slots after a stale slot map), which each call
+// decided alone: where any take of a decision was refused, the takes that
+// other calls allowed give back what they took and leased, in a second
+// round of calls; their replies then report the bucket after the refund,
+// and nothing leased. A call that refused a take of the decision took
+// nothing for it (its takes that were allowed alone included), so it gives
+// nothing back.
+func (l *Limiter) leaseRefund(ctx context.Context, ks keyspace, ops []LeaseOp, out []LeaseReply, call []int) error {
 	var gives []LeaseOp
 	var refs []int
+	var refused []int // calls that refused a take of the decision
 	for i := 0; i < len(ops); {
 		j := i
-		refused := false
+		refused = refused[:0]
 		for j < len(ops) && ops[j].Decision == ops[i].Decision {
-			if ops[j].Kind == LeaseTake && !out[j].Allowed {
-				refused = true
+			if ops[j].Kind == LeaseTake && !out[j].Allowed && !slices.Contains(refused, call[j]) {
+				refused = append(refused, call[j])
 			}
 			j++
 		}
-		for k := i; refused && k < j; k++ {
-			if ops[k].Kind == LeaseTake && out[k].Allowed && ops[k].Take+out[k].Leased > 0 {
+		for k := i; len(refused) > 0 && k < j; k++ {
+			if ops[k].Kind == LeaseTake && out[k].Allowed && !slices.Contains(refused, call[k]) && ops[k].Take+out[k].Leased > 0 {
 				// The lease goes back as a return that unparks it, the
 				// take as a give.
 				if out[k].Leased > 0 {
@@ -218,18 +290,9 @@ func (l *Limiter) leaseRefund(ctx context.Context, ks keyspace, ops []LeaseOp, o
 	if len(gives) == 0 {
 		return nil
 	}
-	groups := map[int][]int{}
-	var order []int
-	for i := range gives {
-		g := slot(fmt.Appendf(nil, "%x", gives[i].Key[:]))
-		if _, ok := groups[g]; !ok {
-			order = append(order, g)
-		}
-		groups[g] = append(groups[g], i)
-	}
 	replies := make([]LeaseReply, len(gives))
-	if err := l.leaseGroups(ctx, ks, gives, replies, groups, order); err != nil {
-		return fmt.Errorf("backend/redis: refund of a leased decision refused in another slot: %w", err)
+	if _, err := l.leaseRun(ctx, ks, gives, replies); err != nil {
+		return fmt.Errorf("backend/redis: refund of a leased decision refused on another master: %w", err)
 	}
 	for n, k := range refs {
 		if k < 0 {
@@ -241,8 +304,10 @@ func (l *Limiter) leaseRefund(ctx context.Context, ks keyspace, ops []LeaseOp, o
 	return nil
 }
 
-// leaseCall runs one script call for ops[idx].
-func (l *Limiter) leaseCall(ctx context.Context, ks keyspace, ops []LeaseOp, idx []int, out []LeaseReply) error {
+// leaseCall runs one script call for ops[idx]: with their bucket keys as
+// KEYS, or, merged, in ARGV after the arguments, KEYS[1] routing the call.
+// It returns the call's error unclassified.
+func (l *Limiter) leaseCall(ctx context.Context, ks keyspace, ops []LeaseOp, idx []int, merged bool, out []LeaseReply) error {
 	keys := make([]string, len(idx))
 	args := make([]byte, 0, 8*leaseArgs*len(idx))
 	for j, i := range idx {
@@ -257,9 +322,20 @@ func (l *Limiter) leaseCall(ctx context.Context, ks keyspace, ops []LeaseOp, idx
 			args = binary.LittleEndian.AppendUint64(args, math.Float64bits(float64(v)))
 		}
 	}
-	v, err := leaseScript.Run(ctx, l.client, keys, string(args)).Result()
+	var v any
+	var err error
+	if merged {
+		argv := make([]any, 1, 1+len(keys))
+		argv[0] = string(args)
+		for _, k := range keys {
+			argv = append(argv, k)
+		}
+		v, err = leaseScript.Run(ctx, l.client, keys[:1], argv...).Result()
+	} else {
+		v, err = leaseScript.Run(ctx, l.client, keys, string(args)).Result()
+	}
 	if err != nil {
-		return classify(ctx, "lease.lua", err)
+		return err
 	}
 	s, ok := v.(string)
 	if !ok || len(s) != leaseReplyBytes*len(idx) {

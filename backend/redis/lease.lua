@@ -46,7 +46,14 @@
 -- (giving them would convert the bucket back to the old limit, and a
 -- clamp there may forget debt); they are lost, never admitted.
 --
--- KEYS[i]   bucket key i (i = 1..n); in Redis Cluster all in one slot.
+-- KEYS[i]   bucket key i (i = 1..n), all in one slot in Redis Cluster. Or,
+--           when ARGV has more than one value, as token_bucket.lua: KEYS[1]
+--           only routes the call and the bucket keys are ARGV[2..n+1]; in
+--           Redis Cluster one call then serves buckets of every slot of one
+--           master (Redis allows scripts without flags to touch undeclared
+--           keys of other slots on the node). A key the node does not serve
+--           fails the call before anything is written: every op reads its
+--           bucket (GET) before the SETs at the end.
 -- ARGV[1]   96 bytes per key: twelve little-endian doubles. For key i, at
 --           byte 96(i-1) + 1:
 --   decision  decision number; the keys of one decision are contiguous and
@@ -101,6 +108,12 @@ local W = 96
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
+-- KEYS, from here on, is the bucket keys: Redis' KEYS, or ARGV[2..n+1].
+local KEYS = KEYS
+if #ARGV > 1 then
+  KEYS = {}
+  for k = 2, #ARGV do KEYS[k - 1] = ARGV[k] end
+end
 local n = #KEYS
 if #A ~= W * n then
   return redis.error_reply('lease.lua: ARGV[1] has ' .. #A .. ' bytes, want 96 per key')

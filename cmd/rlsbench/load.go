@@ -22,8 +22,13 @@ const connectTimeout = 5 * time.Second
 
 // loadOptions configures one closed-loop run.
 type loadOptions struct {
-	Addr     string
-	Callers  int
+	// Addrs are the gRPC addresses of the service's nodes: caller i calls
+	// Addrs[i % len(Addrs)], so every node gets an equal share of the
+	// callers when Callers is a multiple of len(Addrs).
+	Addrs   []string
+	Callers int
+	// Conns is the gRPC connections to each address; an address's callers
+	// are spread over its connections round-robin.
 	Conns    int
 	Warmup   time.Duration
 	Duration time.Duration
@@ -47,6 +52,13 @@ type loadResult struct {
 	warmup     uint64 // calls started during the warmup, not measured
 	firstError error
 	window     time.Duration
+	// perAddr holds the measured answers of each address, in Addrs' order.
+	perAddr []tally
+}
+
+// tally counts the measured answers of one address.
+type tally struct {
+	ok, overLimit, errors uint64
 }
 
 func (r *loadResult) total() uint64 { return r.ok + r.overLimit + r.errors }
@@ -55,22 +67,23 @@ func (r *loadResult) total() uint64 { return r.ok + r.overLimit + r.errors }
 type caller struct {
 	loadResult
 	client rlsv3.RateLimitServiceClient
+	addr   int           // index of its address in loadOptions.Addrs
 	next   int           // index of its next request in the pool
 	every  time.Duration // with a rate: time between its starts
 	due    time.Time     // with a rate: when its next call may start
 }
 
 // runLoad runs o.Callers closed-loop callers, spread round-robin over
-// o.Conns gRPC connections, for o.Warmup then o.Duration, and merges their
-// tallies. Each caller sends its next pre-built request as soon as the
+// o.Addrs and over o.Conns gRPC connections to each, for o.Warmup then
+// o.Duration, and merges their tallies. Each caller sends its next pre-built request as soon as the
 // previous answer arrives (and, with o.Rate, its next start is due). A call
 // counts in the window it starts in; one still running grace after the end
 // is cancelled.
 func runLoad(ctx context.Context, o loadOptions) (loadResult, error) {
-	if o.Callers < 1 || o.Conns < 1 || len(o.Pool) == 0 || o.Duration <= 0 || o.Warmup < 0 || o.Rate < 0 {
-		return loadResult{}, fmt.Errorf("need callers, connections and requests ≥ 1, a positive duration, a non-negative warmup and rate")
+	if len(o.Addrs) == 0 || o.Callers < len(o.Addrs) || o.Conns < 1 || len(o.Pool) == 0 || o.Duration <= 0 || o.Warmup < 0 || o.Rate < 0 {
+		return loadResult{}, fmt.Errorf("need addresses, connections and requests ≥ 1, callers ≥ addresses, a positive duration, a non-negative warmup and rate")
 	}
-	conns, err := dial(ctx, o.Addr, o.Conns)
+	conns, err := dial(ctx, o.Addrs, o.Conns)
 	if err != nil {
 		return loadResult{}, err
 	}
@@ -91,8 +104,10 @@ func runLoad(ctx context.Context, o loadOptions) (loadResult, error) {
 	for i := range callers {
 		c := &caller{
 			loadResult: loadResult{hist: newHistogram()},
-			client:     rlsv3.NewRateLimitServiceClient(conns[i%len(conns)]),
-			next:       i * len(o.Pool) / o.Callers,
+			// conns[j] is a connection to Addrs[j % len(Addrs)] (see dial).
+			client: rlsv3.NewRateLimitServiceClient(conns[i%len(conns)]),
+			addr:   i % len(o.Addrs),
+			next:   i * len(o.Pool) / o.Callers,
 		}
 		if o.Rate > 0 {
 			c.every = time.Duration(float64(o.Callers) / o.Rate * float64(time.Second))
@@ -106,8 +121,12 @@ func runLoad(ctx context.Context, o loadOptions) (loadResult, error) {
 	}
 	wg.Wait()
 
-	res := loadResult{hist: newHistogram(), window: o.Duration}
+	res := loadResult{hist: newHistogram(), window: o.Duration, perAddr: make([]tally, len(o.Addrs))}
 	for _, c := range callers {
+		a := &res.perAddr[c.addr]
+		a.ok += c.ok
+		a.overLimit += c.overLimit
+		a.errors += c.errors
 		res.hist.merge(c.hist)
 		res.ok += c.ok
 		res.overLimit += c.overLimit
@@ -191,31 +210,35 @@ func window(ctx context.Context, warmEnd, end time.Time, f func(start bool)) {
 	}
 }
 
-// dial opens n connections to addr and waits until all are ready, so that
-// connection setup is never measured and a wrong address fails fast.
-func dial(ctx context.Context, addr string, n int) ([]*grpc.ClientConn, error) {
+// dial opens n connections to each address, in rounds (one to every
+// address, then the next round), so that connection j goes to
+// addrs[j % len(addrs)], and waits until all are ready, so that connection
+// setup is never measured and a wrong address fails fast.
+func dial(ctx context.Context, addrs []string, n int) ([]*grpc.ClientConn, error) {
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	conns := make([]*grpc.ClientConn, 0, n)
+	conns := make([]*grpc.ClientConn, 0, n*len(addrs))
 	closeAll := func() {
 		for _, c := range conns {
 			_ = c.Close()
 		}
 	}
 	for range n {
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			closeAll()
-			return nil, fmt.Errorf("connect to %s: %w", addr, err)
+		for _, addr := range addrs {
+			c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				closeAll()
+				return nil, fmt.Errorf("connect to %s: %w", addr, err)
+			}
+			conns = append(conns, c)
+			c.Connect()
 		}
-		conns = append(conns, c)
-		c.Connect()
 	}
-	for _, c := range conns {
+	for j, c := range conns {
 		for s := c.GetState(); s != connectivity.Ready; s = c.GetState() {
 			if !c.WaitForStateChange(ctx, s) {
 				closeAll()
-				return nil, fmt.Errorf("connect to %s: %w (last state %v)", addr, ctx.Err(), s)
+				return nil, fmt.Errorf("connect to %s: %w (last state %v)", addrs[j%len(addrs)], ctx.Err(), s)
 			}
 		}
 	}

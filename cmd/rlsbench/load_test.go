@@ -33,7 +33,7 @@ func TestRunLoadAgainstNoop(t *testing.T) {
 	}
 	var edges []bool
 	res, err := runLoad(context.Background(), loadOptions{
-		Addr:     addr,
+		Addrs:    []string{addr},
 		Callers:  4,
 		Conns:    2,
 		Warmup:   50 * time.Millisecond,
@@ -76,7 +76,7 @@ func TestRunLoadPaced(t *testing.T) {
 	const rate, callers = 100.0, 4
 	window := 500 * time.Millisecond
 	res, err := runLoad(context.Background(), loadOptions{
-		Addr: addr, Callers: callers, Conns: 1, Warmup: 50 * time.Millisecond, Duration: window, Pool: pool, Rate: rate,
+		Addrs: []string{addr}, Callers: callers, Conns: 1, Warmup: 50 * time.Millisecond, Duration: window, Pool: pool, Rate: rate,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +84,7 @@ func TestRunLoadPaced(t *testing.T) {
 	if max := uint64(rate*window.Seconds()) + callers; res.total() == 0 || res.total() > max || res.errors != 0 {
 		t.Errorf("paced at %v/s for %v: %d calls (%d errors), want 1 to %d and no errors", rate, window, res.total(), res.errors, max)
 	}
-	if _, err := runLoad(context.Background(), loadOptions{Addr: addr, Callers: 1, Conns: 1, Duration: window, Pool: pool, Rate: -1}); err == nil {
+	if _, err := runLoad(context.Background(), loadOptions{Addrs: []string{addr}, Callers: 1, Conns: 1, Duration: window, Pool: pool, Rate: -1}); err == nil {
 		t.Errorf("runLoad with a negative rate: no error")
 	}
 }
@@ -131,7 +131,7 @@ func TestRunLoadFailsFastWhenNothingListens(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	pool, _ := buildPool(poolOptions{Mix: mixHot})
-	_, err = runLoad(ctx, loadOptions{Addr: addr, Callers: 1, Conns: 1, Duration: time.Second, Pool: pool})
+	_, err = runLoad(ctx, loadOptions{Addrs: []string{addr}, Callers: 1, Conns: 1, Duration: time.Second, Pool: pool})
 	if err == nil || !strings.Contains(err.Error(), "connect to "+addr) {
 		t.Errorf("runLoad against a closed port = %v, want a connect error", err)
 	}

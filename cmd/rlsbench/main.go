@@ -4,9 +4,13 @@
 // into a markdown table. scripts/bench.sh drives all three (see
 // docs/benchmarks.md).
 //
-//	rlsbench [-addr A] [-mix spread|hot|envoy] [-c 64] [-conns 4] [-d 10s] [-warmup 1s] ...
+//	rlsbench [-addr A[,B,...]] [-mix spread|hot|envoy] [-c 64] [-conns 4] [-d 10s] [-warmup 1s] ...
 //	rlsbench -noop [-listen 127.0.0.1:0]
 //	rlsbench -report FILE
+//
+// With several addresses (-addr a,b,c: the nodes of one fleet), the callers
+// are spread over them round-robin, and the JSON line adds each address'
+// answer counts.
 //
 // A load run prints one JSON line: throughput, latency percentiles in
 // milliseconds, answer counts and, with -server-pid and -redis, the
@@ -31,6 +35,8 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -51,7 +57,7 @@ func main() {
 
 // settings are rlsbench's flags.
 type settings struct {
-	addr      string
+	addrs     []string
 	callers   int
 	conns     int
 	duration  time.Duration
@@ -76,9 +82,9 @@ func parse(args []string, stderr io.Writer) (settings, error) {
 	var s settings
 	fs := flag.NewFlagSet("rlsbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&s.addr, "addr", "127.0.0.1:8081", "gRPC address of the service under load")
+	addr := fs.String("addr", "127.0.0.1:8081", "gRPC address of the service under load, or a comma-separated list of its nodes' addresses: callers are spread over them round-robin (-c must be a multiple of their number)")
 	fs.IntVar(&s.callers, "c", 64, "concurrent closed-loop callers")
-	fs.IntVar(&s.conns, "conns", 4, "gRPC connections; callers are spread over them round-robin")
+	fs.IntVar(&s.conns, "conns", 4, "gRPC connections to each address; its callers are spread over them round-robin")
 	fs.DurationVar(&s.duration, "d", 10*time.Second, "measured duration")
 	fs.DurationVar(&s.warmup, "warmup", time.Second, "unmeasured warmup before the measured duration")
 	fs.Float64Var(&s.rate, "rate", 0, "cap on calls per second, all callers together (0: as fast as answers come); to compare CPU per request at equal throughput")
@@ -102,7 +108,32 @@ func parse(args []string, stderr io.Writer) (settings, error) {
 	if fs.NArg() > 0 {
 		return s, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	var err error
+	if s.addrs, err = parseAddrs(*addr); err != nil {
+		return s, err
+	}
+	if s.callers%len(s.addrs) != 0 {
+		return s, fmt.Errorf("-c %d does not spread evenly over %d addresses: use a multiple of %d", s.callers, len(s.addrs), len(s.addrs))
+	}
 	return s, nil
+}
+
+// parseAddrs splits -addr's comma-separated list. An empty or repeated
+// entry is an error: either would skew the share of each node unnoticed.
+func parseAddrs(list string) ([]string, error) {
+	parts := strings.Split(list, ",")
+	addrs := make([]string, 0, len(parts))
+	for _, a := range parts {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			return nil, fmt.Errorf("-addr %q: empty address", list)
+		}
+		if slices.Contains(addrs, a) {
+			return nil, fmt.Errorf("-addr %q: %s is listed twice", list, a)
+		}
+		addrs = append(addrs, a)
+	}
+	return addrs, nil
 }
 
 // run executes one rlsbench command.
@@ -181,6 +212,19 @@ type output struct {
 	// Failed is set only by the benchmark script, for a run that could not
 	// happen (the server did not start); the report shows it as n/a.
 	Failed string `json:"failed,omitempty"`
+
+	// Addrs are each address' answer counts, when -addr lists several
+	// (last, so that the first "ok" of the line is the run's).
+	Addrs []addrOutput `json:"addrs,omitempty"`
+}
+
+// addrOutput is one address' answers in the measured window.
+type addrOutput struct {
+	Addr      string `json:"addr"`
+	Total     uint64 `json:"total"`
+	OK        uint64 `json:"ok"`
+	OverLimit uint64 `json:"over_limit"`
+	Errors    uint64 `json:"error"`
 }
 
 // load runs the generator and prints its JSON line.
@@ -195,7 +239,7 @@ func load(ctx context.Context, s settings, stdout io.Writer) error {
 		defer p.redis.Close()
 	}
 	res, err := runLoad(ctx, loadOptions{
-		Addr:     s.addr,
+		Addrs:    s.addrs,
 		Callers:  s.callers,
 		Conns:    s.conns,
 		Warmup:   s.warmup,
@@ -249,6 +293,11 @@ func summarize(s settings, r loadResult) output {
 	}
 	if r.firstError != nil {
 		o.FirstError = r.firstError.Error()
+	}
+	if len(s.addrs) > 1 {
+		for i, a := range r.perAddr {
+			o.Addrs = append(o.Addrs, addrOutput{Addr: s.addrs[i], Total: a.ok + a.overLimit + a.errors, OK: a.ok, OverLimit: a.overLimit, Errors: a.errors})
+		}
 	}
 	return o
 }

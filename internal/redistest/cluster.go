@@ -232,3 +232,52 @@ func (c *Cluster) MoveSlot(slot, to int) {
 		c.t.Fatalf("redistest: slot %d not moved within %v: %v", slot, clusterTimeout, err)
 	}
 }
+
+// MigrateSlot moves slot with its keys to master to, as a resharding does:
+// the new owner imports the slot, the old one migrates it (clients asking
+// it for a key it no longer holds get ASK), MIGRATE moves the keys in
+// batches, then MoveSlot gives the now empty slot to the new owner. Clients
+// keep their slot map until a MOVED reply (or a reload) updates it.
+// (redis-cli --cluster reshard picks its own slots; a test needs one.)
+func (c *Cluster) MigrateSlot(slot, to int) {
+	c.t.Helper()
+	from := c.MasterOfSlot(slot)
+	if from == to {
+		c.t.Fatalf("redistest: slot %d is on master %d already", slot, to)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	src, dst := c.masters[from].Client(), c.masters[to].Client()
+	srcID, err := src.ClusterMyID(ctx).Result()
+	if err != nil {
+		c.t.Fatalf("redistest: CLUSTER MYID: %v", err)
+	}
+	dstID, err := dst.ClusterMyID(ctx).Result()
+	if err != nil {
+		c.t.Fatalf("redistest: CLUSTER MYID: %v", err)
+	}
+	if err := dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err(); err != nil {
+		c.t.Fatalf("redistest: CLUSTER SETSLOT %d IMPORTING: %v", slot, err)
+	}
+	if err := src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err(); err != nil {
+		c.t.Fatalf("redistest: CLUSTER SETSLOT %d MIGRATING: %v", slot, err)
+	}
+	host, port := "127.0.0.1", strconv.Itoa(c.masters[to].Port())
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, slot, 100).Result()
+		if err != nil {
+			c.t.Fatalf("redistest: CLUSTER GETKEYSINSLOT %d: %v", slot, err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := src.Do(ctx, args...).Err(); err != nil {
+			c.t.Fatalf("redistest: MIGRATE %d keys of slot %d: %v", len(keys), slot, err)
+		}
+	}
+	c.MoveSlot(slot, to)
+}

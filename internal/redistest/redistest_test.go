@@ -98,6 +98,23 @@ func TestCluster(t *testing.T) {
 	if len(masters) < 2 {
 		t.Errorf("8 keys landed on %d masters, want several", len(masters))
 	}
+	// MigrateSlot moves a slot's keys with it; the client follows.
+	slot, err := cc.ClusterKeySlot(ctx, "{a}").Result()
+	if err != nil {
+		t.Fatalf("CLUSTER KEYSLOT: %v", err)
+	}
+	from := c.MasterOfSlot(int(slot))
+	to := (from + 1) % 3
+	c.MigrateSlot(int(slot), to)
+	if got := c.MasterOfSlot(int(slot)); got != to {
+		t.Errorf("slot %d on master %d after MigrateSlot, want %d", slot, got, to)
+	}
+	if v, err := c.Master(to).Client().Get(ctx, "{a}").Result(); err != nil || v != "v" {
+		t.Errorf("GET {a} on the new master: %q, %v; want v", v, err)
+	}
+	if v, err := cc.Get(ctx, "{a}").Result(); err != nil || v != "v" {
+		t.Errorf("GET {a} through the cluster client: %q, %v; want v", v, err)
+	}
 	c.Master(1).Kill()
 	c.Master(1).Restart()
 	c.WaitOK()
