@@ -213,7 +213,6 @@ local function grant(key, k, l)
   dirty[key] = true
 end
 
-
 -- limit returns key k's interval and burst (nil for requests 0).
 local function limit(k)
   local period, requests, burst = args(k)
@@ -228,11 +227,11 @@ local function clampgive(k, key, tat, new)
   local interval = limit(k)
   if interval == nil or new >= tat then return new end
   local p = parked(key, (lp(k)))
-  local floor = now + (p[4] + p[5]) * interval
+  local low = now + (p[4] + p[5]) * interval
   local base = tat
   if base < now then base = now end
-  if floor > base then floor = base end
-  if new < floor then return floor end
+  if low > base then low = base end
+  if new < low then return low end
   return new
 end
 
