@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rls/sluice/backend/lease"
+	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
@@ -436,7 +437,9 @@ func TestLimitChangeGivesBackOrDrops(t *testing.T) {
 
 // A leased bucket's value is token_bucket.lua's layout: four little-endian
 // doubles (TAT µs, expiry ms, interval µs and burst of the limit it was
-// written under); the 8-byte TAT of earlier builds reads as a full bucket.
+// written under), then, while leases are out, five more (lease.lua's
+// count of parked tokens); the 8-byte TAT of earlier builds reads as a
+// full bucket.
 func TestValueFormat(t *testing.T) {
 	srv := redistest.Start(t)
 	l, r := newLimiter(t, srv, lease.Options{})
@@ -458,11 +461,237 @@ func TestValueFormat(t *testing.T) {
 		t.Fatal("take refused")
 	}
 	v, err := c.Get(ctx, rkey).Bytes()
-	if err != nil || len(v) != 32 {
-		t.Fatalf("GET after a take: %d bytes (%v), want 32", len(v), err)
+	if err != nil || len(v) != 72 {
+		t.Fatalf("GET after a take and a lease: %d bytes (%v), want 72", len(v), err)
 	}
 	d := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(v[8*i:])) }
 	if iv, burst := d(2), d(3); iv != 1e6 || burst != float64(lim.Burst) {
 		t.Errorf("value records interval %vµs, burst %v; want 1e6µs, %d", iv, burst, lim.Burst)
+	}
+	// The lease (half of the 3 left: 1) is counted as parked, in a window
+	// of twice the lease period (newLimiter's hour).
+	if w, start, pstart, cur, prev := d(4), d(5), d(6), d(7), d(8); w != 2*3600e6 || start != pstart || cur != 1 || prev != 0 {
+		t.Errorf("value records window %vµs from %v (previous from %v), %v parked now, %v before; want 7.2e9µs, one start, 1, 0", w, start, pstart, cur, prev)
+	}
+	mem72, err := c.MemoryUsage(ctx, rkey).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Closing the pool (Close gives the lease back) empties the count:
+	// the value is 32 bytes again.
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err = c.Get(ctx, rkey).Bytes(); err != nil || len(v) != 32 {
+		t.Fatalf("GET after Close: %d bytes (%v), want 32", len(v), err)
+	}
+	mem32, err := c.MemoryUsage(ctx, rkey).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("MEMORY USAGE of the key: %d bytes with the count (72-byte value), %d without (32)", mem72, mem32)
+	if mem72-mem32 > 64 {
+		t.Errorf("the count costs %d bytes of Redis memory per key, want at most 64", mem72-mem32)
+	}
+	if got := r.inRedis(t, k, lim); got != lim.Burst-2 {
+		t.Errorf("after Close, Redis holds %d, want %d", got, lim.Burst-2)
+	}
+}
+
+// A give (is_negative_hits) while another node holds a lease: exact mode
+// clamps the give at the burst, so the fleet (Redis' bucket plus the
+// tokens parked in leases) must not hold more after it. Node a leases
+// half of what its take leaves, node b gives near full, then both take
+// until refused: the fleet admits what the exact backend admits on the
+// same sequence, never more.
+func TestGiveWhileLeasedNeverOver(t *testing.T) {
+	srv := redistest.Start(t)
+	// 100 a day: a token refills in 864 s, none within the test.
+	lim := bucket.Limit{Requests: 100, Period: 24 * time.Hour, Burst: 100}
+	k := key(t, 0)
+	give := bucket.Hit{Key: k, Limit: lim, Cost: 60, Give: true}
+
+	// The same sequence on the exact backend (token_bucket.lua): take 1,
+	// give 60 (clamped at the burst: 100), then takes until refused.
+	drain := func(ls ...bucket.Limiter) int {
+		n := 0
+		states := make([]bucket.State, 1)
+		for _, l := range ls {
+			for range 1000 {
+				d, err := l.Hit(context.Background(), []bucket.Hit{take(k, lim, 1)}, states)
+				if err != nil {
+					t.Fatalf("Hit: %v", err)
+				}
+				if !d.Allowed {
+					break
+				}
+				n++
+			}
+		}
+		return n
+	}
+	seq := func(first, giver bucket.Limiter, rest ...bucket.Limiter) (admitted int, elapsed time.Duration) {
+		start := time.Now()
+		states := make([]bucket.State, 1)
+		if d, err := first.Hit(context.Background(), []bucket.Hit{take(k, lim, 1)}, states); err != nil || !d.Allowed {
+			t.Fatalf("first take: %+v %v", d, err)
+		}
+		if d, err := giver.Hit(context.Background(), []bucket.Hit{give}, states); err != nil || !d.Allowed {
+			t.Fatalf("give: %+v %v", d, err)
+		}
+		admitted = 1 + drain(rest...)
+		return admitted, time.Since(start)
+	}
+
+	// A lease period of a day: a lease may be a day's refill (49 here).
+	a, r := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock(), Period: 24 * time.Hour})
+	b, _ := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock(), Period: 24 * time.Hour})
+	exact, exactTook := seq(r.Limiter, r.Limiter, r.Limiter)
+	if exact != 101 {
+		t.Fatalf("exact mode admitted %d, want 1 + 100 (the give clamped at the burst)", exact)
+	}
+	// a's take leases 49 of the 99 left; b's give comes while a holds them.
+	leased, took := seq(a, b, b, a)
+	// Refill allowance: what the limit refills in either run, rounded up.
+	slack := int(math.Ceil(float64(lim.Requests) * float64(took+exactTook) / float64(lim.Period)))
+	t.Logf("exact mode admitted %d in %v, the leased fleet %d in %v (slack %d)", exact, exactTook, leased, took, slack)
+	if leased > exact+slack {
+		t.Errorf("the leased fleet admitted %d after a give while a lease was out, over exact mode's %d", leased, exact)
+	}
+	if leased < exact-slack {
+		t.Errorf("the leased fleet admitted %d, under exact mode's %d: the give's clamp lost tokens", leased, exact)
+	}
+}
+
+// lease.lua's count of parked tokens, op by op: a grant counts its lease,
+// a give fills the bucket only up to the burst minus the count, a return
+// that closes the pool takes its grants out of the count, and a grant
+// leaves the count on its own only a window after it.
+func TestParkedCount(t *testing.T) {
+	srv := redistest.Start(t)
+	_, r := newLimiter(t, srv, lease.Options{})
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	lim := bucket.Limit{Requests: 100, Period: 24 * time.Hour, Burst: 100}
+	call := func(op redisbackend.LeaseOp) redisbackend.LeaseReply {
+		t.Helper()
+		op.Limit, op.Decision = lim, 1
+		out := make([]redisbackend.LeaseReply, 1)
+		if err := r.Limiter.Lease(ctx, []redisbackend.LeaseOp{op}, out); err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	k := key(t, 0)
+	leaseOp := redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseTake, Need: 1, Take: 1, Extra: 100, Share: 2, Window: time.Hour}
+	g := call(leaseOp)
+	if g.Leased != 49 || g.Remaining != 50 || g.Granted == 0 {
+		t.Fatalf("take 1 and lease: %+v, want 49 leased, 50 left, a grant time", g)
+	}
+	if got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseGive, Take: 60, Window: time.Hour}); got.Remaining != 51 {
+		t.Errorf("give 60 with 49 parked: %d left, want 51 (100 - 49)", got.Remaining)
+	}
+	// The pool goes back: 10 unspent, 39 spent; the count empties.
+	if got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseReturn, Take: 10, Window: time.Hour, Since: g.Granted, Unpark: 49}); got.Remaining != 61 {
+		t.Errorf("return 10 closing the pool: %d left, want 61", got.Remaining)
+	}
+	rkey := fmt.Sprintf("%s:lease:{%x}", t.Name(), k[:])
+	if v, err := c.Get(ctx, rkey).Bytes(); err != nil || len(v) != 32 {
+		t.Errorf("value with nothing parked: %d bytes (%v), want 32", len(v), err)
+	}
+	if got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseGive, Take: 60, Window: time.Hour}); got.Remaining != 100 {
+		t.Errorf("give 60 with nothing parked: %d left, want 100", got.Remaining)
+	}
+
+	// A return whose first grant the count no longer holds takes nothing
+	// out: a pool granted before a window that was dropped.
+	k = key(t, 1)
+	win := 20 * time.Millisecond
+	leaseOp.Key, leaseOp.Window = k, win
+	g = call(leaseOp)
+	if g.Leased != 49 {
+		t.Fatalf("take 1 and lease: %+v, want 49 leased", g)
+	}
+	// Until a window has passed on Redis' clock the lease is counted; a
+	// window or two after, it is dropped: poll with gives of 1000.
+	for end := time.Now().Add(5 * time.Second); ; {
+		got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseGive, Take: 1000, Window: win})
+		tm, err := c.Time(ctx).Result() // after the give: its time is before
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uint64(tm.UnixMicro()) < g.Granted+uint64(win/time.Microsecond) && got.Remaining != 51 {
+			t.Fatalf("give within a window of the grant: %d left, want 51 (49 parked)", got.Remaining)
+		}
+		if got.Remaining == 100 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the lease was still counted 5 s after its grant (window %v): %d left", win, got.Remaining)
+		}
+		time.Sleep(win / 4)
+	}
+	// The pool's return comes too late to unpark anything: the count is
+	// empty, and a second lease's count stays whole.
+	g2 := call(leaseOp) // takes 1, leases 49 of 99: 50 left
+	if got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseReturn, Take: 0, Window: win, Since: g.Granted, Unpark: 49}); got.Remaining != 50 {
+		t.Errorf("a stale return: %d left, want 50", got.Remaining)
+	}
+	got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseGive, Take: 1000, Window: win})
+	tm, err := c.Time(ctx).Result() // after the give: its time is before
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uint64(tm.UnixMicro()) < g2.Granted+uint64(win/time.Microsecond) && got.Remaining != 51 {
+		t.Errorf("give after a stale return: %d left, want 51 (the second lease still counted)", got.Remaining)
+	}
+}
+
+// A node spends a pool's tokens only until one lease period after its
+// first grant (Redis counts them as parked that long, and a little
+// more): the next decision after it gives them back and closes the pool
+// in the same call as its take, even before Run's round does.
+func TestPoolEnds(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := clockwork.NewFakeClock()
+	l, r := newLimiter(t, srv, lease.Options{Clock: clock, Period: time.Hour})
+	k := key(t, 0)
+	hit(t, l, take(k, big, 1)) // leases 499: 500 in Redis
+	hit(t, l, take(k, big, 1)) // from the lease
+	calls := r.calls.Load()
+	clock.Advance(time.Hour)
+	if ok, st := hit(t, l, take(k, big, 1)); !ok || st[0].Remaining != 997 {
+		t.Fatalf("take after the pool's end: %v %+v, want allowed, 997 left", ok, st)
+	}
+	if n := r.calls.Load() - calls; n != 1 {
+		t.Errorf("take after the pool's end: %d Redis calls, want 1 (the give-back and the take)", n)
+	}
+	// 498 came back, 1 was taken, and half the rest (498 of 997) leased.
+	if got := r.inRedis(t, k, big); got != 499 {
+		t.Errorf("Redis holds %d, want 499", got)
+	}
+}
+
+// A decision refused from the empty-bucket cache gives nothing back: a
+// key of it that would have asked Redis keeps its lease.
+func TestCachedRefusalKeepsPool(t *testing.T) {
+	srv := redistest.Start(t)
+	l, r := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock()})
+	a, b := key(t, 0), key(t, 1)
+	one := bucket.Limit{Requests: 1, Period: time.Hour, Burst: 1}
+	hit(t, l, take(a, big, 1)) // leases 499 of a
+	if ok, _ := hit(t, l, take(b, one, 1)); !ok {
+		t.Fatal("b's only token refused")
+	}
+	calls := r.calls.Load()
+	if ok, _ := hit(t, l, take(a, big, 600), take(b, one, 1)); ok {
+		t.Fatal("a decision with b empty allowed")
+	}
+	if ok, _ := hit(t, l, take(a, big, 499)); !ok {
+		t.Fatal("a's lease refused")
+	}
+	if n := r.calls.Load() - calls; n != 0 {
+		t.Errorf("%d Redis calls, want 0: b refused from the cache, a from its lease", n)
 	}
 }

@@ -90,9 +90,10 @@ type Limiter struct {
 
 	mu      sync.Mutex
 	entries map[bucket.Key]*entry
-	fetch   map[bucket.Key]bool // keys to prefetch
-	holding map[bucket.Key]bool // keys that may hold tokens: Run looks at these alone
-	swept   time.Time           // Run's last sweep of idle entries
+	fetch   map[bucket.Key]bool    // keys to prefetch
+	holding map[bucket.Key]bool    // keys that may hold tokens: Run looks at these alone
+	pending []redisbackend.LeaseOp // pools to give back in Run's next round
+	swept   time.Time              // Run's last sweep of idle entries
 	closed  bool
 
 	batch *batcher // the decisions' Lease calls
@@ -114,10 +115,17 @@ type entry struct {
 	// durations of a state come from fullLo, never longer than Redis would
 	// say; its Remaining from fullHi, never more tokens than Redis had.
 	fullLo, fullHi time.Time
-	lastLease      uint64    // size of the last lease granted
-	expires        time.Time // held tokens go back then
-	used           time.Time // last decision on the key
-	fetching       bool      // a prefetch is queued or in flight
+	lastLease      uint64 // size of the last lease granted
+	// The pool: the leases granted since the first one it holds, which
+	// Redis counts as parked until the pool is closed (a LeaseReturn) or
+	// its count's window passes. granted is Redis' clock at its first
+	// grant (zero: no pool), pooled the tokens it was granted in all, and
+	// expires its end, one lease period after the send of the first
+	// grant's call: its held tokens are never spent after, and go back.
+	granted, pooled uint64
+	expires         time.Time
+	used            time.Time // last decision on the key
+	fetching        bool      // a prefetch is queued or in flight
 	// fresh marks an entry made for the decision at hand: its first
 	// decision within a lease period leases nothing (Options.EagerLeases).
 	fresh bool
@@ -146,12 +154,29 @@ func New(opts Options) *Limiter {
 		entries: map[bucket.Key]*entry{},
 		fetch:   map[bucket.Key]bool{},
 		holding: map[bucket.Key]bool{},
-		batch:   &batcher{leaser: opts.Leaser},
+		batch:   &batcher{leaser: windowed{opts.Leaser, 2 * opts.Period}},
 		lowNum:  lowWaterNum,
 		lowDen:  lowWaterDen,
 		nudge:   make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
+}
+
+// windowed stamps every op with the window Redis counts its leases for:
+// twice the lease period, as a pool's tokens are spent within one lease
+// period of its first grant's send, and the second period covers the
+// Redis calls that spend reserved tokens after their pool's end.
+type windowed struct {
+	Leaser
+	window time.Duration
+}
+
+// Lease stamps ops' Window and passes them on.
+func (w windowed) Lease(ctx context.Context, ops []redisbackend.LeaseOp, out []redisbackend.LeaseReply) error {
+	for i := range ops {
+		ops[i].Window = w.window
+	}
+	return w.Leaser.Lease(ctx, ops, out)
 }
 
 // Shared reports true: leased buckets live in Redis, shared by the fleet.
@@ -229,29 +254,49 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 	return bucket.Decision{Allowed: dl.Allowed && de.Allowed, Answer: de.Answer}, nil
 }
 
-// taken is tokens a decision spent from a key, for putBack.
+// taken is tokens a decision spent from a key's pool (whose end was
+// until), for putBack.
 type taken struct {
 	key    bucket.Key
 	tokens uint64
+	until  time.Time
 }
 
-// putBack returns tokens a decision spent into the node's leases (they
-// left Redis, so holding them never admits more than exact mode).
+// putBack returns tokens a decision spent from the node's pools into them
+// (they left Redis, which counts them as parked). Tokens Redis took in the
+// decision's own call are not parked, and a pool may have ended meanwhile:
+// those are lost, never admitted.
 func (l *Limiter) putBack(ts []taken) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
 	for _, t := range ts {
-		e := l.entries[t.key]
-		if e == nil {
-			e = &entry{key: t.key, fullLo: now, fullHi: now}
-			l.entries[t.key] = e
-		}
-		l.addHeld(e, t.tokens)
-		if e.expires.Before(now) {
-			e.expires = now.Add(l.opts.Period)
+		if e := l.entries[t.key]; e != nil {
+			l.restore(e, t.tokens, t.until, now)
 		}
 	}
+}
+
+// restore puts n tokens reserved from e's pool that ended at until back
+// into it, unless that pool ended or was closed: the tokens are then lost
+// (Redis no longer counts them as parked). Called with mu held.
+func (l *Limiter) restore(e *entry, n uint64, until, now time.Time) {
+	if n > 0 && e.granted != 0 && e.expires.Equal(until) && now.Before(until) {
+		l.addHeld(e, n)
+	}
+}
+
+// closePool returns the op that gives e's held tokens back and closes its
+// pool in Redis (none when e has no pool), and empties it. Called with mu
+// held.
+func (l *Limiter) closePool(e *entry, decision uint64) (redisbackend.LeaseOp, bool) {
+	if e.granted == 0 {
+		return redisbackend.LeaseOp{}, false
+	}
+	op := redisbackend.LeaseOp{Key: e.key, Limit: e.limit, Decision: decision, Kind: redisbackend.LeaseReturn, Take: e.held, Since: e.granted, Unpark: e.pooled}
+	l.opts.Metrics.given(e.held)
+	e.held, e.granted, e.pooled, e.expires, e.emptyUntil = 0, 0, 0, time.Time{}, time.Time{}
+	return op, true
 }
 
 // untouched reports the leased takes of a refused decision as their
@@ -277,10 +322,12 @@ func (l *Limiter) untouched(hits []bucket.Hit, states []bucket.State) {
 type keyNeed struct {
 	key      bucket.Key
 	limit    bucket.Limit
-	total    uint64 // tokens the takes take
-	need     uint64 // tokens that must exist: max over takes of the ones before plus max(cost, 1)
-	reserved uint64 // held tokens reserved for it
-	op       int    // index of its LeaseOp, or -1: decided from the lease
+	total    uint64    // tokens the takes take
+	need     uint64    // tokens that must exist: max over takes of the ones before plus max(cost, 1)
+	reserved uint64    // held tokens reserved for it
+	close    bool      // Redis decides it: its pool goes back first
+	until    time.Time // the end of the pool they came from
+	op       int       // index of its LeaseOp, or -1: decided from the lease
 	refused  bool
 	retry    time.Duration
 	later    uint64 // tokens of takes after the one a state is for
@@ -330,7 +377,7 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 	}
 	allowed := !zero
 	cached := false // a key refused from the empty-bucket cache
-	var ops []redisbackend.LeaseOp
+	var ops, takes []redisbackend.LeaseOp
 	var send time.Time
 	if allowed && len(needs) > 0 {
 		l.mu.Lock()
@@ -350,19 +397,20 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 				k.other = true
 				op := l.takeOp(k, 1, k.need, k.total)
 				op.Extra = 0
-				ops = append(ops, op)
-				k.op = len(ops) - 1
+				takes = append(takes, op)
+				k.op = len(takes) - 1
 				continue
 			}
 			if k.need > k.limit.Burst {
 				// Never allowed: Redis reports the bucket, the lease stays.
 				op := l.takeOp(k, 1, k.need, 0)
 				op.Extra = 0
-				ops = append(ops, op)
+				takes = append(takes, op)
 				k.refused = true
-				k.op = len(ops) - 1 // its durations from the call's send
+				k.op = len(takes) - 1 // its durations from the call's send
 				continue
 			}
+			k.until = e.expires
 			if e.held >= k.need {
 				e.held -= k.total
 				k.reserved = k.total
@@ -377,17 +425,35 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 				cached = true
 				continue
 			}
-			k.reserved = e.held
-			e.held = 0
+			// Redis decides: the key's pool goes back first (its held
+			// tokens into Redis, its grants out of the count of parked
+			// tokens), and the take asks Redis for everything, in the
+			// same call; its lease starts the next pool.
+			k.close = true
 			extra := l.maxLease(k.limit)
 			if e.fresh && !l.opts.EagerLeases {
 				extra = 0 // a key's first decision: rarely hit keys stay exact
 			}
-			op := l.takeOp(k, 1, k.need-k.reserved, k.total-min(k.total, k.reserved))
+			op := l.takeOp(k, 1, k.need, k.total)
 			op.Extra = extra
-			ops = append(ops, op)
-			k.op = len(ops) - 1
+			takes = append(takes, op)
+			k.op = len(takes) - 1
 		}
+		// The takes after every give-back: one decision. A decision
+		// refused from the cache closes no pool.
+		for n := range needs {
+			if needs[n].close && !cached {
+				if op, ok := l.closePool(needs[n].e, 0); ok {
+					ops = append(ops, op)
+				}
+			}
+		}
+		for n := range needs {
+			if needs[n].op >= 0 {
+				needs[n].op += len(ops)
+			}
+		}
+		ops = append(ops, takes...)
 		for n := range needs {
 			if e := l.entries[needs[n].key]; e != nil {
 				e.fresh = false
@@ -410,9 +476,10 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 			l.opts.Metrics.redisCall(len(hits))
 			if err != nil {
 				l.mu.Lock()
+				now := l.clock.Now()
 				for n := range needs {
 					if e := l.entries[needs[n].key]; e != nil {
-						l.addHeld(e, needs[n].reserved)
+						l.restore(e, needs[n].reserved, needs[n].until, now)
 					}
 				}
 				l.mu.Unlock()
@@ -426,16 +493,17 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 	if !allowed {
 		// Nothing spent: reserved tokens go back into the leases.
 		l.mu.Lock()
+		now := l.clock.Now()
 		for n := range needs {
 			if e := l.entries[needs[n].key]; e != nil {
-				l.addHeld(e, needs[n].reserved)
+				l.restore(e, needs[n].reserved, needs[n].until, now)
 			}
 		}
 		l.mu.Unlock()
 	} else if spent != nil {
 		for _, k := range needs {
-			if k.total > 0 && !k.other {
-				*spent = append(*spent, taken{key: k.key, tokens: k.total})
+			if k.reserved > 0 && !k.other {
+				*spent = append(*spent, taken{key: k.key, tokens: k.reserved, until: k.until})
 			}
 		}
 	}
@@ -524,8 +592,9 @@ func (l *Limiter) share() uint64 {
 	return 2 * uint64(n)
 }
 
-// entry returns k's entry, creating it; a key met with another limit
-// gives its held tokens back first (as an op of an earlier decision).
+// entry returns k's entry, creating it; a key met with another limit, or
+// whose pool ended, gives its held tokens back and closes its pool first
+// (as an op of an earlier decision).
 // Called with mu held.
 func (l *Limiter) entry(k bucket.Key, lim bucket.Limit, now time.Time, ops *[]redisbackend.LeaseOp) *entry {
 	e := l.entries[k]
@@ -534,11 +603,14 @@ func (l *Limiter) entry(k bucket.Key, lim bucket.Limit, now time.Time, ops *[]re
 		l.entries[k] = e
 		return e
 	}
-	if e.limit != lim {
-		if e.held > 0 {
-			*ops = append(*ops, redisbackend.LeaseOp{Key: k, Limit: e.limit, Decision: 0, Kind: redisbackend.LeaseReturn, Take: e.held})
-			l.opts.Metrics.given(e.held)
+	if e.limit != lim || (e.granted != 0 && !now.Before(e.expires)) {
+		// Another limit, or a pool past its end: its tokens go back
+		// first.
+		if op, ok := l.closePool(e, 0); ok {
+			*ops = append(*ops, op)
 		}
+	}
+	if e.limit != lim {
 		*e = entry{key: k, limit: lim, fullLo: now, fullHi: now, fresh: true}
 	}
 	return e
@@ -572,7 +644,7 @@ func (l *Limiter) apply(ops []redisbackend.LeaseOp, replies []redisbackend.Lease
 		r := &replies[j]
 		e.fullLo, e.fullHi = send.Add(r.Reset), now.Add(r.Reset)
 		if r.Leased > 0 {
-			l.grant(e, r.Leased, now)
+			l.grant(e, r, send, now)
 		}
 		l.rememberEmpty(e, op, r, send)
 	}
@@ -588,7 +660,7 @@ func (l *Limiter) apply(ops []redisbackend.LeaseOp, replies []redisbackend.Lease
 			}
 		}
 		if allowed && k.reserved > k.total {
-			l.addHeld(e, k.reserved-k.total) // a check's reserved tokens
+			l.restore(e, k.reserved-k.total, k.until, now) // a check's reserved tokens
 			k.reserved = k.total
 		}
 		l.lowWater(k.key, e)
@@ -623,12 +695,26 @@ func (l *Limiter) addHeld(e *entry, n uint64) {
 	}
 }
 
-// grant adds a lease of n tokens to e. Called with mu held.
-func (l *Limiter) grant(e *entry, n uint64, now time.Time) {
-	l.addHeld(e, n)
-	e.lastLease = n
-	e.expires = now.Add(l.opts.Period)
-	l.opts.Metrics.leased(n)
+// grant adds the lease of reply r, to a call sent at send, to e's pool;
+// it starts a new pool when e has none, or when e's ended (which Run's
+// next round then gives back). Called with mu held.
+func (l *Limiter) grant(e *entry, r *redisbackend.LeaseReply, send, now time.Time) {
+	if e.granted != 0 && !now.Before(e.expires) {
+		if op, ok := l.closePool(e, 0); ok {
+			l.pending = append(l.pending, op)
+			select {
+			case l.nudge <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if e.granted == 0 {
+		e.granted, e.pooled, e.expires = r.Granted, 0, send.Add(l.opts.Period)
+	}
+	e.pooled += r.Leased
+	l.addHeld(e, r.Leased)
+	e.lastLease = r.Leased
+	l.opts.Metrics.leased(r.Leased)
 }
 
 // lowWater queues a prefetch of k when its lease ran down to the low-water
@@ -680,7 +766,6 @@ func (l *Limiter) estimateAt(e *entry, send, now time.Time, extra uint64) bucket
 func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.State) error {
 	var ops []redisbackend.LeaseOp
 	var refs []int // hit of each op
-	var reserved []uint64
 	l.mu.Lock()
 	now := l.clock.Now()
 	for i := range hits {
@@ -697,19 +782,25 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 			continue
 		}
 		e := l.entry(h.Key, h.Limit, now, &ops)
+		fromLease := !h.Give && e.held >= max(h.Cost, 1) && h.Cost <= h.Limit.Burst
+		if h.Give || (!fromLease && h.Cost <= h.Limit.Burst) {
+			// Redis decides: the key's pool goes back first (so that
+			// Redis counts only the other nodes' leases as parked when
+			// it clamps a give), and a take asks Redis for everything.
+			if op, ok := l.closePool(e, uint64(len(ops)+1)); ok {
+				ops = append(ops, op)
+			}
+		}
 		for len(refs) < len(ops) {
-			refs, reserved = append(refs, -1), append(reserved, 0)
+			refs = append(refs, -1)
 		}
 		e.used = now
 		d := uint64(len(ops) + 1)
 		switch {
 		case h.Give:
-			ops = append(ops, redisbackend.LeaseOp{Key: h.Key, Limit: h.Limit, Decision: d, Kind: redisbackend.LeaseGive, Take: h.Cost + e.held})
+			ops = append(ops, redisbackend.LeaseOp{Key: h.Key, Limit: h.Limit, Decision: d, Kind: redisbackend.LeaseGive, Take: h.Cost})
 			e.emptyUntil = time.Time{}
-			l.opts.Metrics.given(e.held)
-			reserved = append(reserved, 0)
-			e.held = 0
-		case e.held >= max(h.Cost, 1) && h.Cost <= h.Limit.Burst:
+		case fromLease:
 			e.held -= h.Cost
 			st := l.estimate(e, now, 0)
 			st.Allowed = true
@@ -719,16 +810,10 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 			need := max(h.Cost, 1)
 			ops = append(ops, redisbackend.LeaseOp{
 				Key: h.Key, Limit: h.Limit, Decision: d, Kind: redisbackend.LeaseIndependent,
-				Need: need - min(need, e.held), Take: h.Cost - min(h.Cost, e.held), Extra: l.maxLease(h.Limit), Share: l.share(),
+				Need: need, Take: h.Cost, Extra: l.maxLease(h.Limit), Share: l.share(),
 			})
 			if need > h.Limit.Burst {
-				ops[len(ops)-1].Need, ops[len(ops)-1].Take = need, 0
-			} else {
-				reserved = append(reserved, e.held)
-				e.held = 0
-			}
-			if len(reserved) < len(ops) {
-				reserved = append(reserved, 0)
+				ops[len(ops)-1].Take = 0
 			}
 		}
 		refs = append(refs, i)
@@ -742,15 +827,11 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 	err := l.batch.do(ctx, ops, replies)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now = l.clock.Now()
 	if err != nil {
-		for j, op := range ops {
-			if e := l.entries[op.Key]; e != nil && e.limit == op.Limit {
-				l.addHeld(e, reserved[j])
-			}
-		}
+		// The pools given back in the call are lost (it may have run).
 		return fmt.Errorf("backend/lease: %w", err)
 	}
-	now = l.clock.Now()
 	for j, op := range ops {
 		e := l.entries[op.Key]
 		r := &replies[j]
@@ -761,14 +842,8 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 		switch {
 		case refs[j] < 0:
 			continue
-		case op.Kind == redisbackend.LeaseIndependent && !r.Allowed:
-			l.addHeld(e, reserved[j])
-		case op.Kind == redisbackend.LeaseIndependent:
-			h := &hits[refs[j]]
-			l.addHeld(e, reserved[j]-min(reserved[j], h.Cost))
-			if r.Leased > 0 {
-				l.grant(e, r.Leased, now)
-			}
+		case op.Kind == redisbackend.LeaseIndependent && r.Leased > 0:
+			l.grant(e, r, send, now)
 		}
 		st := l.estimateAt(e, send, now, 0)
 		if op.Kind == redisbackend.LeaseGive || r.Allowed {

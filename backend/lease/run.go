@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"fmt"
-	"time"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 )
@@ -73,23 +72,31 @@ func (l *Limiter) step(ctx context.Context, all bool) error {
 		})
 	}
 	clear(l.fetch)
+	for _, op := range l.pending {
+		op.Decision = uint64(len(ops) + 1)
+		ops = append(ops, op)
+	}
+	l.pending = nil
 	for k := range l.holding {
 		e := l.entries[k]
 		switch {
-		case e == nil || e.held == 0:
+		case e == nil || e.granted == 0:
 			delete(l.holding, k)
 		case all || !now.Before(e.expires):
-			ops = append(ops, redisbackend.LeaseOp{Key: k, Limit: e.limit, Decision: uint64(len(ops) + 1), Kind: redisbackend.LeaseReturn, Take: e.held})
-			e.held, e.emptyUntil = 0, time.Time{}
+			// The pool's end (spent or not, Redis counts its tokens as
+			// parked until it is closed).
+			if op, ok := l.closePool(e, uint64(len(ops)+1)); ok {
+				ops = append(ops, op)
+			}
 			delete(l.holding, k)
 		}
 	}
-	// Idle keys (nothing held, unused for a lease period) are forgotten
-	// once a period: a sweep walks every key, so it is not done per tick.
+	// Idle keys (no pool, unused for a lease period) are forgotten once a
+	// period: a sweep walks every key, so it is not done per tick.
 	if now.Sub(l.swept) >= l.opts.Period {
 		l.swept = now
 		for k, e := range l.entries {
-			if e.held == 0 && !e.fetching && now.Sub(e.used) > l.opts.Period {
+			if e.granted == 0 && !e.fetching && now.Sub(e.used) > l.opts.Period {
 				delete(l.entries, k)
 			}
 		}
@@ -98,7 +105,7 @@ func (l *Limiter) step(ctx context.Context, all bool) error {
 	var first error
 	for len(ops) > 0 {
 		n := min(len(ops), maxCallOps)
-		if err := l.background(ctx, ops[:n], all); err != nil && first == nil {
+		if err := l.background(ctx, ops[:n]); err != nil && first == nil {
 			first = err
 		}
 		ops = ops[n:]
@@ -107,12 +114,13 @@ func (l *Limiter) step(ctx context.Context, all bool) error {
 }
 
 // background runs one call of step and records its replies. A failed
-// give-back keeps its tokens on the node (they left Redis: holding them
-// never admits more) for the next round, unless the node is closing.
-func (l *Limiter) background(ctx context.Context, ops []redisbackend.LeaseOp, closing bool) error {
+// give-back loses its tokens (they left Redis, so losing them never
+// admits more; keeping them past their pool's end would spend tokens that
+// Redis may no longer count as parked).
+func (l *Limiter) background(ctx context.Context, ops []redisbackend.LeaseOp) error {
 	replies := make([]redisbackend.LeaseReply, len(ops))
 	send := l.clock.Now()
-	err := l.opts.Leaser.Lease(ctx, ops, replies)
+	err := windowed{l.opts.Leaser, 2 * l.opts.Period}.Lease(ctx, ops, replies)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
@@ -121,25 +129,13 @@ func (l *Limiter) background(ctx context.Context, ops []redisbackend.LeaseOp, cl
 		if op.Kind == redisbackend.LeaseIndependent && e != nil {
 			e.fetching = false
 		}
-		if err != nil {
-			if op.Kind == redisbackend.LeaseReturn {
-				if !closing && e != nil && e.limit == op.Limit {
-					l.addHeld(e, op.Take)
-					e.expires = now.Add(l.opts.Period)
-				}
-			}
+		if err != nil || e == nil || e.limit != op.Limit {
 			continue
-		}
-		if e == nil || e.limit != op.Limit {
-			continue
-		}
-		if op.Kind == redisbackend.LeaseReturn {
-			l.opts.Metrics.given(op.Take)
 		}
 		r := &replies[j]
 		e.fullLo, e.fullHi = send.Add(r.Reset), now.Add(r.Reset)
 		if r.Leased > 0 {
-			l.grant(e, r.Leased, now)
+			l.grant(e, r, send, now)
 		}
 	}
 	if err != nil {

@@ -29,12 +29,16 @@ var sizingSweep = flag.Bool("sweep", false, "run the lease sizing sweeps (TestSi
 // Redis' buckets run on Redis' clock (lease.lua reads TIME), which the
 // fake clock does not move. simLeaser makes the simulation sound anyway:
 // it sends Redis every limit slowed down simScale times (in real time a
-// bucket refills 10⁻⁷ of its rate: nothing in a run), and refills the bucket itself, on the fake
-// clock, by a give of the tokens the limit added since its last call,
-// first in each call. A give clamps at the burst as refilling does, and
-// nobody sees the bucket between calls, so the bucket each call sees is
-// the one the limit would have at that fake instant (in whole tokens).
-// The durations of Redis' replies are scaled back.
+// bucket refills 10⁻⁷ of its rate: nothing in a run), and refills the
+// bucket itself, on the fake clock, before each call: simRefill moves the
+// bucket's TAT back by the tokens the limit added since its last call
+// (never past Redis' now: a full bucket, as refilling does). Nobody sees
+// the bucket between calls, so the bucket each call sees is the one the
+// limit would have at that fake instant (in whole tokens). The durations
+// of Redis' replies are scaled back, and the windows of lease.lua's count
+// of parked tokens are scaled up as the limits (a real second of a run is
+// more than a lease period of fake time: the count never drops a lease on
+// its own, only the nodes' give-backs take them out).
 //
 // The nodes' background work (Run) is driven by the simulation too: a
 // node's prefetch is sent one simRTT after the decision that queued it
@@ -116,6 +120,8 @@ func (r sizingResult) admittedOfBound() float64 { return float64(r.admitted) / r
 // down simScale times and refilled on the fake clock (see above).
 type simLeaser struct {
 	r        *redisbackend.Limiter
+	c        goredis.UniversalClient
+	rkey     string // the bucket's Redis key
 	clock    clockwork.Clock
 	start    time.Time
 	key      bucket.Key
@@ -125,6 +131,23 @@ type simLeaser struct {
 	refilled uint64       // tokens the simulation gave as refill
 	calls    int64        // the nodes' calls (the simulation is sequential)
 }
+
+// simRefill adds ARGV[1] tokens to the leased bucket KEYS[1] as time
+// does: its TAT (the value's first double) moves back by that many token
+// intervals (the value's third), never past Redis' now; the rest of the
+// value (lease.lua's count of parked tokens included) is kept. No value,
+// or one lease.lua reads as a full bucket: nothing to do.
+var simRefill = goredis.NewScript(`
+local s = redis.call('GET', KEYS[1])
+if not s or (#s ~= 32 and #s ~= 72) then return 0 end
+local tat, _, iv = struct.unpack('<ddd', s)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local new = tat - tonumber(ARGV[1]) * iv
+if new < now then new = now end
+redis.call('SET', KEYS[1], struct.pack('<d', new) .. string.sub(s, 9), 'KEEPTTL')
+return 1
+`)
 
 // simSlow is lim as Redis sees it.
 func simSlow(lim bucket.Limit) bucket.Limit {
@@ -137,14 +160,14 @@ func (s *simLeaser) Lease(ctx context.Context, ops []redisbackend.LeaseOp, out [
 	sops := make([]redisbackend.LeaseOp, 0, len(ops)+1)
 	due := s.lim.Requests * uint64(s.clock.Since(s.start)) / uint64(s.lim.Period)
 	if due > s.refilled && len(ops) > 0 {
-		sops = append(sops, redisbackend.LeaseOp{
-			Key: s.key, Limit: simSlow(s.lim), Decision: ops[0].Decision + 1, // a decision of its own, first
-			Kind: redisbackend.LeaseGive, Take: due - s.refilled,
-		})
+		if err := simRefill.Run(ctx, s.c, []string{s.rkey}, due-s.refilled).Err(); err != nil {
+			return err
+		}
 		s.refilled = due
 	}
 	for _, op := range ops {
 		op.Limit = simSlow(op.Limit)
+		op.Window *= simScale
 		if op.Share > 0 {
 			op.Share = s.share
 		}
@@ -172,11 +195,13 @@ func simulate(t testing.TB, c goredis.UniversalClient, name string, sz sizing, w
 	t.Helper()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	r := redisbackend.New(redisbackend.Options{
-		Client: c, Prefix: strings.NewReplacer("/", "-", " ", "_", ",", "").Replace(name),
+		Client: c, Prefix: strings.NewReplacer("/", "-", " ", "_", ",", "").Replace(name), // as prefix below
 		Timeout: 10 * time.Second, CacheSize: -1,
 	})
 	defer r.Close()
-	sim := &simLeaser{r: r, clock: clock, start: clock.Now(), key: bucket.SumKey([]byte(name)), lim: lim, share: sz.share * uint64(sz.nodes), noLease: sz.noLease}
+	prefix := strings.NewReplacer("/", "-", " ", "_", ",", "").Replace(name)
+	key := bucket.SumKey([]byte(name))
+	sim := &simLeaser{r: r, c: c, rkey: fmt.Sprintf("%s:lease:{%x}", prefix, key[:]), clock: clock, start: clock.Now(), key: key, lim: lim, share: sz.share * uint64(sz.nodes), noLease: sz.noLease}
 	n := sz.nodes
 	nodes := make([]*Limiter, n)
 	for i := range nodes {

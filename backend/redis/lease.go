@@ -26,7 +26,10 @@ var leaseLua string
 var leaseScript = goredis.NewScript(leaseLua)
 
 // leaseArgs is the number of doubles per key of lease.lua's ARGV[1].
-const leaseArgs = 9
+const leaseArgs = 12
+
+// leaseReplyBytes is the size of lease.lua's reply per key: six doubles.
+const leaseReplyBytes = 8 * 6
 
 // LeaseKind says what a LeaseOp does.
 type LeaseKind uint8
@@ -35,16 +38,21 @@ const (
 	// LeaseTake takes Take tokens when Need exist, all-or-nothing with the
 	// other LeaseTake ops of its decision, then leases up to Extra more.
 	LeaseTake LeaseKind = iota
-	// LeaseGive gives Take tokens back (never above the burst).
+	// LeaseGive gives Take tokens back: never above the burst minus the
+	// tokens the bucket counts as parked in leases (lease.lua's header), so
+	// that the fleet's bucket (Redis' plus the leases) stays within the
+	// burst, as exact mode's.
 	LeaseGive
 	// LeaseIndependent is a LeaseTake decided alone (a shadow-mode hit, or a
 	// prefetch with Need 0, which is always allowed).
 	LeaseIndependent
-	// LeaseReturn gives back Take tokens leased under Limit: a LeaseGive,
-	// except that it does nothing when the bucket was written under another
-	// limit since (those tokens are lost, never admitted: giving them back
-	// would convert the bucket to the old limit, whose clamp may forget
-	// tokens the fleet spent).
+	// LeaseReturn closes a node's pool of leased tokens: it takes the
+	// pool's Unpark granted tokens (first granted at Since) out of the
+	// bucket's count of parked tokens, then gives back Take tokens leased
+	// under Limit as a LeaseGive, except that the give does nothing when
+	// the bucket was written under another limit since (those tokens are
+	// lost, never admitted: giving them back would convert the bucket to
+	// the old limit, whose clamp may forget tokens the fleet spent).
 	LeaseReturn
 )
 
@@ -61,6 +69,13 @@ type LeaseOp struct {
 	// Extra bounds the tokens leased beyond Take once the decision is
 	// allowed; they are at most the tokens then left divided by Share.
 	Extra, Share uint64
+	// Window is the longest that tokens this op leases may stay parked
+	// on the node (spent or not): the bucket counts them as parked for at
+	// least that long. Zero: until the bucket's value expires.
+	Window time.Duration
+	// Since and Unpark are a LeaseReturn's pool: when its first grant was
+	// made (LeaseReply.Granted) and how many tokens it was granted in all.
+	Since, Unpark uint64
 }
 
 // LeaseReply is lease.lua's answer for one LeaseOp.
@@ -74,6 +89,9 @@ type LeaseReply struct {
 	Retry time.Duration
 	// Reset is the time until Redis' bucket is full, on Redis' clock.
 	Reset time.Duration
+	// Granted is, when Leased > 0, Redis' clock at the grant in
+	// microseconds: a LeaseReturn's Since.
+	Granted uint64
 }
 
 // ErrLeaseSlots is returned by Lease on a Ring for a decision of several
@@ -256,7 +274,14 @@ func (l *Limiter) leaseRefund(ctx context.Context, ks keyspace, ops []LeaseOp, o
 		}
 		for k := i; len(refused) > 0 && k < j; k++ {
 			if ops[k].Kind == LeaseTake && out[k].Allowed && !slices.Contains(refused, call[k]) && ops[k].Take+out[k].Leased > 0 {
-				gives = append(gives, LeaseOp{Key: ops[k].Key, Limit: ops[k].Limit, Decision: uint64(len(gives) + 1), Kind: LeaseGive, Take: ops[k].Take + out[k].Leased})
+				// The lease goes back as a return that unparks it, the
+				// take as a give.
+				if out[k].Leased > 0 {
+					gives = append(gives, LeaseOp{Key: ops[k].Key, Limit: ops[k].Limit, Decision: uint64(len(gives) + 1), Kind: LeaseReturn,
+						Take: out[k].Leased, Window: ops[k].Window, Since: out[k].Granted, Unpark: out[k].Leased})
+					refs = append(refs, -1)
+				}
+				gives = append(gives, LeaseOp{Key: ops[k].Key, Limit: ops[k].Limit, Decision: uint64(len(gives) + 1), Kind: LeaseGive, Take: ops[k].Take, Window: ops[k].Window})
 				refs = append(refs, k)
 			}
 		}
@@ -270,7 +295,10 @@ func (l *Limiter) leaseRefund(ctx context.Context, ks keyspace, ops []LeaseOp, o
 		return fmt.Errorf("backend/redis: refund of a leased decision refused on another master: %w", err)
 	}
 	for n, k := range refs {
-		out[k].Leased = 0
+		if k < 0 {
+			continue
+		}
+		out[k].Leased, out[k].Granted = 0, 0
 		out[k].Remaining, out[k].Reset = replies[n].Remaining, replies[n].Reset
 	}
 	return nil
@@ -289,6 +317,7 @@ func (l *Limiter) leaseCall(ctx context.Context, ks keyspace, ops []LeaseOp, idx
 		for _, v := range [leaseArgs]uint64{
 			op.Decision, uint64(op.Limit.Period / time.Microsecond), op.Limit.Requests, op.Limit.Burst,
 			op.Need, op.Take, op.Extra, share, uint64(op.Kind),
+			uint64(op.Window / time.Microsecond), op.Since, op.Unpark,
 		} {
 			args = binary.LittleEndian.AppendUint64(args, math.Float64bits(float64(v)))
 		}
@@ -309,13 +338,13 @@ func (l *Limiter) leaseCall(ctx context.Context, ks keyspace, ops []LeaseOp, idx
 		return err
 	}
 	s, ok := v.(string)
-	if !ok || len(s) != replyBytes*len(idx) {
-		return fmt.Errorf("%w: lease.lua reply is %T of %d bytes, want %d", ErrScript, v, len(s), replyBytes*len(idx))
+	if !ok || len(s) != leaseReplyBytes*len(idx) {
+		return fmt.Errorf("%w: lease.lua reply is %T of %d bytes, want %d", ErrScript, v, len(s), leaseReplyBytes*len(idx))
 	}
 	for j, i := range idx {
-		var f [replyBytes / 8]uint64
+		var f [leaseReplyBytes / 8]uint64
 		for k := range f {
-			x := math.Float64frombits(le64(s[replyBytes*j+8*k:]))
+			x := math.Float64frombits(le64(s[leaseReplyBytes*j+8*k:]))
 			if !(x >= 0 && x <= maxReplyValue) || x != math.Trunc(x) {
 				return fmt.Errorf("%w: lease.lua reply value %d of key %d is %v", ErrScript, k+1, j+1, x)
 			}
@@ -327,6 +356,7 @@ func (l *Limiter) leaseCall(ctx context.Context, ks keyspace, ops []LeaseOp, idx
 			Remaining: f[2],
 			Retry:     time.Duration(f[3]) * time.Microsecond,
 			Reset:     time.Duration(f[4]) * time.Microsecond,
+			Granted:   f[5],
 		}
 	}
 	return nil

@@ -8,11 +8,31 @@
 -- interval (below) and burst of the limit it was last written under, as
 -- four little-endian IEEE 754 doubles (struct.pack '<dddd', 32 bytes, the
 -- layout of token_bucket.lua's values). Any other value (the 8-byte '<d'
--- TAT of earlier builds included), or none, is a full bucket. With
--- interval = period / requests and tau = burst * interval, a bucket at time
--- now holds burst - max(TAT - now, 0) / interval tokens. Taking c tokens
+-- TAT of earlier builds included), or none, is a full bucket. A bucket
+-- with tokens out in leases appends five doubles (72 bytes; the 32-byte
+-- value of a bucket with none, and of earlier builds, reads as none out):
+--   window  µs: grants are counted for at least this long (the largest
+--           window of the ops since the count was last empty)
+--   start   µs of Redis' clock: the current window began then
+--   pstart  µs: the previous window began then (start when it is empty)
+--   cur     tokens leased since start and not unparked
+--   prev    tokens leased in [pstart, start) and not unparked
+-- An op first moves the windows on: from start + window on, prev takes
+-- cur and a new window begins at start + window (both are dropped from
+-- start + 2 window on). cur + prev is then an upper bound of the tokens
+-- parked in leases: a node spends a lease's tokens for at most half the
+-- window after the call that took it (ARGV window: 2 x its lease period),
+-- and a return closes a node's pool of leases: its tokens are spent or
+-- given back (ARGV since, unpark).
+--
+-- With interval = period / requests and tau = burst * interval, a bucket
+-- at time now holds burst - max(TAT - now, 0) / interval tokens. Taking c tokens
 -- moves TAT to max(TAT, now) + c * interval; giving c back moves it to
 -- max(TAT - c * interval, now), so a bucket is never above its burst.
+-- A give and a return clamp instead at burst - (cur + prev): the fleet's
+-- bucket is Redis' plus the tokens parked in leases, and exact mode
+-- clamps that at the burst (a give never removes tokens: a bucket already
+-- above the clamp stays as it is).
 --
 -- A changed limit, as token_bucket.lua: a key may come with another limit
 -- (interval or burst) than its value was written under. The tokens it
@@ -34,8 +54,8 @@
 --           keys of other slots on the node). A key the node does not serve
 --           fails the call before anything is written: every op reads its
 --           bucket (GET) before the SETs at the end.
--- ARGV[1]   72 bytes per key: nine little-endian doubles. For key i, at
---           byte 72(i-1) + 1:
+-- ARGV[1]   96 bytes per key: twelve little-endian doubles. For key i, at
+--           byte 96(i-1) + 1:
 --   decision  decision number; the keys of one decision are contiguous and
 --             neighbouring decisions have different numbers
 --   period    in microseconds (> 0)
@@ -51,8 +71,13 @@
 --             take tokens (never refused), 2 = independent take (decided
 --             alone), 3 = return take leased tokens (a give, but nothing
 --             when the bucket was written under another limit)
+--   window    µs a lease of this call may stay parked, at most (0: none)
+--   since     a return: µs of Redis' clock of the first grant of the
+--             node's pool it closes (the reply's granted), 0 if none
+--   unpark    a return: tokens the pool was granted (spent or given back
+--             now); they leave cur + prev when since >= pstart, prev first
 --
--- Reply: one string, 40 bytes per key, five little-endian doubles, each an
+-- Reply: one string, 48 bytes per key, six little-endian doubles, each an
 -- integer in [0, 2^53), the bucket as key i's limit sees it:
 --   allowed   1 or 0
 --   leased    whole tokens leased to the caller beyond take
@@ -60,6 +85,7 @@
 --   retry     for a refused key, microseconds until need tokens exist
 --             (until the bucket is full when need > burst), rounded up
 --   reset     microseconds until Redis' bucket is full, rounded up
+--   granted   when leased > 0, Redis' clock (µs) at the grant, else 0
 --
 -- Semantics per decision: first its takes, all-or-nothing on a scratch
 -- copy; leases only for an allowed decision; then gives, returns and
@@ -77,7 +103,7 @@ local MAXINT = 9007199254740991
 local floor, ceil = math.floor, math.ceil
 local pack, unpack = struct.pack, struct.unpack
 local A = ARGV[1] or ''
-local W = 72
+local W = 96
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -90,10 +116,11 @@ if #ARGV > 1 then
 end
 local n = #KEYS
 if #A ~= W * n then
-  return redis.error_reply('lease.lua: ARGV[1] has ' .. #A .. ' bytes, want 72 per key')
+  return redis.error_reply('lease.lua: ARGV[1] has ' .. #A .. ' bytes, want 96 per key')
 end
 
 local tats, ivs, bursts, dirty, out = {}, {}, {}, {}, {}
+local parks = {} -- per key: {window, start, pstart, cur, prev}
 
 -- committed returns key's TAT, read once, and the interval and burst it
 -- is measured in (nil when the value records none: a full bucket).
@@ -102,10 +129,44 @@ local function committed(key)
   if v == nil then
     local s = redis.call('GET', key)
     local _
-    if s and #s == 32 then v, _, ivs[key], bursts[key] = unpack('<dddd', s) else v = 0 end
-    tats[key] = v
+    local p = {0, now, now, 0, 0}
+    if s and (#s == 32 or #s == 72) then v, _, ivs[key], bursts[key] = unpack('<dddd', s) else v = 0 end
+    if s and #s == 72 then p = {unpack('<ddddd', s, 33)}; p[6] = nil end
+    tats[key], parks[key] = v, p
   end
   return v, ivs[key], bursts[key]
+end
+
+-- parked moves key's windows on to now under a window of at least w and
+-- returns them (key read by committed).
+local function parked(key, w)
+  local p = parks[key]
+  if p[4] <= 0 and p[5] <= 0 then
+    p[1], p[2], p[3], p[4], p[5] = w, now, now, 0, 0
+    return p
+  end
+  if w > p[1] then p[1] = w end
+  if p[1] > 0 and now >= p[2] + p[1] then
+    if now < p[2] + 2 * p[1] then
+      p[3], p[2], p[5] = p[2], p[2] + p[1], p[4]
+    else
+      p[3], p[2], p[5] = now, now, 0
+    end
+    p[4] = 0
+    dirty[key] = true
+  end
+  return p
+end
+
+-- unpark takes the tokens u of a pool first granted at since out of
+-- key's count, when the count still holds them.
+local function unpark(key, w, since, u)
+  local p = parked(key, w)
+  if u <= 0 or since <= 0 or since < p[3] or (p[4] <= 0 and p[5] <= 0) then return end
+  local s = math.min(u, p[5])
+  p[5] = p[5] - s
+  p[4] = math.max(p[4] - (u - s), 0)
+  dirty[key] = true
 end
 
 -- convert returns tat, measured under interval iv and burst bu, under
@@ -139,11 +200,39 @@ local function args(k)
   return unpack('<dddddddd', A, W * (k - 1) + 9)
 end
 
+-- lp returns key k's window, since and unpark.
+local function lp(k)
+  return unpack('<ddd', A, W * (k - 1) + 73)
+end
+
+-- grant counts l tokens leased from key by key k.
+local function grant(key, k, l)
+  if l <= 0 then return end
+  local p = parked(key, (lp(k)))
+  p[4] = p[4] + l
+  dirty[key] = true
+end
+
 -- limit returns key k's interval and burst (nil for requests 0).
 local function limit(k)
   local period, requests, burst = args(k)
   if requests <= 0 then return nil, burst end
   return period / requests, burst
+end
+
+-- clampgive raises new, key k's TAT after a give from tat (both under
+-- key k's limit), to what the tokens parked in leases leave: the fleet
+-- holds at most the burst. It never lowers the bucket below tat's.
+local function clampgive(k, key, tat, new)
+  local interval = limit(k)
+  if interval == nil or new >= tat then return new end
+  local p = parked(key, (lp(k)))
+  local low = now + (p[4] + p[5]) * interval
+  local base = tat
+  if base < now then base = now end
+  if low > base then low = base end
+  if new < low then return low end
+  return new
 end
 
 -- decide applies key k to tat, measured under iv and bu (not the leases),
@@ -206,7 +295,9 @@ local function report(k, allowed, leased, retry, key)
     tat = convert(tat, iv, bu, interval, burst)
     remaining, reset = tokens(tat, interval, burst * interval, burst)
   end
-  out[k] = pack('<ddddd', allowed and 1 or 0, leased, remaining, clamp(ceil(retry)), clamp(ceil(reset)))
+  local granted = 0
+  if leased > 0 then granted = now end
+  out[k] = pack('<dddddd', allowed and 1 or 0, leased, remaining, clamp(ceil(retry)), clamp(ceil(reset)), granted)
 end
 
 -- store commits tat, measured under key k's limit, as key's bucket.
@@ -221,7 +312,7 @@ while i <= n do
   local j = i
   while j < n and unpack('<d', A, W * j + 1) == d do j = j + 1 end
   local flags = {}
-  for k = i, j do flags[k] = unpack('<d', A, W * k - 7) end
+  for k = i, j do flags[k] = unpack('<d', A, W * (k - 1) + 65) end
 
   -- Takes, all-or-nothing, on a scratch copy (scratch TATs measured under
   -- siv and sbu). A conversion of the committed bucket is kept whatever
@@ -252,6 +343,7 @@ while i <= n do
         local interval, burst = limit(k)
         local tat = convert(scratch[key], siv[key], sbu[key], interval, burst)
         tat, leased = lease(k, tat)
+        grant(key, k, leased)
         scratch[key], siv[key], sbu[key] = tat, interval, burst
         if tat ~= tats[key] or (tat > now and (interval ~= ivs[key] or burst ~= bursts[key])) then store(key, k, tat) end
       end
@@ -272,13 +364,18 @@ while i <= n do
       local key = KEYS[k]
       local tat, iv, bu = committed(key)
       local interval, burst = limit(k)
+      if f == 3 then
+        local w, since, u = lp(k)
+        unpark(key, w, since, u)
+      end
       if f == 3 and tat > now and (iv ~= interval or bu ~= burst) then
         report(k, true, 0, 0, key)
       else
         local allowed, new, _, retry, _, conv = decide(k, tat, iv, bu, f ~= 2)
         if conv then store(key, k, conv); tat = conv end
         local leased = 0
-        if allowed and f == 2 then new, leased = lease(k, new) end
+        if allowed and f == 2 then new, leased = lease(k, new); grant(key, k, leased) end
+        if f ~= 2 then new = clampgive(k, key, tat, new) end
         if allowed and new ~= tat then store(key, k, new) end
         report(k, allowed, leased, retry, key)
       end
@@ -293,7 +390,18 @@ for key in pairs(dirty) do
   local ttl = ceil(tat / 1000) - nowms
   if ttl < 1 then ttl = 1 end
   local px = ttl + math.min(ttl, SLACK)
-  redis.call('SET', key, pack('<dddd', tat, nowms + px, ivs[key], bursts[key]), 'PX', string.format('%d', px))
+  local p = parks[key]
+  local v
+  if p[4] > 0 or p[5] > 0 then
+    -- The count lives until both windows are dropped.
+    local keep = ceil((p[2] + 2 * p[1] - now) / 1000)
+    if p[1] <= 0 then keep = 0 end
+    if px < keep then px = keep end
+    v = pack('<ddddddddd', tat, nowms + px, ivs[key], bursts[key], p[1], p[2], p[3], p[4], p[5])
+  else
+    v = pack('<dddd', tat, nowms + px, ivs[key], bursts[key])
+  end
+  redis.call('SET', key, v, 'PX', string.format('%d', px))
 end
 
 return table.concat(out)
