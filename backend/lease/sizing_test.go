@@ -272,14 +272,14 @@ func simulate(t testing.TB, c goredis.UniversalClient, name string, sz sizing, w
 		switch what {
 		case 't':
 			for _, l := range nodes {
-				if err := l.step(ctx, false); err != nil {
+				if err := l.step(ctx, stepTick); err != nil {
 					t.Fatal(err)
 				}
 			}
 			tick += DefaultTick
 		case 'f':
 			fetchAt[who] = -1
-			if err := nodes[who].step(ctx, false); err != nil {
+			if err := nodes[who].step(ctx, stepFetch); err != nil {
 				t.Fatal(err)
 			}
 		case 'r':
