@@ -65,40 +65,9 @@ trap 'exit 130' INT TERM
 
 log() { echo "bench: $*" >&2; }
 
-# forget PID: drop a process this script stopped from the cleanup list.
-forget() {
-	local keep=() p
-	for p in "${pids[@]}"; do
-		[ "$p" = "$1" ] || keep+=("$p")
-	done
-	pids=("${keep[@]}")
-}
-
-# stop PID: terminate one process this script started and wait for it.
-stop() {
-	kill "$1" 2>/dev/null || true
-	wait "$1" 2>/dev/null || true
-	forget "$1"
-}
-
-# wait_serving LOG PID: print the line `msg=serving grpc_addr=...` once the
-# process logs it; fail if the process exits or takes over 30s.
-wait_serving() {
-	local line
-	for _ in $(seq 300); do
-		line=$(grep -m 1 'msg=serving ' "$1" || true)
-		if [ -n "$line" ]; then
-			echo "$line"
-			return 0
-		fi
-		kill -0 "$2" 2>/dev/null || return 1
-		sleep 0.1
-	done
-	return 1
-}
-
-# field LINE NAME: the value of NAME=value in a log line.
-field() { sed -n "s/.* $2=\\([^ ]*\\).*/\\1/p" <<<"$1"; }
+# forget, stop, wait_serving, field.
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 
 # failed BACKEND MIX TAG REASON: record a run that could not happen.
 failed() {

@@ -68,40 +68,9 @@ die() {
 	exit 1
 }
 
-forget() {
-	local keep=() p
-	for p in "${pids[@]}"; do
-		[ "$p" = "$1" ] || keep+=("$p")
-	done
-	pids=("${keep[@]}")
-}
-
-# stop PID: SIGTERM one process this script started (a node gives its
-# leases back) and wait for it.
-stop() {
-	kill "$1" 2>/dev/null || true
-	wait "$1" 2>/dev/null || true
-	forget "$1"
-}
-
-# wait_serving LOG PID: print the `msg=serving` line once logged; fail if
-# the process exits or takes over 30s.
-wait_serving() {
-	local line
-	for _ in $(seq 300); do
-		line=$(grep -m 1 'msg=serving ' "$1" || true)
-		if [ -n "$line" ]; then
-			echo "$line"
-			return 0
-		fi
-		kill -0 "$2" 2>/dev/null || return 1
-		sleep 0.1
-	done
-	return 1
-}
-
-# field LINE NAME: the value of NAME=value in a log line.
-field() { sed -n "s/.* $2=\\([^ ]*\\).*/\\1/p" <<<"$1"; }
+# forget, stop, wait_serving, field.
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 
 # metric URL SERIES: the sum of the samples of one series in /metrics
 # (SERIES is the name with its labels, as printed), 0 when absent.
