@@ -67,6 +67,28 @@ type paced struct {
 	firstErr              error
 }
 
+// add counts one call, sent at t0 and answered at t1.
+func (p *paced) add(t0, t1 time.Time, resp *rlsv3.RateLimitResponse, err error) {
+	p.latencies = append(p.latencies, t1.Sub(t0))
+	if t0.After(p.lastSent) {
+		p.lastSent = t0
+	}
+	if t1.After(p.last) {
+		p.last = t1
+	}
+	switch {
+	case err != nil:
+		p.errors++
+		if p.firstErr == nil {
+			p.firstErr = err
+		}
+	case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
+		p.admitted++
+	default:
+		p.refused++
+	}
+}
+
 // paceTimeout bounds each call of pace: far above any answer of a loaded
 // machine, and above the never-over tests' --redis-timeout, so that an
 // error is the server's answer, not the test's impatience.
@@ -91,24 +113,7 @@ func pace(t *testing.T, nodes []*rlsProcess, rates []float64, d time.Duration, r
 		cancel()
 		mu.Lock()
 		defer mu.Unlock()
-		out.latencies = append(out.latencies, t1.Sub(t0))
-		if t0.After(out.lastSent) {
-			out.lastSent = t0
-		}
-		if t1.After(out.last) {
-			out.last = t1
-		}
-		switch {
-		case err != nil:
-			out.errors++
-			if out.firstErr == nil {
-				out.firstErr = err
-			}
-		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
-			out.admitted++
-		default:
-			out.refused++
-		}
+		out.add(t0, t1, resp, err)
 	}
 	start := time.Now()
 	out.first = start
@@ -346,19 +351,7 @@ func serial(t *testing.T, p *rlsProcess, n int, req *rlsv3.RateLimitRequest) pac
 		resp, err := p.Client.ShouldRateLimit(ctx, req)
 		t1 := time.Now()
 		cancel()
-		out.latencies = append(out.latencies, t1.Sub(t0))
-		out.lastSent, out.last = t0, t1
-		switch {
-		case err != nil:
-			out.errors++
-			if out.firstErr == nil {
-				out.firstErr = err
-			}
-		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
-			out.admitted++
-		default:
-			out.refused++
-		}
+		out.add(t0, t1, resp, err)
 	}
 	return out
 }
