@@ -119,8 +119,26 @@ if #A ~= W * n then
   return redis.error_reply('lease.lua: ARGV[1] has ' .. #A .. ' bytes, want 96 per key')
 end
 
+-- Each key's arguments, unpacked once (struct.unpack per use was the
+-- script's largest cost after its Redis calls): op k's decision D, period
+-- PER, requests REQ, burst BUR, need NEED, take TAKE, extra EXTRA, share
+-- SHARE, flags F, window WIN, since SINCE, unpark UNP; and its limit's
+-- interval IV (nil for requests 0) and tau TAU.
+local D, PER, REQ, BUR, NEED, TAKE, EXTRA, SHARE, F, WIN, SINCE, UNP = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+local IV, TAU = {}, {}
+for k = 1, n do
+  D[k], PER[k], REQ[k], BUR[k], NEED[k], TAKE[k], EXTRA[k], SHARE[k], F[k], WIN[k], SINCE[k], UNP[k] =
+    unpack('<dddddddddddd', A, W * (k - 1) + 1)
+  if REQ[k] > 0 then
+    IV[k] = PER[k] / REQ[k]
+    TAU[k] = BUR[k] * IV[k]
+  end
+end
+
 local tats, ivs, bursts, dirty, out = {}, {}, {}, {}, {}
-local parks = {} -- per key: {window, start, pstart, cur, prev}
+-- parks[key] is a counted bucket's {window, start, pstart, cur, prev}; nil
+-- when nothing is counted (parked makes one).
+local parks = {}
 
 -- committed returns key's TAT, read once, and the interval and burst it
 -- is measured in (nil when the value records none: a full bucket).
@@ -129,10 +147,13 @@ local function committed(key)
   if v == nil then
     local s = redis.call('GET', key)
     local _
-    local p = {0, now, now, 0, 0}
     if s and (#s == 32 or #s == 72) then v, _, ivs[key], bursts[key] = unpack('<dddd', s) else v = 0 end
-    if s and #s == 72 then p = {unpack('<ddddd', s, 33)}; p[6] = nil end
-    tats[key], parks[key] = v, p
+    if s and #s == 72 then
+      local p = {unpack('<ddddd', s, 33)}
+      p[6] = nil
+      parks[key] = p
+    end
+    tats[key] = v
   end
   return v, ivs[key], bursts[key]
 end
@@ -141,6 +162,11 @@ end
 -- returns them (key read by committed).
 local function parked(key, w)
   local p = parks[key]
+  if p == nil then
+    p = {w, now, now, 0, 0}
+    parks[key] = p
+    return p
+  end
   if p[4] <= 0 and p[5] <= 0 then
     p[1], p[2], p[3], p[4], p[5] = w, now, now, 0, 0
     return p
@@ -196,37 +222,21 @@ local function tokens(tat, interval, tau, burst)
   return clamp(r), debt
 end
 
-local function args(k)
-  return unpack('<dddddddd', A, W * (k - 1) + 9)
-end
-
--- lp returns key k's window, since and unpark.
-local function lp(k)
-  return unpack('<ddd', A, W * (k - 1) + 73)
-end
-
 -- grant counts l tokens leased from key by key k.
 local function grant(key, k, l)
   if l <= 0 then return end
-  local p = parked(key, (lp(k)))
+  local p = parked(key, WIN[k])
   p[4] = p[4] + l
   dirty[key] = true
-end
-
--- limit returns key k's interval and burst (nil for requests 0).
-local function limit(k)
-  local period, requests, burst = args(k)
-  if requests <= 0 then return nil, burst end
-  return period / requests, burst
 end
 
 -- clampgive raises new, key k's TAT after a give from tat (both under
 -- key k's limit), to what the tokens parked in leases leave: the fleet
 -- holds at most the burst. It never lowers the bucket below tat's.
 local function clampgive(k, key, tat, new)
-  local interval = limit(k)
+  local interval = IV[k]
   if interval == nil or new >= tat then return new end
-  local p = parked(key, (lp(k)))
+  local p = parked(key, WIN[k])
   local low = now + (p[4] + p[5]) * interval
   local base = tat
   if base < now then base = now end
@@ -240,13 +250,12 @@ end
 -- tat was measured under another limit than key k's, tat converted to it
 -- (nil otherwise). Both TATs are then measured under key k's limit.
 local function decide(k, tat, iv, bu, give)
-  local period, requests, burst, need, take = args(k)
-  if requests <= 0 then
+  local interval, burst, need, take = IV[k], BUR[k], NEED[k], TAKE[k]
+  if interval == nil then
     if give then return true, tat, 0, 0, 0 end
-    return false, tat, 0, period, period
+    return false, tat, 0, PER[k], PER[k]
   end
-  local interval = period / requests
-  local tau = burst * interval
+  local tau = TAU[k]
   local conv = nil
   local c, changed = convert(tat, iv, bu, interval, burst)
   if changed then tat, conv = c, c end
@@ -272,11 +281,10 @@ end
 -- lease takes key k's lease from tat (measured under key k's limit) and
 -- returns the new TAT and leased.
 local function lease(k, tat)
-  local period, requests, burst, _, _, extra, share = args(k)
-  if requests <= 0 or extra <= 0 then return tat, 0 end
-  local interval = period / requests
-  local r = tokens(tat, interval, burst * interval, burst)
-  local l = floor(r / share)
+  local interval, burst, extra = IV[k], BUR[k], EXTRA[k]
+  if interval == nil or extra <= 0 then return tat, 0 end
+  local r = tokens(tat, interval, TAU[k], burst)
+  local l = floor(r / SHARE[k])
   if l > extra then l = extra end
   if l <= 0 then return tat, 0 end
   local base = tat
@@ -287,13 +295,12 @@ end
 -- report fills key k's reply for key's committed bucket, as key k's limit
 -- sees it.
 local function report(k, allowed, leased, retry, key)
-  local period, requests, burst = args(k)
-  local remaining, reset = 0, period
-  if requests > 0 then
-    local interval = period / requests
+  local interval, burst = IV[k], BUR[k]
+  local remaining, reset = 0, PER[k]
+  if interval ~= nil then
     local tat, iv, bu = committed(key)
     tat = convert(tat, iv, bu, interval, burst)
-    remaining, reset = tokens(tat, interval, burst * interval, burst)
+    remaining, reset = tokens(tat, interval, TAU[k], burst)
   end
   local granted = 0
   if leased > 0 then granted = now end
@@ -302,34 +309,39 @@ end
 
 -- store commits tat, measured under key k's limit, as key's bucket.
 local function store(key, k, tat)
-  local interval, burst = limit(k)
-  tats[key], ivs[key], bursts[key], dirty[key] = tat, interval, burst, true
+  tats[key], ivs[key], bursts[key], dirty[key] = tat, IV[k], BUR[k], true
 end
+
+-- The takes' scratch copy: scratch[key] is valid for the decision that
+-- starts at op i when stamp[key] == i (one set of tables for the call, not
+-- one per decision). Op k's take result: RA[k] allowed, RR[k] retry, RL[k]
+-- leased.
+local scratch, siv, sbu, stamp = {}, {}, {}, {}
+local RA, RR, RL = {}, {}, {}
 
 local i = 1
 while i <= n do
-  local d = unpack('<d', A, W * (i - 1) + 1)
+  local d = D[i]
   local j = i
-  while j < n and unpack('<d', A, W * j + 1) == d do j = j + 1 end
-  local flags = {}
-  for k = i, j do flags[k] = unpack('<d', A, W * (k - 1) + 65) end
+  while j < n and D[j + 1] == d do j = j + 1 end
+  local flags = F
 
   -- Takes, all-or-nothing, on a scratch copy (scratch TATs measured under
   -- siv and sbu). A conversion of the committed bucket is kept whatever
   -- the decision.
-  local scratch, siv, sbu, ok, res = {}, {}, {}, true, {}
+  local ok = true
   for k = i, j do
     if flags[k] == 0 then
       local key = KEYS[k]
-      local tat, iv, bu = scratch[key], siv[key], sbu[key]
-      local fresh = tat == nil
-      if fresh then tat, iv, bu = committed(key) end
+      local fresh = stamp[key] ~= i
+      local tat, iv, bu
+      if fresh then tat, iv, bu = committed(key) else tat, iv, bu = scratch[key], siv[key], sbu[key] end
       local allowed, new, _, retry, _, conv = decide(k, tat, iv, bu, false)
       if conv and fresh then store(key, k, conv) end
-      res[k] = {allowed, retry}
+      RA[k], RR[k] = allowed, retry
       if allowed then
-        scratch[key] = new
-        siv[key], sbu[key] = limit(k)
+        scratch[key], stamp[key] = new, i
+        siv[key], sbu[key] = IV[k], BUR[k]
       else
         ok = false
       end
@@ -340,19 +352,19 @@ while i <= n do
       local key = KEYS[k]
       local leased = 0
       if ok then
-        local interval, burst = limit(k)
+        local interval, burst = IV[k], BUR[k]
         local tat = convert(scratch[key], siv[key], sbu[key], interval, burst)
         tat, leased = lease(k, tat)
         grant(key, k, leased)
         scratch[key], siv[key], sbu[key] = tat, interval, burst
         if tat ~= tats[key] or (tat > now and (interval ~= ivs[key] or burst ~= bursts[key])) then store(key, k, tat) end
       end
-      res[k][3] = leased
+      RL[k] = leased
     end
   end
   for k = i, j do
     if flags[k] == 0 then
-      report(k, res[k][1], res[k][3], res[k][2], KEYS[k])
+      report(k, RA[k], RL[k], RR[k], KEYS[k])
     end
   end
 
@@ -363,10 +375,9 @@ while i <= n do
     if f ~= 0 then
       local key = KEYS[k]
       local tat, iv, bu = committed(key)
-      local interval, burst = limit(k)
+      local interval, burst = IV[k], BUR[k]
       if f == 3 then
-        local w, since, u = lp(k)
-        unpark(key, w, since, u)
+        unpark(key, WIN[k], SINCE[k], UNP[k])
       end
       if f == 3 and tat > now and (iv ~= interval or bu ~= burst) then
         report(k, true, 0, 0, key)
@@ -392,7 +403,7 @@ for key in pairs(dirty) do
   local px = ttl + math.min(ttl, SLACK)
   local p = parks[key]
   local v
-  if p[4] > 0 or p[5] > 0 then
+  if p and (p[4] > 0 or p[5] > 0) then
     -- The count lives until both windows are dropped.
     local keep = ceil((p[2] + 2 * p[1] - now) / 1000)
     if p[1] <= 0 then keep = 0 end
