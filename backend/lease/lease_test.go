@@ -695,3 +695,46 @@ func TestCachedRefusalKeepsPool(t *testing.T) {
 		t.Errorf("%d Redis calls, want 0: b refused from the cache, a from its lease", n)
 	}
 }
+
+// A pool whose key spent some of it is renewed at its end: Run's round
+// gives it back and leases the next in one call, so the key's next
+// decision is answered from the lease, not from Redis. A pool its key did
+// not spend from goes back alone.
+func TestRenewAtPoolEnd(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := clockwork.NewFakeClock()
+	reg := prometheus.NewRegistry()
+	l, r := newLimiter(t, srv, lease.Options{Clock: clock, Period: time.Hour, Tick: time.Second, Metrics: lease.NewMetrics(reg)})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { l.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	busy, idle := key(t, 0), key(t, 1)
+	hit(t, l, take(busy, big, 1)) // leases 499: 500 in Redis
+	hit(t, l, take(busy, big, 1)) // from the pool
+	hit(t, l, take(busy, big, 1)) // from the pool: 497 held
+	hit(t, l, take(idle, big, 1)) // leases 499, spends none of it
+	if err := clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	calls := r.calls.Load()
+	clock.Advance(time.Hour) // both pools end
+	// busy: 497 back (997), then half of it leased (498): 499 in Redis.
+	waitFor(t, func() bool { return r.inRedis(t, idle, big) == 999 && r.inRedis(t, busy, big) == 499 })
+	if n := r.calls.Load() - calls; n != 1 {
+		t.Errorf("%d Lease calls at the pools' end, want 1 (Run's round)", n)
+	}
+	waited := counter(t, reg, "ratelimit_lease_decisions_total", "redis")
+	if ok, st := hit(t, l, take(busy, big, 1)); !ok || st[0].Remaining != 996 {
+		t.Errorf("busy after its renewal: %v %+v, want allowed, 996 left (499 + 497 held)", ok, st)
+	}
+	if got := counter(t, reg, "ratelimit_lease_decisions_total", "redis") - waited; got != 0 {
+		t.Errorf("busy's decision after the renewal waited on Redis (%v), want it answered from the lease", got)
+	}
+	if ok, _ := hit(t, l, take(idle, big, 1)); !ok {
+		t.Error("idle's next take refused")
+	}
+	if got := counter(t, reg, "ratelimit_lease_decisions_total", "redis") - waited; got != 1 {
+		t.Errorf("idle's next decision: %v Redis waits, want 1 (its pool went back alone)", got)
+	}
+}

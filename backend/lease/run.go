@@ -70,6 +70,21 @@ func (l *Limiter) Close(ctx context.Context) error {
 	return err
 }
 
+// renewSpent is how many of an ended pool's tokens a key must have spent
+// for Run to lease its next pool in the call that gives the ended one back
+// (renewing it). A key that spent fewer is likely idle: its next decision,
+// if any, leases again (and waits on Redis), as a new key's would.
+const renewSpent = 2
+
+// prefetchOp is the LeaseOp of a prefetch of e's next lease: an
+// independent take of nothing, always allowed, with its lease.
+func (l *Limiter) prefetchOp(e *entry, decision uint64) redisbackend.LeaseOp {
+	return redisbackend.LeaseOp{
+		Key: e.key, Limit: e.limit, Decision: decision, Kind: redisbackend.LeaseIndependent,
+		Extra: l.maxLease(e.limit), Share: l.share(),
+	}
+}
+
 // step sends the queued prefetches and give-backs, and as mode says the
 // give-backs of ended pools, and forgets idle keys.
 func (l *Limiter) step(ctx context.Context, mode stepMode) error {
@@ -85,10 +100,7 @@ func (l *Limiter) step(ctx context.Context, mode stepMode) error {
 			}
 			continue
 		}
-		ops = append(ops, redisbackend.LeaseOp{
-			Key: k, Limit: e.limit, Decision: uint64(len(ops) + 1), Kind: redisbackend.LeaseIndependent,
-			Extra: l.maxLease(e.limit), Share: l.share(),
-		})
+		ops = append(ops, l.prefetchOp(e, uint64(len(ops)+1)))
 	}
 	clear(l.fetch)
 	for _, op := range l.pending {
@@ -105,10 +117,17 @@ func (l *Limiter) step(ctx context.Context, mode stepMode) error {
 			case all || !now.Before(e.expires):
 				// The pool's end (spent or not, Redis counts its tokens as
 				// parked until it is closed).
+				renew := !all && !e.fetching && e.pooled > e.held && e.pooled-e.held >= renewSpent
 				if op, ok := l.closePool(e, uint64(len(ops)+1)); ok {
 					ops = append(ops, op)
 				}
 				delete(l.holding, k)
+				if renew {
+					// A key in use: the next pool in the same call, so
+					// that its next decision need not wait on Redis.
+					e.fetching = true
+					ops = append(ops, l.prefetchOp(e, uint64(len(ops)+1)))
+				}
 			}
 		}
 	}
