@@ -32,7 +32,8 @@ import (
 // sends scriptCPUCalls calls of one shape, pipelined scriptCPUPipe at a
 // time from one connection. The shapes:
 //
-//	spread  12 decisions × 3 keys, 36 distinct buckets per call
+//	spread  12 decisions × 3 keys, 36 distinct buckets per call; or 36
+//	        decisions of one key each
 //	shared  12 decisions × 3 keys, the first key the same in all 12
 //	hot     36 decisions × 1 key, all on one bucket
 //
@@ -130,6 +131,15 @@ func scriptCPUShapes() []scriptCPUShape {
 					keys = append(keys, spread(i, d*3+k))
 					blob = appendArgs(blob, uint64(d+1), lim(0))
 				}
+			}
+			return keys, blob
+		}},
+		{"spread 36x1", 36, func(i int) ([]string, []byte) {
+			var keys []string
+			var blob []byte
+			for d := range 36 {
+				keys = append(keys, spread(i, d))
+				blob = appendArgs(blob, uint64(d+1), lim(0))
 			}
 			return keys, blob
 		}},

@@ -282,8 +282,81 @@ while i <= n do
   while j < n and R[6 * j + 1] == d do j = j + 1 end
 
   if i == j then
-    -- One key: a take of it is all-or-nothing by itself.
-    alone(i, R[6 * i] % 2 == 1)
+    -- One key, its own decision (a take of it is all-or-nothing by itself):
+    -- alone(i, give), with decide and report written out in line, as most
+    -- decisions of a hot bucket are one key and calls cost the most here.
+    -- TestScriptOneKeyInline checks that both ways agree.
+    local b, p = S[i], 6 * i - 4
+    local period, requests, burst, cost, f = R[p], R[p + 1], R[p + 2], R[p + 3], R[p + 4]
+    local q = 5 * i - 5
+    if requests <= 0 then
+      if f % 2 == 1 then
+        V[q + 1], V[q + 2], V[q + 3], V[q + 4], V[q + 5] = 1, 0, 0, 0, 0
+      else
+        V[q + 1], V[q + 2], V[q + 3], V[q + 4], V[q + 5] = 0, 0, period, period, period
+      end
+    else
+      local tat = TAT[b]
+      local interval = period / requests
+      local tau = burst * interval
+      if tat > now and (IV[b] ~= interval or BU[b] ~= burst) then
+        local debt = (tat - now) / IV[b] * interval
+        if debt > tau then debt = tau end
+        tat = now + debt
+        TAT[b], IV[b], BU[b], DIRTY[b] = tat, interval, burst, true
+      end
+      local base = tat
+      if base < now then base = now end
+      local allowed, retry = true, 0
+      local new = tat
+      if f % 2 == 1 then
+        new = base - cost * interval
+        if new < now then new = now end
+      elseif cost > burst then
+        allowed, retry = false, base - now
+      else
+        local need = cost
+        if need < 1 then need = 1 end
+        local wait = base + need * interval - tau - now -- > 0: tokens missing
+        if wait > EPS then
+          allowed, retry = false, wait
+        else
+          new = base + cost * interval
+        end
+      end
+      if new <= now and tat <= now then
+        new = tat -- full before and after: nothing to write
+      end
+      if allowed and new ~= tat then TAT[b], IV[b], BU[b], DIRTY[b] = new, interval, burst, true end
+      -- report(i, allowed, retry, new, interval, tau, burst):
+      local debt = new - now
+      if debt < 0 then debt = 0 end
+      local remaining = (tau - debt + EPS) / interval
+      if remaining >= 0 and remaining < EXACT then
+        remaining = remaining - remaining % 1
+      else
+        remaining = floor(remaining)
+      end
+      if remaining > burst then remaining = burst end
+      local nxt = 0
+      if not (remaining >= 1) then
+        if not (remaining >= 0) then remaining = 0 end
+        nxt = floor(debt + interval - tau - EPS)
+        if not (nxt >= 0) then nxt = 0 elseif nxt > MAXINT then nxt = MAXINT end
+      elseif remaining > MAXINT then
+        remaining = MAXINT
+      end
+      if retry ~= 0 then retry = ceil(retry) end
+      if debt < EXACT then
+        local x = debt % 1
+        if x > 0 then debt = debt - x + 1 end
+      else
+        debt = ceil(debt)
+      end
+      if retry > MAXINT then retry = MAXINT end
+      if debt > MAXINT then debt = MAXINT end
+      V[q + 1], V[q + 2], V[q + 3], V[q + 4], V[q + 5] = allowed and 1 or 0, remaining, retry, debt, nxt
+    end
   else
     -- The takes of decision d (flags 0), all-or-nothing, on a scratch copy
     -- (scratch TATs measured in siv). A conversion of the committed bucket
