@@ -21,84 +21,101 @@ func (h scriptHit) args() []uint64 {
 	return []uint64{h.period, h.requests, h.burst, h.cost, h.flags}
 }
 
-// TestScriptOneKeyInline checks that token_bucket.lua decides a decision of
-// one key, which it runs in line (its fast path), exactly as it decides the
-// same key through decide, as part of a decision of two keys. Each trial
-// gives buckets X and Y the same value (missing, a foreign value, or a
-// recorded TAT, expiry and limit around Redis' now, under the hits' limit
-// or another), then one call decides every hit on X alone (consecutive
-// decisions on one bucket, as a hot key's batch) and every hit on Y beside
-// a check of a full bucket W, which never refuses. Both see the same now,
-// so their replies and the values left in X and Y must be byte-equal.
-func TestScriptOneKeyInline(t *testing.T) {
+// TestScriptInline checks that token_bucket.lua's in-line path (a decision
+// of one key, or of takes on distinct buckets) decides exactly as its
+// general path. Each trial gives buckets X1..X3 and Y1..Y3 the same values
+// (missing, a foreign value, or a recorded TAT, expiry and limit around
+// Redis' now, under the hits' limit or another), then one call runs the
+// same decisions on the Xs, in line, and on the Ys, each with an
+// independent check of a full bucket W added (never refused, never
+// written), which sends it down the general path. Decisions are one hit
+// of any kind, often the one before again (a hot key's batch), or takes on
+// two or three buckets. Both halves see the same now, so their replies and
+// the values left in Xi and Yi must be byte-equal.
+func TestScriptInline(t *testing.T) {
 	t.Parallel()
 	c := redistest.Start(t).Client()
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 13))
 	pick := func(v ...uint64) uint64 { return v[rng.IntN(len(v))] }
-	randHit := func() scriptHit {
+	randHit := func(flags uint64) scriptHit {
 		return scriptHit{
 			period:   pick(1, 7, 1_000_000, 3_600_000_000),
 			requests: pick(0, 1, 3, 10, 1000, 1<<40),
 			burst:    pick(0, 1, 5, 1000, 1<<40),
 			cost:     pick(0, 1, 2, 7, 1<<41),
-			flags:    pick(0, 0, 1, 2, 3),
+			flags:    flags,
 		}
 	}
-	check := scriptHit{period: 1_000_000, requests: 1, burst: 1, cost: 0}
+	check := scriptHit{period: 1_000_000, requests: 1, burst: 1, cost: 0, flags: flagIndependent}
+	type hitOn struct {
+		bucket int
+		hit    scriptHit
+	}
+	const buckets = 3
 	for trial := range 400 {
 		tm, err := c.Time(ctx).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		now := float64(tm.UnixMicro())
-		hits := []scriptHit{randHit()}
-		for range rng.IntN(6) {
-			if rng.IntN(2) == 0 {
-				hits = append(hits, hits[len(hits)-1]) // a hot key's batch
-			} else {
-				hits = append(hits, randHit())
+		var decisions [][]hitOn
+		for range 1 + rng.IntN(8) {
+			switch last := len(decisions) - 1; {
+			case last >= 0 && len(decisions[last]) == 1 && rng.IntN(2) == 0:
+				decisions = append(decisions, decisions[last]) // a hot key's batch
+			case rng.IntN(2) == 0:
+				decisions = append(decisions, []hitOn{{rng.IntN(buckets), randHit(pick(0, 0, 1, 2, 3))}})
+			default:
+				var d []hitOn
+				for _, b := range rng.Perm(buckets)[:2+rng.IntN(buckets-1)] {
+					d = append(d, hitOn{b, randHit(0)})
+				}
+				decisions = append(decisions, d)
 			}
 		}
-		x, y, w := fmt.Sprintf("inline/%d/x", trial), fmt.Sprintf("inline/%d/y", trial), fmt.Sprintf("inline/%d/w", trial)
-		var value []byte
-		switch rng.IntN(4) {
-		case 0: // missing
-		case 1:
-			value = []byte("16 bytes, old  ")
-		default:
-			h := hits[0]
-			interval := float64(max(h.period, 1)) / float64(max(h.requests, 1))
-			iv, bu := interval, float64(h.burst)
-			if rng.IntN(2) == 0 {
-				iv, bu = interval*float64(pick(2, 3))/2, float64(pick(1, 4, 1000))
+		key := func(side string, b int) string { return fmt.Sprintf("inline/%d/%s%d", trial, side, b) }
+		values := make([][]byte, buckets)
+		for b := range buckets {
+			var value []byte
+			switch rng.IntN(4) {
+			case 0: // missing
+			case 1:
+				value = []byte("16 bytes, old  ")
+			default:
+				h := randHit(0)
+				interval := float64(max(h.period, 1)) / float64(max(h.requests, 1))
+				iv, bu := interval, float64(h.burst)
+				tat := now + (rng.Float64()*2-0.5)*iv*max(bu, 1)
+				for _, f := range []float64{tat, math.Floor(tat/1000) + float64(pick(0, 1, 5000)), iv, bu} {
+					value = binary.LittleEndian.AppendUint64(value, math.Float64bits(f))
+				}
 			}
-			tat := now + (rng.Float64()*2-0.5)*iv*bu
-			for _, f := range []float64{tat, math.Floor(tat/1000) + float64(pick(0, 1, 5000)), iv, bu} {
-				value = binary.LittleEndian.AppendUint64(value, math.Float64bits(f))
-			}
-		}
-		for _, k := range []string{x, y} {
-			if value != nil {
-				if err := c.Set(ctx, k, value, 0).Err(); err != nil {
-					t.Fatal(err)
+			values[b] = value
+			for _, side := range []string{"x", "y"} {
+				if value != nil {
+					if err := c.Set(ctx, key(side, b), value, 0).Err(); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 		}
 		var keys []string
 		var blob []byte
 		d := uint64(0)
-		for _, h := range hits {
-			d++
-			keys = append(keys, x)
-			blob = appendArgs(blob, d, h.args())
-		}
-		for _, h := range hits {
-			d++
-			keys = append(keys, w, y)
-			blob = appendArgs(blob, d, check.args())
-			blob = appendArgs(blob, d, h.args())
+		for _, side := range []string{"x", "y"} {
+			for _, dec := range decisions {
+				d++
+				for _, h := range dec {
+					keys = append(keys, key(side, h.bucket))
+					blob = appendArgs(blob, d, h.hit.args())
+				}
+				if side == "y" {
+					keys = append(keys, key("w", 0))
+					blob = appendArgs(blob, d, check.args())
+				}
+			}
 		}
 		v, err := c.Eval(ctx, tokenBucketLua, keys, blob).Text()
 		if err != nil {
@@ -107,18 +124,29 @@ func TestScriptOneKeyInline(t *testing.T) {
 		if len(v) != replyBytes*len(keys) {
 			t.Fatalf("trial %d: reply of %d bytes, want %d", trial, len(v), replyBytes*len(keys))
 		}
-		n := len(hits)
-		for i, h := range hits {
-			alone := v[replyBytes*i : replyBytes*(i+1)]
-			beside := v[replyBytes*(n+2*i+1) : replyBytes*(n+2*i+2)]
-			if alone != beside {
-				t.Errorf("trial %d, hit %d %+v of %+v on %x: alone %v, beside a check %v", trial, i, h, hits, value, floats(alone), floats(beside))
-			}
+		x, y := 0, 0 // key index of the Xs' decision, and of the Ys'
+		for _, dec := range decisions {
+			y += len(dec)
 		}
-		vx, errX := c.Get(ctx, x).Bytes()
-		vy, errY := c.Get(ctx, y).Bytes()
-		if !bytes.Equal(vx, vy) || (errX == nil) != (errY == nil) {
-			t.Errorf("trial %d, hits %+v on %x: left X %v (%v), Y %v (%v)", trial, hits, value, floats(string(vx)), errX, floats(string(vy)), errY)
+		for i, dec := range decisions {
+			for j, h := range dec {
+				inline := v[replyBytes*(x+j) : replyBytes*(x+j+1)]
+				general := v[replyBytes*(y+j) : replyBytes*(y+j+1)]
+				if inline != general {
+					t.Errorf("trial %d, decision %d of %+v, hit %+v: in line %v, general %v (values %x)", trial, i, decisions, h, floats(inline), floats(general), values)
+				}
+			}
+			x, y = x+len(dec), y+len(dec)+1
+		}
+		if n, err := c.Exists(ctx, key("w", 0)).Result(); err != nil || n != 0 {
+			t.Fatalf("trial %d: W exists (%d, %v): its checks wrote it", trial, n, err)
+		}
+		for b := range buckets {
+			vx, errX := c.Get(ctx, key("x", b)).Bytes()
+			vy, errY := c.Get(ctx, key("y", b)).Bytes()
+			if !bytes.Equal(vx, vy) || (errX == nil) != (errY == nil) {
+				t.Errorf("trial %d, decisions %+v, bucket %d from %x: left X %v (%v), Y %v (%v)", trial, decisions, b, values[b], floats(string(vx)), errX, floats(string(vy)), errY)
+			}
 		}
 	}
 }

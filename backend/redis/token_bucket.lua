@@ -274,6 +274,9 @@ end
 
 -- Scratch state of one decision's takes, by bucket, emptied after each.
 local scratch, siv, sbu, granted = {}, {}, {}, {}
+-- The in-line path's TAT of each allowed key (false: nothing to commit),
+-- and the decision that last met each bucket.
+local NEW, MARK = {}, {}
 
 local i = 1
 while i <= n do
@@ -281,81 +284,123 @@ while i <= n do
   local j = i
   while j < n and R[6 * j + 1] == d do j = j + 1 end
 
-  if i == j then
-    -- One key, its own decision (a take of it is all-or-nothing by itself):
-    -- alone(i, give), with decide and report written out in line, as most
-    -- decisions of a hot bucket are one key and calls cost the most here.
-    -- TestScriptOneKeyInline checks that both ways agree.
-    local b, p = S[i], 6 * i - 4
-    local period, requests, burst, cost, f = R[p], R[p + 1], R[p + 2], R[p + 3], R[p + 4]
-    local q = 5 * i - 5
-    if requests <= 0 then
-      if f % 2 == 1 then
-        V[q + 1], V[q + 2], V[q + 3], V[q + 4], V[q + 5] = 1, 0, 0, 0, 0
-      else
-        V[q + 1], V[q + 2], V[q + 3], V[q + 4], V[q + 5] = 0, 0, period, period, period
+  -- Most decisions are one key, or takes of distinct buckets: they run in
+  -- line below, the general path's decide and report written out (calls
+  -- cost the most here). For them the general path below comes to this:
+  -- each key decided on its bucket's committed TAT (converted, and the
+  -- conversion kept, when its limit changed), then every allowed TAT
+  -- committed if all are allowed, else the allowed keys reported on the
+  -- untouched buckets. TestScriptInline checks that both paths agree.
+  local inline = true
+  if j > i then
+    for k = i, j do
+      local b = S[k]
+      if R[6 * k] ~= 0 or MARK[b] == i then
+        inline = false
+        break
       end
-    else
-      local tat = TAT[b]
-      local interval = period / requests
-      local tau = burst * interval
-      if tat > now and (IV[b] ~= interval or BU[b] ~= burst) then
-        local debt = (tat - now) / IV[b] * interval
-        if debt > tau then debt = tau end
-        tat = now + debt
-        TAT[b], IV[b], BU[b], DIRTY[b] = tat, interval, burst, true
-      end
-      local base = tat
-      if base < now then base = now end
-      local allowed, retry = true, 0
-      local new = tat
-      if f % 2 == 1 then
-        new = base - cost * interval
-        if new < now then new = now end
-      elseif cost > burst then
-        allowed, retry = false, base - now
-      else
-        local need = cost
-        if need < 1 then need = 1 end
-        local wait = base + need * interval - tau - now -- > 0: tokens missing
-        if wait > EPS then
-          allowed, retry = false, wait
+      MARK[b] = i
+    end
+  end
+
+  if inline then
+    local ok = true
+    for k = i, j do
+      local b, p = S[k], 6 * k - 4
+      local period, requests, burst, cost, f = R[p], R[p + 1], R[p + 2], R[p + 3], R[p + 4]
+      local q = 5 * k - 5
+      if requests <= 0 then
+        NEW[k] = false
+        if f % 2 == 1 then
+          V[q + 1], V[q + 2], V[q + 3], V[q + 4], V[q + 5] = 1, 0, 0, 0, 0
         else
-          new = base + cost * interval
+          V[q + 1], V[q + 2], V[q + 3], V[q + 4], V[q + 5] = 0, 0, period, period, period
+          ok = false
+        end
+      else
+        local tat = TAT[b]
+        local interval = period / requests
+        local tau = burst * interval
+        if tat > now and (IV[b] ~= interval or BU[b] ~= burst) then
+          local debt = (tat - now) / IV[b] * interval
+          if debt > tau then debt = tau end
+          tat = now + debt
+          TAT[b], IV[b], BU[b], DIRTY[b] = tat, interval, burst, true
+        end
+        local base = tat
+        if base < now then base = now end
+        local allowed, retry = true, 0
+        local new = tat
+        if f % 2 == 1 then
+          new = base - cost * interval
+          if new < now then new = now end
+        elseif cost > burst then
+          allowed, retry = false, base - now
+        else
+          local need = cost
+          if need < 1 then need = 1 end
+          local wait = base + need * interval - tau - now -- > 0: tokens missing
+          if wait > EPS then
+            allowed, retry = false, wait
+          else
+            new = base + cost * interval
+          end
+        end
+        if new <= now and tat <= now then
+          new = tat -- full before and after: nothing to write
+        end
+        if not allowed then
+          NEW[k], ok = false, false
+        elseif i < j then
+          NEW[k] = new
+        elseif new ~= tat then -- one key: its decision is final
+          TAT[b], IV[b], BU[b], DIRTY[b] = new, interval, burst, true
+        end
+        -- report(k, allowed, retry, new, interval, tau, burst):
+        local debt = new - now
+        if debt < 0 then debt = 0 end
+        local remaining = (tau - debt + EPS) / interval
+        if remaining >= 0 and remaining < EXACT then
+          remaining = remaining - remaining % 1
+        else
+          remaining = floor(remaining)
+        end
+        if remaining > burst then remaining = burst end
+        local nxt = 0
+        if not (remaining >= 1) then
+          if not (remaining >= 0) then remaining = 0 end
+          nxt = floor(debt + interval - tau - EPS)
+          if not (nxt >= 0) then nxt = 0 elseif nxt > MAXINT then nxt = MAXINT end
+        elseif remaining > MAXINT then
+          remaining = MAXINT
+        end
+        if retry ~= 0 then retry = ceil(retry) end
+        if debt < EXACT then
+          local x = debt % 1
+          if x > 0 then debt = debt - x + 1 end
+        else
+          debt = ceil(debt)
+        end
+        if retry > MAXINT then retry = MAXINT end
+        if debt > MAXINT then debt = MAXINT end
+        V[q + 1], V[q + 2], V[q + 3], V[q + 4], V[q + 5] = allowed and 1 or 0, remaining, retry, debt, nxt
+      end
+    end
+    if i < j then -- (one key's decision is committed already)
+      for k = i, j do
+        local new = NEW[k]
+        if new then
+          local b, p = S[k], 6 * k - 4
+          if not ok then
+            -- Nothing taken: allowed takes report the untouched bucket.
+            local period, requests, burst = R[p], R[p + 1], R[p + 2]
+            local interval = period / requests
+            report(k, true, 0, TAT[b], interval, burst * interval, burst)
+          elseif new ~= TAT[b] then
+            TAT[b], IV[b], BU[b], DIRTY[b] = new, R[p] / R[p + 1], R[p + 2], true
+          end
         end
       end
-      if new <= now and tat <= now then
-        new = tat -- full before and after: nothing to write
-      end
-      if allowed and new ~= tat then TAT[b], IV[b], BU[b], DIRTY[b] = new, interval, burst, true end
-      -- report(i, allowed, retry, new, interval, tau, burst):
-      local debt = new - now
-      if debt < 0 then debt = 0 end
-      local remaining = (tau - debt + EPS) / interval
-      if remaining >= 0 and remaining < EXACT then
-        remaining = remaining - remaining % 1
-      else
-        remaining = floor(remaining)
-      end
-      if remaining > burst then remaining = burst end
-      local nxt = 0
-      if not (remaining >= 1) then
-        if not (remaining >= 0) then remaining = 0 end
-        nxt = floor(debt + interval - tau - EPS)
-        if not (nxt >= 0) then nxt = 0 elseif nxt > MAXINT then nxt = MAXINT end
-      elseif remaining > MAXINT then
-        remaining = MAXINT
-      end
-      if retry ~= 0 then retry = ceil(retry) end
-      if debt < EXACT then
-        local x = debt % 1
-        if x > 0 then debt = debt - x + 1 end
-      else
-        debt = ceil(debt)
-      end
-      if retry > MAXINT then retry = MAXINT end
-      if debt > MAXINT then debt = MAXINT end
-      V[q + 1], V[q + 2], V[q + 3], V[q + 4], V[q + 5] = allowed and 1 or 0, remaining, retry, debt, nxt
     end
   else
     -- The takes of decision d (flags 0), all-or-nothing, on a scratch copy
