@@ -160,3 +160,36 @@ func floats(s string) []string {
 	}
 	return out
 }
+
+// TestScriptManyKeys checks a call of more keys than token_bucket.lua reads
+// and replies to with one struct call (CHUNK, 64): 150 buckets, fresh, in
+// decisions of one to three keys (some across a chunk's edge), each
+// allowed, so that key k's reply is its own burst less its own cost.
+func TestScriptManyKeys(t *testing.T) {
+	t.Parallel()
+	c := redistest.Start(t).Client()
+	t.Cleanup(func() { _ = c.Close() })
+	const n = 150
+	var keys []string
+	var blob []byte
+	for k, d := 0, uint64(1); k < n; d++ {
+		for range min(1+int(d%3), n-k) {
+			keys = append(keys, fmt.Sprintf("many/%d", k))
+			blob = appendArgs(blob, d, scriptHit{period: 3_600_000_000, requests: 1, burst: 1000 + uint64(k), cost: uint64(k % 7)}.args())
+			k++
+		}
+	}
+	v, err := c.Eval(context.Background(), tokenBucketLua, keys, blob).Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]keyReply, n)
+	if err := parseReply(v, out); err != nil {
+		t.Fatal(err)
+	}
+	for k, r := range out {
+		if want := uint64(1000 + k - k%7); !r.allowed || r.remaining != want {
+			t.Errorf("key %d: allowed %v, %d left, want allowed, %d left", k, r.allowed, r.remaining, want)
+		}
+	}
+}

@@ -452,7 +452,13 @@ end
 for b = 1, nb do
   if DIRTY[b] then
     local key, tat = KB[b], TAT[b]
-    local full = ceil(tat / 1000) -- ms
+    local full = tat / 1000 -- ms, rounded up:
+    if full >= 0 and full < EXACT then
+      local x = full % 1
+      if x > 0 then full = full - x + 1 end
+    else
+      full = ceil(full)
+    end
     local exp = EXP[b]
     local iv, bu = IV[b], BU[b]
     if exp and exp >= full then
