@@ -93,14 +93,13 @@ end
 -- from text (glibc's exact float conversions behind tonumber, %.17g and
 -- Redis' own formatting of number arguments dominated the profile), reads
 -- the arguments and writes the reply with one struct call per chunk of
--- keys, reads every bucket with one MGET when it may, and allocates no
--- table per key or decision.
+-- keys, and allocates no table per key or decision.
 local EPS = 1 -- microseconds of slack that absorb floating-point rounding
 local SLACK = 1000 -- milliseconds a key may outlive its bucket's refill
 local MARGIN = 5 -- milliseconds between the expiry set and the one recorded
 local MAXINT = 9007199254740991 -- 2^53 - 1: larger replies would overflow
 local EXACT = 4503599627370496 -- 2^52: below it, x % 1 is exact for x >= 0
-local CHUNK = 64 -- keys per struct call and per MGET: bounds the Lua stack
+local CHUNK = 64 -- keys per struct call: bounds the Lua stack
 local floor, ceil, fmt, rep = math.floor, math.ceil, string.format, string.rep
 local A = ARGV[1] or ''
 local pack, sunpack, tunpack = struct.pack, struct.unpack, unpack
@@ -153,26 +152,13 @@ do
     end
     S[k] = b
   end
-  local b = 1
-  while b <= nb do
-    local m = nb - b + 1
-    if m > CHUNK then m = CHUNK end
-    local vals
-    if false then
-      -- KEYS: one slot (or no cluster), so one MGET may read them all. Keys
-      -- in ARGV may hash to several slots, which one command may not.
-      vals = redis.call('MGET', tunpack(KB, b, b + m - 1))
+  for b = 1, nb do
+    local s = redis.call('GET', KB[b])
+    if s and #s == 32 then
+      TAT[b], EXP[b], IV[b], BU[b] = sunpack('<dddd', s)
+    else
+      TAT[b] = 0
     end
-    for x = 0, m - 1 do
-      local s
-      if vals then s = vals[x + 1] else s = redis.call('GET', KB[b + x]) end
-      if s and #s == 32 then
-        TAT[b + x], EXP[b + x], IV[b + x], BU[b + x] = sunpack('<dddd', s)
-      else
-        TAT[b + x] = 0
-      end
-    end
-    b = b + m
   end
 end
 
