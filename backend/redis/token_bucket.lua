@@ -92,8 +92,14 @@ end
 -- the per-key path avoids helper calls and never converts numbers to or
 -- from text (glibc's exact float conversions behind tonumber, %.17g and
 -- Redis' own formatting of number arguments dominated the profile), reads
--- the arguments and writes the reply with one struct call per chunk of
--- keys, and allocates no table per key or decision.
+-- the arguments and packs the reply with one struct call per CHUNK keys,
+-- rounds with % where that is exact rather than calling math.floor and
+-- math.ceil, decides the common decisions (one key, or takes of distinct
+-- buckets) in line, without calls (TestScriptInline holds that path equal
+-- to the general one, byte for byte), and allocates no table per key or
+-- decision. Decisions are not merged: N decisions on one bucket are N
+-- sequential steps, as their replies differ and must match the general
+-- path's float arithmetic exactly.
 local EPS = 1 -- microseconds of slack that absorb floating-point rounding
 local SLACK = 1000 -- milliseconds a key may outlive its bucket's refill
 local MARGIN = 5 -- milliseconds between the expiry set and the one recorded
