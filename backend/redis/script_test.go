@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/sluice-rls/sluice/internal/redistest"
@@ -192,4 +194,120 @@ func TestScriptManyKeys(t *testing.T) {
 			t.Errorf("key %d: allowed %v, %d left, want allowed, %d left", k, r.allowed, r.remaining, want)
 		}
 	}
+}
+
+// TestScriptSameAsOld checks that token_bucket.lua decides as another
+// version of it does (same arguments and reply), when SLUICE_SCRIPT_OLD
+// names that version, e.g. main's:
+//
+//	git show main:backend/redis/token_bucket.lua > /tmp/old.lua
+//	SLUICE_SCRIPT_OLD=/tmp/old.lua go test -run TestScriptSameAsOld ./backend/redis/
+//
+// Both run in one EVAL, as two functions reading one TIME, on copies of the
+// same buckets (missing, foreign, or recorded around now under the hits'
+// limits or others): random decisions of one to four hits of any kind,
+// buckets repeated within a decision too. Replies and the values left must
+// be byte-equal. Without SLUICE_SCRIPT_OLD it is skipped: a change of
+// behaviour is meant to differ from the version before it.
+func TestScriptSameAsOld(t *testing.T) {
+	path := os.Getenv("SLUICE_SCRIPT_OLD")
+	if path == "" {
+		t.Skip("set SLUICE_SCRIPT_OLD=<another token_bucket.lua> to compare with it")
+	}
+	old, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const timeCall = "redis.call('TIME')"
+	if strings.Count(string(old), timeCall) != 1 || strings.Count(tokenBucketLua, timeCall) != 1 {
+		t.Fatalf("each script must call %s once", timeCall)
+	}
+	both := "local T = " + timeCall + "\n" +
+		"local function old(KEYS, ARGV)\n" + strings.Replace(string(old), timeCall, "T", 1) + "\nend\n" +
+		"local function new(KEYS, ARGV)\n" + strings.Replace(tokenBucketLua, timeCall, "T", 1) + "\nend\n" +
+		"local n = #KEYS / 2\n" +
+		"local ko, kn = {}, {}\n" +
+		"for i = 1, n do ko[i], kn[i] = KEYS[i], KEYS[n + i] end\n" +
+		"return { old(ko, ARGV), new(kn, ARGV) }\n"
+	c := redistest.Start(t).Client()
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(2, 13))
+	pick := func(v ...uint64) uint64 { return v[rng.IntN(len(v))] }
+	limits := func() scriptHit {
+		return scriptHit{
+			period:   pick(1, 7, 1_000_000, 3_600_000_000),
+			requests: pick(0, 1, 3, 10, 1000, 1<<40),
+			burst:    pick(0, 1, 5, 1000, 1<<40),
+		}
+	}
+	const buckets = 4
+	compared := 0
+	for trial := range 1000 {
+		tm, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := float64(tm.UnixMicro())
+		usual := make([]scriptHit, buckets) // each bucket's usual limit
+		for b := range usual {
+			usual[b] = limits()
+		}
+		key := func(side string, b int) string { return fmt.Sprintf("old/%d/%s%d", trial, side, b) }
+		for b := range buckets {
+			var value []byte
+			switch rng.IntN(4) {
+			case 0: // missing
+			case 1:
+				value = []byte("16 bytes, old  ")
+			default:
+				h := usual[b]
+				if rng.IntN(3) == 0 {
+					h = limits()
+				}
+				iv, bu := float64(max(h.period, 1))/float64(max(h.requests, 1)), float64(h.burst)
+				tat := now + (rng.Float64()*2-0.5)*iv*max(bu, 1)
+				for _, f := range []float64{tat, math.Floor(tat/1000) + float64(pick(0, 1, 5000)), iv, bu} {
+					value = binary.LittleEndian.AppendUint64(value, math.Float64bits(f))
+				}
+			}
+			for _, side := range []string{"o", "n"} {
+				if value != nil {
+					if err := c.Set(ctx, key(side, b), value, 0).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		var keys, newKeys []string
+		var blob []byte
+		for d := range 1 + rng.IntN(10) {
+			for range 1 + rng.IntN(4) {
+				b := rng.IntN(buckets)
+				h := usual[b]
+				if rng.IntN(4) == 0 {
+					h = limits()
+				}
+				h.cost, h.flags = pick(0, 1, 1, 2, 7, 1<<41), pick(0, 0, 0, 1, 2, 3)
+				keys, newKeys = append(keys, key("o", b)), append(newKeys, key("n", b))
+				blob = appendArgs(blob, uint64(d+1), h.args())
+			}
+		}
+		v, err := c.Eval(ctx, both, append(keys, newKeys...), blob).Slice()
+		if err != nil {
+			t.Fatalf("trial %d: %v", trial, err)
+		}
+		if len(v) != 2 || v[0] != v[1] {
+			t.Errorf("trial %d, %d keys: old %v, new %v", trial, len(keys), v[0], v[1])
+		}
+		for b := range buckets {
+			vo, errO := c.Get(ctx, key("o", b)).Bytes()
+			vn, errN := c.Get(ctx, key("n", b)).Bytes()
+			if !bytes.Equal(vo, vn) || (errO == nil) != (errN == nil) {
+				t.Errorf("trial %d, bucket %d: left old %v (%v), new %v (%v)", trial, b, floats(string(vo)), errO, floats(string(vn)), errN)
+			}
+		}
+		compared += len(keys)
+	}
+	t.Logf("%d keys' replies compared", compared)
 }
