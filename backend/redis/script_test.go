@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
@@ -144,13 +145,26 @@ func TestScriptInline(t *testing.T) {
 			t.Fatalf("trial %d: W exists (%d, %v): its checks wrote it", trial, n, err)
 		}
 		for b := range buckets {
-			vx, errX := c.Get(ctx, key("x", b)).Bytes()
-			vy, errY := c.Get(ctx, key("y", b)).Bytes()
-			if !bytes.Equal(vx, vy) || (errX == nil) != (errY == nil) {
-				t.Errorf("trial %d, decisions %+v, bucket %d from %x: left X %v (%v), Y %v (%v)", trial, decisions, b, values[b], floats(string(vx)), errX, floats(string(vy)), errY)
+			vx, vy := getBoth(t, c, key("x", b), key("y", b))
+			if vx != vy {
+				t.Errorf("trial %d, decisions %+v, bucket %d from %x: left X %v, Y %v", trial, decisions, b, values[b], floats(vx), floats(vy))
 			}
 		}
 	}
+}
+
+// getBoth returns the values of keys a and b ("<nil>" when missing), read
+// in one script call: Redis checks expiry against the script's start, so a
+// key written with a PX of milliseconds cannot expire between the two
+// reads.
+func getBoth(t *testing.T, c *goredis.Client, a, b string) (string, string) {
+	t.Helper()
+	const get = "return { redis.call('GET', KEYS[1]) or '<nil>', redis.call('GET', KEYS[2]) or '<nil>' }"
+	v, err := c.Eval(context.Background(), get, []string{a, b}).StringSlice()
+	if err != nil || len(v) != 2 {
+		t.Fatalf("GET %s, %s: %v %v", a, b, v, err)
+	}
+	return v[0], v[1]
 }
 
 // floats reads s as little-endian doubles, for messages.
@@ -301,10 +315,9 @@ func TestScriptSameAsOld(t *testing.T) {
 			t.Errorf("trial %d, %d keys: old %v, new %v", trial, len(keys), v[0], v[1])
 		}
 		for b := range buckets {
-			vo, errO := c.Get(ctx, key("o", b)).Bytes()
-			vn, errN := c.Get(ctx, key("n", b)).Bytes()
-			if !bytes.Equal(vo, vn) || (errO == nil) != (errN == nil) {
-				t.Errorf("trial %d, bucket %d: left old %v (%v), new %v (%v)", trial, b, floats(string(vo)), errO, floats(string(vn)), errN)
+			vo, vn := getBoth(t, c, key("o", b), key("n", b))
+			if vo != vn {
+				t.Errorf("trial %d, bucket %d: left old %v, new %v", trial, b, floats(vo), floats(vn))
 			}
 		}
 		compared += len(keys)
