@@ -37,6 +37,9 @@ import (
 //	shared  12 decisions × 3 keys, the first key the same in all 12
 //	hot     36 decisions × 1 key, all on one bucket
 //
+// SLUICE_SCRIPT_CPU_SHAPE=<prefix> runs only the shapes named so. The log
+// gives redis-server's PID, for `perf record -p` while the rounds run.
+//
 // Limits: 10 per second, a burst no call exhausts: every take is allowed
 // and written, as below a limit, and buckets carry seconds of debt, so that
 // they live from round to round and writes mostly keep their TTL.
@@ -68,7 +71,7 @@ func TestScriptCPU(t *testing.T) {
 			t.Fatalf("SCRIPT LOAD %s: %v", s.name, err)
 		}
 	}
-	only := os.Getenv("SLUICE_SCRIPT_CPU_SHAPE") // runs only the shapes whose name starts so
+	only := os.Getenv("SLUICE_SCRIPT_CPU_SHAPE")
 	for _, shape := range scriptCPUShapes() {
 		if !strings.HasPrefix(shape.name, only) {
 			continue
