@@ -91,14 +91,24 @@ end
 -- Written for speed: Redis runs this for every bucket of every request, so
 -- the per-key path avoids helper calls and never converts numbers to or
 -- from text (glibc's exact float conversions behind tonumber, %.17g and
--- Redis' own formatting of number arguments dominated the profile).
+-- Redis' own formatting of number arguments dominated the profile), reads
+-- the arguments and packs the reply with one struct call per CHUNK keys,
+-- rounds with % where that is exact rather than calling math.floor and
+-- math.ceil, decides the common decisions (one key, or takes of distinct
+-- buckets) in line, without calls (TestScriptInline holds that path equal
+-- to the general one, byte for byte), and allocates no table per key or
+-- decision. Decisions are not merged: N decisions on one bucket are N
+-- sequential steps, as their replies differ and must match the general
+-- path's float arithmetic exactly.
 local EPS = 1 -- microseconds of slack that absorb floating-point rounding
 local SLACK = 1000 -- milliseconds a key may outlive its bucket's refill
 local MARGIN = 5 -- milliseconds between the expiry set and the one recorded
 local MAXINT = 9007199254740991 -- 2^53 - 1: larger replies would overflow
-local floor, ceil, fmt = math.floor, math.ceil, string.format
+local EXACT = 4503599627370496 -- 2^52: below it, x % 1 is exact for x >= 0
+local CHUNK = 64 -- keys per struct call: bounds the Lua stack
+local floor, ceil, fmt, rep = math.floor, math.ceil, string.format, string.rep
 local A = ARGV[1] or ''
-local pack, unpack = struct.pack, struct.unpack
+local pack, sunpack, tunpack = struct.pack, struct.unpack, unpack
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -110,30 +120,66 @@ local n = #K - o
 if #A ~= 48 * n then
   return redis.error_reply('token_bucket.lua: ARGV[1] has ' .. #A .. ' bytes, want 48 per key')
 end
-local tats = {} -- committed TAT per key, read once
-local exps = {} -- the expiry a key's value records, when it has one
-local ivs = {} -- the interval a key's committed TAT is measured in
-local bursts = {} -- the burst of the limit a key was last written under
-local dirty = {}
-local out = {} -- the reply of key k, five packed integers
-local granted = {} -- whether key k's last report allowed it
-local flags = {} -- key k's flags, read once
 
-local function committed(key)
-  local v = tats[key]
-  if v == nil then
-    local s = redis.call('GET', key)
-    if s and #s == 32 then v, exps[key], ivs[key], bursts[key] = unpack('<dddd', s) else v = 0 end
-    tats[key] = v
+-- R[6k-5 .. 6k]: key k's decision, period, requests, burst, cost, flags.
+local R = {}
+do
+  local k = 1
+  while k <= n do
+    local m = n - k + 1
+    if m > CHUNK then m = CHUNK end
+    local v = { sunpack('<' .. rep('d', 6 * m), A, 48 * k - 47) }
+    if k == 1 and m == n then
+      R = v -- one chunk: v[6n + 1], unpack's next position, is never read
+    else
+      local p = 6 * k - 6
+      for x = 1, 6 * m do R[p + x] = v[x] end
+    end
+    k = k + m
   end
-  return v
 end
+
+-- The buckets of the call: key k is bucket S[k], its first key KB[b].
+-- TAT[b] is bucket b's committed TAT, EXP[b] the expiry its value records
+-- (when it has one), IV[b] and BU[b] the interval its TAT is measured in
+-- and the burst of the limit it was last written under, DIRTY[b] whether
+-- it is to be written.
+local S, KB, TAT, EXP, IV, BU, DIRTY = {}, {}, {}, {}, {}, {}, {}
+local nb = 0
+do
+  local seen = {}
+  for k = 1, n do
+    local key = K[k + o]
+    local b = seen[key]
+    if b == nil then
+      nb = nb + 1
+      b = nb
+      seen[key], KB[b] = b, key
+    end
+    S[k] = b
+  end
+  for b = 1, nb do
+    local s = redis.call('GET', KB[b])
+    if s and #s == 32 then
+      TAT[b], EXP[b], IV[b], BU[b] = sunpack('<dddd', s)
+    else
+      TAT[b] = 0
+    end
+  end
+end
+
+local V = {} -- V[5k-4 .. 5k]: key k's reply, five integers
 
 -- report fills the reply of key k for a bucket at tat.
 local function report(k, allowed, retry, tat, interval, tau, burst)
   local debt = tat - now
   if debt < 0 then debt = 0 end
-  local remaining = floor((tau - debt + EPS) / interval)
+  local remaining = (tau - debt + EPS) / interval
+  if remaining >= 0 and remaining < EXACT then
+    remaining = remaining - remaining % 1 -- floor, without a C call
+  else
+    remaining = floor(remaining)
+  end
   if remaining > burst then remaining = burst end
   local nxt = 0
   if not (remaining >= 1) then -- also NaN
@@ -143,11 +189,17 @@ local function report(k, allowed, retry, tat, interval, tau, burst)
   elseif remaining > MAXINT then
     remaining = MAXINT
   end
-  retry, debt = ceil(retry), ceil(debt)
+  if retry ~= 0 then retry = ceil(retry) end -- 0 when allowed
+  if debt < EXACT then
+    local f = debt % 1 -- ceil, without a C call (debt >= 0, or NaN)
+    if f > 0 then debt = debt - f + 1 end
+  else
+    debt = ceil(debt)
+  end
   if retry > MAXINT then retry = MAXINT end
   if debt > MAXINT then debt = MAXINT end
-  granted[k] = allowed
-  out[k] = pack('<ddddd', allowed and 1 or 0, remaining, retry, debt, nxt)
+  local q = 5 * k - 5
+  V[q + 1], V[q + 2], V[q + 3], V[q + 4], V[q + 5] = allowed and 1 or 0, remaining, retry, debt, nxt
 end
 
 -- decide applies key k to a bucket at tat, written under interval iv and
@@ -156,13 +208,14 @@ end
 -- TAT converted to key k's limit (nil otherwise) with that limit's interval
 -- and burst.
 local function decide(k, tat, iv, bu, give)
-  local period, requests, burst, cost = unpack('<dddd', A, 48 * k - 39)
+  local p = 6 * k - 4
+  local period, requests, burst, cost = R[p], R[p + 1], R[p + 2], R[p + 3]
   if requests <= 0 then
-    granted[k] = give
+    local q = 5 * k - 5
     if give then
-      out[k] = pack('<ddddd', 1, 0, 0, 0, 0)
+      V[q + 1], V[q + 2], V[q + 3], V[q + 4], V[q + 5] = 1, 0, 0, 0, 0
     else
-      out[k] = pack('<ddddd', 0, 0, period, period, period)
+      V[q + 1], V[q + 2], V[q + 3], V[q + 4], V[q + 5] = 0, 0, period, period, period
     end
     return give, tat
   end
@@ -201,68 +254,205 @@ local function decide(k, tat, iv, bu, give)
   return allowed, new, conv, interval, burst
 end
 
+-- alone decides key k by itself (a give, an independent take, or the one
+-- take of its decision) on its bucket's committed TAT, and commits it.
+local function alone(k, give)
+  local b = S[k]
+  local tat = TAT[b]
+  local allowed, new, conv, civ, cbu = decide(k, tat, IV[b], BU[b], give)
+  if conv then TAT[b], IV[b], BU[b], DIRTY[b] = conv, civ, cbu, true; tat = conv end
+  if allowed and new ~= tat then TAT[b], IV[b], BU[b], DIRTY[b] = new, civ, cbu, true end
+end
+
+-- Scratch state of one decision's takes, by bucket, emptied after each.
+local scratch, siv, sbu, granted = {}, {}, {}, {}
+-- The in-line path's TAT of each allowed key (false: nothing to commit),
+-- and the decision that last met each bucket.
+local NEW, MARK = {}, {}
+
 local i = 1
 while i <= n do
-  local d = unpack('<d', A, 48 * i - 47)
+  local d = R[6 * i - 5]
   local j = i
-  flags[i] = unpack('<d', A, 48 * i - 7)
-  while j < n and unpack('<d', A, 48 * j + 1) == d do
-    j = j + 1
-    flags[j] = unpack('<d', A, 48 * j - 7)
-  end
+  while j < n and R[6 * j + 1] == d do j = j + 1 end
 
-  -- The takes of decision d (flags 0), all-or-nothing, on a scratch copy
-  -- (scratch TATs measured in siv). A conversion of the committed bucket
-  -- is kept whatever the decision.
-  local scratch, siv, sbu, ok = {}, {}, {}, true
-  for k = i, j do
-    if flags[k] == 0 then
-      local key = K[k + o]
-      local tat, iv, bu = scratch[key], siv[key], sbu[key]
-      local fresh = tat == nil
-      if fresh then tat = committed(key); iv, bu = ivs[key], bursts[key] end
-      local allowed, new, conv, civ, cbu = decide(k, tat, iv, bu, false)
-      if conv and fresh then tats[key], ivs[key], bursts[key], dirty[key] = conv, civ, cbu, true end
-      if allowed then scratch[key], siv[key], sbu[key] = new, civ, cbu else ok = false end
+  -- Most decisions are one key, or takes of distinct buckets: they run in
+  -- line below, the general path's decide and report written out (calls
+  -- cost the most here). For them the general path below comes to this:
+  -- each key decided on its bucket's committed TAT (converted, and the
+  -- conversion kept, when its limit changed), then every allowed TAT
+  -- committed if all are allowed, else the allowed keys reported on the
+  -- untouched buckets. TestScriptInline checks that both paths agree.
+  local inline = true
+  if j > i then
+    for k = i, j do
+      local b = S[k]
+      if R[6 * k] ~= 0 or MARK[b] == i then
+        inline = false
+        break
+      end
+      MARK[b] = i
     end
   end
-  for k = i, j do
-    if flags[k] == 0 then
-      local key = K[k + o]
-      if ok then
-        local tat = scratch[key]
-        if tat ~= tats[key] then tats[key], ivs[key], bursts[key], dirty[key] = tat, siv[key], sbu[key], true end
-      elseif granted[k] then
-        -- Nothing taken: allowed takes report the untouched bucket.
-        local period, requests, burst = unpack('<ddd', A, 48 * k - 39)
+
+  if inline then
+    local ok = true
+    for k = i, j do
+      local b, p = S[k], 6 * k - 4
+      local period, requests, burst, cost, f = R[p], R[p + 1], R[p + 2], R[p + 3], R[p + 4]
+      local q = 5 * k - 5
+      if requests <= 0 then
+        NEW[k] = false
+        if f % 2 == 1 then
+          V[q + 1], V[q + 2], V[q + 3], V[q + 4], V[q + 5] = 1, 0, 0, 0, 0
+        else
+          V[q + 1], V[q + 2], V[q + 3], V[q + 4], V[q + 5] = 0, 0, period, period, period
+          ok = false
+        end
+      else
+        local tat = TAT[b]
         local interval = period / requests
-        report(k, true, 0, committed(key), interval, burst * interval, burst)
+        local tau = burst * interval
+        if tat > now and (IV[b] ~= interval or BU[b] ~= burst) then
+          local debt = (tat - now) / IV[b] * interval
+          if debt > tau then debt = tau end
+          tat = now + debt
+          TAT[b], IV[b], BU[b], DIRTY[b] = tat, interval, burst, true
+        end
+        local base = tat
+        if base < now then base = now end
+        local allowed, retry = true, 0
+        local new = tat
+        if f % 2 == 1 then
+          new = base - cost * interval
+          if new < now then new = now end
+        elseif cost > burst then
+          allowed, retry = false, base - now
+        else
+          local need = cost
+          if need < 1 then need = 1 end
+          local wait = base + need * interval - tau - now -- > 0: tokens missing
+          if wait > EPS then
+            allowed, retry = false, wait
+          else
+            new = base + cost * interval
+          end
+        end
+        if new <= now and tat <= now then
+          new = tat -- full before and after: nothing to write
+        end
+        if not allowed then
+          NEW[k], ok = false, false
+        elseif i < j then
+          NEW[k] = new
+        elseif new ~= tat then -- one key: its decision is final
+          TAT[b], IV[b], BU[b], DIRTY[b] = new, interval, burst, true
+        end
+        -- report(k, allowed, retry, new, interval, tau, burst):
+        local debt = new - now
+        if debt < 0 then debt = 0 end
+        local remaining = (tau - debt + EPS) / interval
+        if remaining >= 0 and remaining < EXACT then
+          remaining = remaining - remaining % 1
+        else
+          remaining = floor(remaining)
+        end
+        if remaining > burst then remaining = burst end
+        local nxt = 0
+        if not (remaining >= 1) then
+          if not (remaining >= 0) then remaining = 0 end
+          nxt = floor(debt + interval - tau - EPS)
+          if not (nxt >= 0) then nxt = 0 elseif nxt > MAXINT then nxt = MAXINT end
+        elseif remaining > MAXINT then
+          remaining = MAXINT
+        end
+        if retry ~= 0 then retry = ceil(retry) end
+        if debt < EXACT then
+          local x = debt % 1
+          if x > 0 then debt = debt - x + 1 end
+        else
+          debt = ceil(debt)
+        end
+        if retry > MAXINT then retry = MAXINT end
+        if debt > MAXINT then debt = MAXINT end
+        V[q + 1], V[q + 2], V[q + 3], V[q + 4], V[q + 5] = allowed and 1 or 0, remaining, retry, debt, nxt
       end
     end
-  end
+    if i < j then -- (one key's decision is committed already)
+      for k = i, j do
+        local new = NEW[k]
+        if new then
+          local b, p = S[k], 6 * k - 4
+          if not ok then
+            -- Nothing taken: allowed takes report the untouched bucket.
+            local period, requests, burst = R[p], R[p + 1], R[p + 2]
+            local interval = period / requests
+            report(k, true, 0, TAT[b], interval, burst * interval, burst)
+          elseif new ~= TAT[b] then
+            TAT[b], IV[b], BU[b], DIRTY[b] = new, R[p] / R[p + 1], R[p + 2], true
+          end
+        end
+      end
+    end
+  else
+    -- The takes of decision d (flags 0), all-or-nothing, on a scratch copy
+    -- (scratch TATs measured in siv). A conversion of the committed bucket
+    -- is kept whatever the decision.
+    local ok = true
+    for k = i, j do
+      if R[6 * k] == 0 then
+        local b = S[k]
+        local tat, iv, bu = scratch[b], siv[b], sbu[b]
+        local fresh = tat == nil
+        if fresh then tat, iv, bu = TAT[b], IV[b], BU[b] end
+        local allowed, new, conv, civ, cbu = decide(k, tat, iv, bu, false)
+        granted[k] = allowed
+        if conv and fresh then TAT[b], IV[b], BU[b], DIRTY[b] = conv, civ, cbu, true end
+        if allowed then scratch[b], siv[b], sbu[b] = new, civ, cbu else ok = false end
+      end
+    end
+    for k = i, j do
+      if R[6 * k] == 0 then
+        local b = S[k]
+        if ok then
+          local tat = scratch[b]
+          if tat ~= TAT[b] then TAT[b], IV[b], BU[b], DIRTY[b] = tat, siv[b], sbu[b], true end
+        elseif granted[k] then
+          -- Nothing taken: allowed takes report the untouched bucket.
+          local p = 6 * k - 4
+          local period, requests, burst = R[p], R[p + 1], R[p + 2]
+          local interval = period / requests
+          report(k, true, 0, TAT[b], interval, burst * interval, burst)
+        end
+      end
+    end
 
-  -- Gives and independent takes, each decided alone.
-  for k = i, j do
-    local f = flags[k]
-    if f ~= 0 then
-      local key = K[k + o]
-      local tat = committed(key)
-      local allowed, new, conv, civ, cbu = decide(k, tat, ivs[key], bursts[key], f % 2 == 1)
-      if conv then tats[key], ivs[key], bursts[key], dirty[key] = conv, civ, cbu, true; tat = conv end
-      if allowed and new ~= tat then tats[key], ivs[key], bursts[key], dirty[key] = new, civ, cbu, true end
+    -- Gives and independent takes, each decided alone.
+    for k = i, j do
+      local f = R[6 * k]
+      if f ~= 0 then
+        alone(k, f % 2 == 1)
+      else
+        local b = S[k]
+        scratch[b], siv[b], sbu[b] = nil, nil, nil
+      end
     end
   end
   i = j + 1
 end
 
-for k = 1, n do
-  local key = K[k + o]
-  if dirty[key] then
-    dirty[key] = nil
-    local tat = tats[key]
-    local full = ceil(tat / 1000) -- ms
-    local exp = exps[key]
-    local iv, bu = ivs[key], bursts[key]
+for b = 1, nb do
+  if DIRTY[b] then
+    local key, tat = KB[b], TAT[b]
+    local full = tat / 1000 -- ms, rounded up:
+    if full >= 0 and full < EXACT then
+      local x = full % 1
+      if x > 0 then full = full - x + 1 end
+    else
+      full = ceil(full)
+    end
+    local exp = EXP[b]
+    local iv, bu = IV[b], BU[b]
     if exp and exp >= full then
       redis.call('SET', key, pack('<dddd', tat, exp, iv, bu), 'KEEPTTL')
     else
@@ -273,4 +463,16 @@ for k = 1, n do
   end
 end
 
+-- The reply, packed CHUNK keys at a time.
+if n <= CHUNK then
+  return pack('<' .. rep('d', 5 * n), tunpack(V, 1, 5 * n))
+end
+local out = {}
+local k = 1
+while k <= n do
+  local m = n - k + 1
+  if m > CHUNK then m = CHUNK end
+  out[#out + 1] = pack('<' .. rep('d', 5 * m), tunpack(V, 5 * k - 4, 5 * k + 5 * m - 5))
+  k = k + m
+end
 return table.concat(out)

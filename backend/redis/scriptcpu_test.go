@@ -1,0 +1,238 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rls/sluice/internal/redistest"
+)
+
+// TestScriptCPU measures token_bucket.lua's Redis CPU per bucket: Redis'
+// own time in EVALSHA (INFO commandstats usec, which covers the script's
+// GETs and SETs) divided by the buckets the calls carried. It is a
+// measurement, not a check, so it runs only when SLUICE_SCRIPT_CPU is set
+// (to the number of rounds; 8 when not a number):
+//
+//	git show main:backend/redis/token_bucket.lua > /tmp/old.lua
+//	SLUICE_SCRIPT_CPU=12 SLUICE_SCRIPT_CPU_OLD=/tmp/old.lua \
+//	  go test -run TestScriptCPU -v ./backend/redis/
+//
+// With SLUICE_SCRIPT_CPU_OLD, that version of the script (same arguments
+// and reply) runs too, alternating with this one round by round (ABBA) on
+// the same redis-server, so that a busy machine slows both alike: only
+// such interleaved ratios are meaningful on a shared machine. Each round
+// sends scriptCPUCalls calls of one shape, pipelined scriptCPUPipe at a
+// time from one connection. The shapes:
+//
+//	spread  12 decisions × 3 keys, 36 distinct buckets per call; or 36
+//	        decisions of one key each
+//	shared  12 decisions × 3 keys, the first key the same in all 12
+//	hot     36 decisions × 1 key, all on one bucket
+//
+// SLUICE_SCRIPT_CPU_SHAPE=<prefix> runs only the shapes named so. The log
+// gives redis-server's PID, for `perf record -p` while the rounds run.
+//
+// Limits: 10 per second, a burst no call exhausts: every take is allowed
+// and written, as below a limit, and buckets carry seconds of debt, so that
+// they live from round to round and writes mostly keep their TTL.
+func TestScriptCPU(t *testing.T) {
+	env := os.Getenv("SLUICE_SCRIPT_CPU")
+	if env == "" {
+		t.Skip("a measurement: set SLUICE_SCRIPT_CPU=<rounds> (and SLUICE_SCRIPT_CPU_OLD=<old token_bucket.lua>) to run it")
+	}
+	rounds, err := strconv.Atoi(env)
+	if err != nil || rounds < 1 {
+		rounds = 8
+	}
+	scripts := []struct{ name, src string }{{"new", tokenBucketLua}}
+	if path := os.Getenv("SLUICE_SCRIPT_CPU_OLD"); path != "" {
+		old, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scripts = append([]struct{ name, src string }{{"old", string(old)}}, scripts...)
+	}
+	srv := redistest.Start(t)
+	c := srv.Client()
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	t.Logf("redis-server pid %d", srv.PID())
+	shas := make([]string, len(scripts))
+	for i, s := range scripts {
+		if shas[i], err = c.ScriptLoad(ctx, s.src).Result(); err != nil {
+			t.Fatalf("SCRIPT LOAD %s: %v", s.name, err)
+		}
+	}
+	only := os.Getenv("SLUICE_SCRIPT_CPU_SHAPE")
+	for _, shape := range scriptCPUShapes() {
+		if !strings.HasPrefix(shape.name, only) {
+			continue
+		}
+		per := make([][]float64, len(scripts)) // µs per bucket, by script, one per round
+		for r := range rounds {
+			for j := range scripts {
+				i := j
+				if r%2 == 1 {
+					i = len(scripts) - 1 - j // ABBA
+				}
+				us, err := scriptCPURound(ctx, c, shas[i], shape, r*len(scripts)+j)
+				if err != nil {
+					t.Fatalf("%s, %s: %v", shape.name, scripts[i].name, err)
+				}
+				per[i] = append(per[i], us)
+			}
+		}
+		line := shape.name + ":"
+		for i, s := range scripts {
+			line += fmt.Sprintf(" %s median %.2f min %.2f µs/bucket;", s.name, median(per[i]), slices.Min(per[i]))
+		}
+		if len(scripts) == 2 {
+			ratios := make([]float64, rounds)
+			for r := range rounds {
+				ratios[r] = per[1][r] / per[0][r]
+			}
+			line += fmt.Sprintf(" new/old median %.3f (rounds: %s)", median(ratios), fmtRatios(ratios))
+		}
+		t.Log(line)
+	}
+}
+
+// scriptCPUCalls and scriptCPUPipe are the calls of one round and how many
+// go in one pipeline.
+const (
+	scriptCPUCalls = 2000
+	scriptCPUPipe  = 16
+)
+
+// scriptCPUShape is one kind of call: its keys and ARGV[1] for call i.
+type scriptCPUShape struct {
+	name    string
+	buckets int // per call
+	build   func(i int) (keys []string, blob []byte)
+}
+
+func scriptCPUShapes() []scriptCPUShape {
+	const table = 4096 // spread buckets
+	lim := func(flags uint64) []uint64 {
+		return []uint64{uint64(time.Second / time.Microsecond), 10, 1 << 50, 1, flags}
+	}
+	spread := func(i, j int) string { return "cpu/spread/" + strconv.Itoa((i*36+j*131)%table) }
+	return []scriptCPUShape{
+		{"spread 12x3", 36, func(i int) ([]string, []byte) {
+			var keys []string
+			var blob []byte
+			for d := range 12 {
+				for k := range 3 {
+					keys = append(keys, spread(i, d*3+k))
+					blob = appendArgs(blob, uint64(d+1), lim(0))
+				}
+			}
+			return keys, blob
+		}},
+		{"spread 36x1", 36, func(i int) ([]string, []byte) {
+			var keys []string
+			var blob []byte
+			for d := range 36 {
+				keys = append(keys, spread(i, d))
+				blob = appendArgs(blob, uint64(d+1), lim(0))
+			}
+			return keys, blob
+		}},
+		{"shared 12x3", 36, func(i int) ([]string, []byte) {
+			var keys []string
+			var blob []byte
+			for d := range 12 {
+				keys = append(keys, "cpu/shared")
+				blob = appendArgs(blob, uint64(d+1), lim(0))
+				for k := 1; k < 3; k++ {
+					keys = append(keys, spread(i, d*3+k))
+					blob = appendArgs(blob, uint64(d+1), lim(0))
+				}
+			}
+			return keys, blob
+		}},
+		{"hot 36x1", 36, func(int) ([]string, []byte) {
+			var keys []string
+			var blob []byte
+			for d := range 36 {
+				keys = append(keys, "cpu/hot")
+				blob = appendArgs(blob, uint64(d+1), lim(0))
+			}
+			return keys, blob
+		}},
+	}
+}
+
+// scriptCPURound resets Redis' statistics, sends scriptCPUCalls calls of
+// shape to the script sha, seeded by seed, and returns Redis' EVALSHA
+// microseconds per bucket.
+func scriptCPURound(ctx context.Context, c *goredis.Client, sha string, shape scriptCPUShape, seed int) (float64, error) {
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		return 0, err
+	}
+	for i := 0; i < scriptCPUCalls; i += scriptCPUPipe {
+		pipe := c.Pipeline()
+		for j := i; j < i+scriptCPUPipe; j++ {
+			keys, blob := shape.build(seed*scriptCPUCalls + j)
+			pipe.EvalSha(ctx, sha, keys, blob)
+		}
+		cmds, err := pipe.Exec(ctx)
+		if err != nil {
+			return 0, err
+		}
+		for _, cmd := range cmds {
+			if s, ok := cmd.(*goredis.Cmd).Val().(string); !ok || len(s) != replyBytes*shape.buckets {
+				return 0, fmt.Errorf("reply %q", cmd.(*goredis.Cmd).Val())
+			}
+		}
+	}
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		var calls, usec float64
+		for field := range strings.SplitSeq(v, ",") {
+			k, x, _ := strings.Cut(field, "=")
+			switch k {
+			case "calls":
+				calls, _ = strconv.ParseFloat(x, 64)
+			case "usec":
+				usec, _ = strconv.ParseFloat(x, 64)
+			}
+		}
+		if calls != scriptCPUCalls {
+			return 0, fmt.Errorf("INFO commandstats: %v EVALSHA calls, want %d", calls, scriptCPUCalls)
+		}
+		return usec / calls / float64(shape.buckets), nil
+	}
+	return 0, fmt.Errorf("INFO commandstats: no cmdstat_evalsha in %q", info)
+}
+
+func median(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+func fmtRatios(v []float64) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = strconv.FormatFloat(x, 'f', 2, 64)
+	}
+	return strings.Join(parts, " ")
+}
