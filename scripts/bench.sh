@@ -44,30 +44,14 @@ results="$tmp/results.jsonl"
 : >"$results"
 pids=()
 
-cleanup() {
-	local pid
-	for pid in "${pids[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	for pid in "${pids[@]}"; do
-		for _ in 1 2 3 4 5 6 7 8 9 10; do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.2
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	done
-	rm -rf "$tmp"
-}
+# cleanup, forget, stop, wait_serving, field.
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 trap cleanup EXIT
 trap 'echo "bench: failed at line $LINENO" >&2' ERR
 trap 'exit 130' INT TERM
 
 log() { echo "bench: $*" >&2; }
-
-# forget, stop, wait_serving, field.
-# shellcheck source=scripts/lib.sh
-source "$root/scripts/lib.sh"
 
 # failed BACKEND MIX TAG REASON: record a run that could not happen.
 failed() {

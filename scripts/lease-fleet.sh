@@ -43,21 +43,9 @@ results="$tmp/results.jsonl"
 : >"$results"
 pids=()
 
-cleanup() {
-	local pid
-	for pid in "${pids[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	for pid in "${pids[@]}"; do
-		for _ in 1 2 3 4 5 6 7 8 9 10; do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.2
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	done
-	rm -rf "$tmp"
-}
+# cleanup, forget, stop, wait_serving, field.
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 trap cleanup EXIT
 trap 'echo "fleet: failed at line $LINENO" >&2' ERR
 trap 'exit 130' INT TERM
@@ -67,10 +55,6 @@ die() {
 	log "$*"
 	exit 1
 }
-
-# forget, stop, wait_serving, field.
-# shellcheck source=scripts/lib.sh
-source "$root/scripts/lib.sh"
 
 # metric URL SERIES: the sum of the samples of one series in /metrics
 # (SERIES is the name with its labels, as printed), 0 when absent.

@@ -1,7 +1,25 @@
 # shellcheck shell=bash
 # Helpers shared by scripts/bench.sh and scripts/lease-fleet.sh, which
 # source this file: the processes a script started (its array pids, which
-# its cleanup kills) and the log lines of `rls serve`.
+# cleanup kills) and the log lines of `rls serve`.
+
+# cleanup, the scripts' EXIT trap: SIGTERM every process in pids, SIGKILL
+# those still alive after 2s, and remove the script's $tmp.
+cleanup() {
+	local pid
+	for pid in "${pids[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${pids[@]}"; do
+		for _ in 1 2 3 4 5 6 7 8 9 10; do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.2
+		done
+		kill -KILL "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	rm -rf "$tmp"
+}
 
 # forget PID: drop a process the script stopped from the cleanup list.
 forget() {
