@@ -21,7 +21,6 @@ import (
 	"github.com/sluice-rls/sluice/audit"
 	"github.com/sluice-rls/sluice/audit/redisaudit"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/internal/logtest"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -44,15 +43,8 @@ func TestServeAuditsReloadsToRedis(t *testing.T) {
 	if err := os.WriteFile(file, []byte(strings.Replace(rules, "    SHARE\n", "", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stderr logtest.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "",
-			"--log-format", "json", "--config", dir, "--redis", url, "--audit-stream", "test:audit"}, &stderr, &stderr, noEnv)
-	}()
-	grpcAddr(t, &stderr)
+	rls := serveInProcess(t, noEnv, loopback("--config", dir, "--redis", url, "--audit-stream", "test:audit")...)
+	rls.Addr()
 	if err := os.WriteFile(file, []byte(strings.Replace(rules, "SHARE", "share_threshold: true", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +63,7 @@ func TestServeAuditsReloadsToRedis(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no reload in the stream; serve's log:\n%s", stderr.String())
+			t.Fatalf("no reload in the stream; serve's log:\n%s", rls.Log.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -87,18 +79,10 @@ func TestServeAuditsReloadsToRedis(t *testing.T) {
 	if err != nil || !strings.Contains(out, wantLine) {
 		t.Errorf("rls audit: %v\n%s\nwant a line holding\n%s", err, out, wantLine)
 	}
-	if log := stderr.String(); !strings.Contains(log, `"msg":"audit"`) || !strings.Contains(log, `"subject":"`+ev.Subject+`"`) {
+	if log := rls.Log.String(); !strings.Contains(log, `"msg":"audit"`) || !strings.Contains(log, `"subject":"`+ev.Subject+`"`) {
 		t.Errorf("the log has no audit line for %s:\n%s", ev.Subject, log)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("serve returned %v after cancel, want nil", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not stop after cancel")
-	}
+	rls.StopCleanly()
 }
 
 func TestAuditCommandFilters(t *testing.T) {

@@ -3,13 +3,9 @@ package main
 import (
 	"context"
 	"testing"
-	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/sluice-rls/sluice/internal/logtest"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // TestServeCompatFlags: --quota-mode, --response-metadata,
@@ -23,20 +19,8 @@ func TestServeCompatFlags(t *testing.T) {
 		"RLS_RATELIMIT_HEADER_LIMIT": "X-Limit",
 		"RLS_REFUSAL_DETAILS":        "false",
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stderr logtest.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "", "--log-format", "json"},
-			&stderr, &stderr, func(k string) string { return env[k] })
-	}()
-	conn, err := grpc.NewClient(grpcAddr(t, &stderr), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
+	srv := serveInProcess(t, func(k string) string { return env[k] }, loopback()...)
+	client := srv.Client()
 	call := func(pairs ...[2]string) *rlsv3.RateLimitResponse {
 		t.Helper()
 		req := &rlsv3.RateLimitRequest{Domain: "edge"}
@@ -79,13 +63,7 @@ func TestServeCompatFlags(t *testing.T) {
 	if header(resp, "retry-after") != "" || header(resp, "x-ratelimit-layer") != "" || len(resp.GetRawBody()) != 0 {
 		t.Errorf("--refusal-details=false: headers %v body %q, want neither", resp.GetResponseHeadersToAdd(), resp.GetRawBody())
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not stop after cancel")
+	if err := srv.Stop(); err != nil {
+		t.Fatalf("serve: %v", err)
 	}
 }

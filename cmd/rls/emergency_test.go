@@ -6,12 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluice-rls/sluice/emergency"
 	"github.com/sluice-rls/sluice/internal/logtest"
@@ -27,21 +24,9 @@ func TestServeEmergencyChannel(t *testing.T) {
 	if err := os.WriteFile(path, []byte("# on-call, 2026-12\n"+emergency.Digest(secret)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stderr logtest.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "", "--log-format", "json",
-			"--emergency-key", "emergency"}, &stderr, &stderr,
-			func(k string) string { return map[string]string{"RLS_EMERGENCY_SECRET_FILE": path}[k] })
-	}()
-	conn, err := grpc.NewClient(grpcAddr(t, &stderr), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
+	srv := serveInProcess(t, func(k string) string { return map[string]string{"RLS_EMERGENCY_SECRET_FILE": path}[k] },
+		loopback("--emergency-key", "emergency")...)
+	client := srv.Client()
 	call := func(value string) rlsv3.RateLimitResponse_Code {
 		t.Helper()
 		resp, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{
@@ -59,16 +44,10 @@ func TestServeEmergencyChannel(t *testing.T) {
 	if got := call("not-" + secret); got != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Errorf("blocklisted address with a wrong secret: %v, want OVER_LIMIT", got)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not stop after cancel")
+	if err := srv.Stop(); err != nil {
+		t.Fatalf("serve: %v", err)
 	}
-	logs := stderr.String()
+	logs := srv.Log.String()
 	for _, want := range []string{`"msg":"emergency channel on"`, `"secrets":1`, `"bypassed_rules":["edge.remote_address_50.0.0.5"]`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %s:\n%s", want, logs)

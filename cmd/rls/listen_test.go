@@ -10,9 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/sluice-rls/sluice/internal/logtest"
 	"google.golang.org/grpc"
@@ -102,15 +100,8 @@ func TestListenUnixLeftovers(t *testing.T) {
 func TestServeOverUnixSockets(t *testing.T) {
 	dir := t.TempDir()
 	grpcSock, httpSock := filepath.Join(dir, "grpc.sock"), filepath.Join(dir, "http.sock")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stderr logtest.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--grpc-addr", "unix:" + grpcSock, "--http-addr", "unix://" + httpSock, "--admin-addr", "",
-			"--log-format", "json"}, &stderr, &stderr, noEnv)
-	}()
-	if got := grpcAddr(t, &stderr); got != grpcSock {
+	rls := serveInProcess(t, noEnv, "--grpc-addr", "unix:"+grpcSock, "--http-addr", "unix://"+httpSock, "--admin-addr", "", "--log-format", "json")
+	if got := rls.Addr(); got != grpcSock {
 		t.Errorf("serving line grpc_addr = %q, want %q", got, grpcSock)
 	}
 	conn, err := grpc.NewClient("unix:"+grpcSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -119,10 +110,7 @@ func TestServeOverUnixSockets(t *testing.T) {
 	}
 	defer conn.Close()
 	// The example rules limit remote_address 50.0.0.5 globally to 0.
-	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{{
-		Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "50.0.0.5"}},
-	}}}
-	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), req)
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), edgeRequest("remote_address", "50.0.0.5"))
 	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Errorf("ShouldRateLimit over %s: %v, %v; want OVER_LIMIT", grpcSock, resp.GetOverallCode(), err)
 	}
@@ -140,15 +128,7 @@ func TestServeOverUnixSockets(t *testing.T) {
 	} else {
 		r.Body.Close()
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("serve returned %v after cancel, want nil", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not stop after cancel")
-	}
+	rls.StopCleanly()
 	for _, p := range []string{grpcSock, httpSock} {
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("%s after shutdown: %v, want it removed", p, err)

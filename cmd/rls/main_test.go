@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -11,14 +10,10 @@ import (
 	"testing"
 	"time"
 
-	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/internal/logtest"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -32,41 +27,14 @@ func TestMain(m *testing.M) {
 func noEnv(string) string { return "" }
 
 func TestServeJSONLogsAndStopsOnCancel(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stderr logtest.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-format", "json"}, &stderr, &stderr, noEnv)
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	var start map[string]any
-	for start == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("no start line:\n%s", stderr.String())
-		}
-		for _, line := range strings.Split(stderr.String(), "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "serving" {
-				start = m
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	s := serveInProcess(t, noEnv, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-format", "json")
+	start := s.Serving()
 	for _, k := range []string{"grpc_addr", "http_addr", "admin_addr", "backend", "rules", "rule_count"} {
 		if _, ok := start[k]; !ok {
 			t.Errorf("start line lacks %s: %v", k, start)
 		}
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("serve returned %v after cancel, want nil", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not stop after cancel")
-	}
+	s.StopCleanly()
 }
 
 func TestRunErrors(t *testing.T) {
@@ -122,40 +90,17 @@ func TestTrustCA(t *testing.T) {
 // the fallback probe or the memory backends still running.
 func TestServeWithRedisStopsCleanly(t *testing.T) {
 	srv := redistest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stderr logtest.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "",
-			"--log-format", "json", "--redis", "redis://" + srv.Addr() + "/0", "--redis-timeout", "1s"}, &stderr, &stderr, noEnv)
-	}()
-	conn, err := grpc.NewClient(grpcAddr(t, &stderr), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	s := serveInProcess(t, noEnv, loopback("--redis", "redis://"+srv.Addr()+"/0", "--redis-timeout", "1s")...)
 	// The example rules limit remote_address 50.0.0.5 globally to 0.
-	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{{
-		Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "50.0.0.5"}},
-	}}}
-	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), req)
+	resp, err := s.Client().ShouldRateLimit(context.Background(), edgeRequest("remote_address", "50.0.0.5"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || !strings.Contains(stderr.String(), `"backend":"redis"`) {
-		t.Errorf("answer %v, log:\n%s\nwant OVER_LIMIT from the Redis backend", resp.GetOverallCode(), stderr.String())
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || !strings.Contains(s.Log.String(), `"backend":"redis"`) {
+		t.Errorf("answer %v, log:\n%s\nwant OVER_LIMIT from the Redis backend", resp.GetOverallCode(), s.Log.String())
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("serve returned %v after cancel, want nil", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not stop after cancel")
-	}
-	if !strings.Contains(stderr.String(), `"msg":"stopped"`) {
-		t.Errorf("no stopped line:\n%s", stderr.String())
+	s.StopCleanly()
+	if !strings.Contains(s.Log.String(), `"msg":"stopped"`) {
+		t.Errorf("no stopped line:\n%s", s.Log.String())
 	}
 }

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sluice-rls/sluice/internal/logtest"
 )
 
 // TestServePeerEnvAndEmbeddedRules runs rls serve configured only by
@@ -22,39 +19,18 @@ func TestServePeerEnvAndEmbeddedRules(t *testing.T) {
 		"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
 		"LOG_FORMAT": "json", "LOG_LEVEL": "info", "USE_STATSD": "false",
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stderr logtest.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--admin-addr", ""}, &stderr, &stderr, func(k string) string { return env[k] })
-	}()
+	rls := serveInProcess(t, func(k string) string { return env[k] }, "--admin-addr", "")
 	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("serve did not stop")
+		if err := rls.Stop(); err != nil {
+			t.Errorf("serve: %v", err)
 		}
 	}()
+	start := rls.Serving()
 	var lines []map[string]any
-	var start map[string]any
-	for deadline := time.Now().Add(10 * time.Second); start == nil; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no start line:\n%s", stderr.String())
-		}
-		lines = nil
-		for _, line := range strings.Split(stderr.String(), "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil {
-				lines = append(lines, m)
-				if m["msg"] == "serving" {
-					start = m
-				}
-			}
+	for _, line := range strings.Split(rls.Log.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil {
+			lines = append(lines, m)
 		}
 	}
 	find := func(level, msg, key, value string) bool {
@@ -73,7 +49,7 @@ func TestServePeerEnvAndEmbeddedRules(t *testing.T) {
 		{"WARN", "no --config: serving the embedded EXAMPLE rules", "", ""},
 	} {
 		if !find(want.level, want.msg, want.key, want.value) {
-			t.Errorf("no %s line %q with %s=%s:\n%s", want.level, want.msg, want.key, want.value, stderr.String())
+			t.Errorf("no %s line %q with %s=%s:\n%s", want.level, want.msg, want.key, want.value, rls.Log.String())
 		}
 	}
 	addr, _ := start["http_addr"].(string)

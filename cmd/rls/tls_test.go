@@ -13,14 +13,11 @@ import (
 	"testing"
 	"time"
 
-	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
@@ -360,26 +357,11 @@ func TestServeRedisClientCert(t *testing.T) {
 		t.Fatal("Redis with tls-auth-clients yes answered a client without a certificate")
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stderr logtest.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "",
-			"--log-format", "json", "--redis", redisURL, "--redis-ca", p.CA,
-			"--redis-tls-cert", p.ClientCert, "--redis-tls-key", p.ClientKey, "--redis-timeout", "1s"}, &stderr, &stderr, noEnv)
-	}()
-	conn, err := grpc.NewClient(grpcAddr(t, &stderr), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	rls := serveInProcess(t, noEnv, loopback("--redis", redisURL, "--redis-ca", p.CA,
+		"--redis-tls-cert", p.ClientCert, "--redis-tls-key", p.ClientKey, "--redis-timeout", "1s")...)
 	// The example rules limit user_id globally: the decision leaves its
 	// bucket in Redis before the answer, unless the node is in fallback.
-	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{{
-		Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user_id", Value: "tls-client"}},
-	}}}
-	if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), req); err != nil {
+	if _, err := rls.Client().ShouldRateLimit(context.Background(), edgeRequest("user_id", "tls-client")); err != nil {
 		t.Fatal(err)
 	}
 	opts.TLSConfig.Certificates = []tls.Certificate{p.Client}
@@ -387,18 +369,10 @@ func TestServeRedisClientCert(t *testing.T) {
 	defer withCert.Close()
 	keys, err := withCert.Keys(context.Background(), "*").Result()
 	if err != nil || len(keys) == 0 {
-		t.Errorf("keys in Redis after a decision: %q, %v; want the bucket\nlog:\n%s", keys, err, stderr.String())
+		t.Errorf("keys in Redis after a decision: %q, %v; want the bucket\nlog:\n%s", keys, err, rls.Log.String())
 	}
-	if strings.Contains(stderr.String(), "fallback") {
-		t.Errorf("the node went to fallback:\n%s", stderr.String())
+	if strings.Contains(rls.Log.String(), "fallback") {
+		t.Errorf("the node went to fallback:\n%s", rls.Log.String())
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("serve returned %v after cancel, want nil", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not stop after cancel")
-	}
+	rls.StopCleanly()
 }

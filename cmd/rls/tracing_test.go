@@ -2,18 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
-	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/sluice-rls/sluice/internal/logtest"
 	"github.com/sluice-rls/sluice/internal/otlptest"
 	"github.com/sluice-rls/sluice/service"
 )
@@ -31,35 +24,13 @@ func TestServeTracing(t *testing.T) {
 				env["RLS_TRACING_ENDPOINT"] = col.Addr()
 				env["RLS_TRACING_INSECURE"] = "true"
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			var stderr logtest.Buffer
-			done := make(chan error, 1)
-			go func() {
-				done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "", "--log-format", "json"},
-					&stderr, &stderr, func(k string) string { return env[k] })
-			}()
-			addr := grpcAddr(t, &stderr)
-			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
+			rls := serveInProcess(t, func(k string) string { return env[k] }, loopback()...)
 			callCtx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-			req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{{
-				Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0.0.1"}},
-			}}}
-			if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(callCtx, req); err != nil {
+			if _, err := rls.Client().ShouldRateLimit(callCtx, edgeRequest("remote_address", "10.0.0.1")); err != nil {
 				t.Fatal(err)
 			}
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("serve: %v", err)
-				}
-			case <-time.After(15 * time.Second):
-				t.Fatal("serve did not stop after cancel")
+			if err := rls.Stop(); err != nil {
+				t.Fatalf("serve: %v", err)
 			}
 			spans := otlptest.Named(col.Spans(), service.SpanShouldRateLimit)
 			if on && (len(spans) != 1 || spans[0].ParentID() != "00f067aa0ba902b7") {
@@ -68,7 +39,7 @@ func TestServeTracing(t *testing.T) {
 			if on && spans[0].Resource["service.version"] != version() {
 				t.Errorf("service.version %q, want %q", spans[0].Resource["service.version"], version())
 			}
-			if got := strings.Contains(stderr.String(), `"msg":"tracing on"`); got != on {
+			if got := strings.Contains(rls.Log.String(), `"msg":"tracing on"`); got != on {
 				t.Errorf("log has the \"tracing on\" line: %v, want %v", got, on)
 			}
 			if !on && col.Exports() != 0 {
@@ -76,23 +47,4 @@ func TestServeTracing(t *testing.T) {
 			}
 		})
 	}
-}
-
-// grpcAddr polls serve's log for its "serving" line and returns grpc_addr.
-func grpcAddr(t *testing.T, stderr *logtest.Buffer) string {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, line := range strings.Split(stderr.String(), "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "serving" {
-				if a, ok := m["grpc_addr"].(string); ok {
-					return a
-				}
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("no serving line:\n%s", stderr.String())
-	return ""
 }

@@ -8,14 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/sluice-rls/sluice/internal/logtest"
 	"github.com/sluice-rls/sluice/internal/pkitest"
 	"github.com/sluice-rls/sluice/service"
 )
@@ -37,23 +34,9 @@ descriptors:
 func TestUsageCommand(t *testing.T) {
 	p := pkitest.New(t)
 	rules := writeRuleFile(t, t.TempDir(), "rules.yaml", usageTestRules)
-	ctx, cancel := context.WithCancel(context.Background())
-	var stderr logtest.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
-			"--log-format", "json", "--config", rules, "--top-refused", "8",
-			"--tls-cert", p.ServerCert, "--tls-key", p.ServerKey, "--tls-client-ca", p.CA}, &stderr, &stderr, noEnv)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			t.Error("serve did not stop")
-		}
-	})
-	line := servingLine(t, &stderr)
+	line := serveInProcess(t, noEnv, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
+		"--log-format", "json", "--config", rules, "--top-refused", "8",
+		"--tls-cert", p.ServerCert, "--tls-key", p.ServerKey, "--tls-client-ca", p.CA).Serving()
 	admin, grpcAddr := line["admin_addr"].(string), line["grpc_addr"].(string)
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
@@ -64,9 +47,7 @@ func TestUsageCommand(t *testing.T) {
 	}
 	defer conn.Close()
 	client := rlsv3.NewRateLimitServiceClient(conn)
-	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{{
-		Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "user_id", Value: "alice"}},
-	}}}
+	req := edgeRequest("user_id", "alice")
 	refused := 0
 	for range 7 { // 5 allowed by the local 5/hour, 2 refused
 		resp, err := client.ShouldRateLimit(context.Background(), req)
@@ -151,18 +132,8 @@ func TestUsageOffWhenTopRefusedZero(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	admin := "unix:" + filepath.Join(dir, "admin.sock")
-	ctx, cancel := context.WithCancel(context.Background())
-	var stderr logtest.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", admin,
-			"--log-format", "json", "--top-refused", "0"}, &stderr, &stderr, noEnv)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	line := servingLine(t, &stderr)
+	line := serveInProcess(t, noEnv, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", admin,
+		"--log-format", "json", "--top-refused", "0").Serving()
 	httpAddr := line["http_addr"].(string)
 	code, out, errOut := runRLS(t, nil, "usage", "--addr", admin, "--top")
 	if code != 2 || !strings.Contains(errOut, "--top-refused 0") {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,7 +18,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/sluice-rls/sluice/internal/logtest"
 	"github.com/sluice-rls/sluice/internal/pkitest"
 	"github.com/sluice-rls/sluice/internal/xdstest"
 )
@@ -44,23 +42,6 @@ func egConfig(rpu uint32, unit rlsconfv3.RateLimitUnit) *rlsconfv3.RateLimitConf
 			}},
 		}},
 	}
-}
-
-// servingLine waits for serve's "serving" log line and returns it.
-func servingLine(t *testing.T, stderr *logtest.Buffer) map[string]any {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, line := range strings.Split(stderr.String(), "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "serving" {
-				return m
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("no serving line:\n%s", stderr.String())
-	return nil
 }
 
 func httpGet(t *testing.T, url string) (int, string) {
@@ -89,17 +70,9 @@ func TestServeFromXDS(t *testing.T) {
 		ClientCAs:    pki.Roots,
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 	})))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stderr logtest.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "", "--log-format", "json",
-			"--xds-server", mgmt.Addr, "--xds-node-id", "envoy-ratelimit",
-			"--xds-tls-ca", pki.CA, "--xds-tls-cert", pki.ClientCert, "--xds-tls-key", pki.ClientKey, "--xds-tls-server-name", pkitest.ServerName,
-		}, &stderr, &stderr, noEnv)
-	}()
-	start := servingLine(t, &stderr)
+	srv := serveInProcess(t, noEnv, loopback("--xds-server", mgmt.Addr, "--xds-node-id", "envoy-ratelimit",
+		"--xds-tls-ca", pki.CA, "--xds-tls-cert", pki.ClientCert, "--xds-tls-key", pki.ClientKey, "--xds-tls-server-name", pkitest.ServerName)...)
+	start := srv.Serving()
 	httpBase := "http://" + start["http_addr"].(string)
 	if start["rules"] != "xds://"+mgmt.Addr || start["rule_count"] != float64(0) {
 		t.Errorf("serving line: rules %v, rule_count %v; want xds://%s and 0", start["rules"], start["rule_count"], mgmt.Addr)
@@ -177,15 +150,7 @@ func TestServeFromXDS(t *testing.T) {
 		t.Errorf("/rlconfig after the bad update:\n%s\nwant version v1", rlconfig)
 	}
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("serve returned %v after cancel, want nil", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not stop after cancel")
-	}
+	srv.StopCleanly()
 }
 
 // grep returns the lines of s that contain sub.
@@ -211,20 +176,12 @@ func TestServeXDSUpdateOverMaxRuleBytes(t *testing.T) {
 			RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 1}})
 	}
 	mgmt.Set(t, "default", "big", big)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stderr logtest.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "", "--log-format", "json",
-			"--xds-server", mgmt.Addr, "--max-rule-bytes", "2000", "--xds-backoff-min", "10ms", "--xds-backoff-max", "20ms",
-		}, &stderr, &stderr, noEnv)
-	}()
-	httpBase := "http://" + servingLine(t, &stderr)["http_addr"].(string)
+	srv := serveInProcess(t, noEnv, loopback("--xds-server", mgmt.Addr, "--max-rule-bytes", "2000", "--xds-backoff-min", "10ms", "--xds-backoff-max", "20ms")...)
+	httpBase := "http://" + srv.Serving()["http_addr"].(string)
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(stderr.String(), "larger than max") {
+	for !strings.Contains(srv.Log.String(), "larger than max") {
 		if time.Now().After(deadline) {
-			t.Fatalf("no refusal of the large update:\n%s", stderr.String())
+			t.Fatalf("no refusal of the large update:\n%s", srv.Log.String())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -236,8 +193,5 @@ func TestServeXDSUpdateOverMaxRuleBytes(t *testing.T) {
 	if _, rlconfig := httpGet(t, httpBase+"/rlconfig"); !strings.HasPrefix(rlconfig, "# version: small source: xds\n") {
 		t.Errorf("/rlconfig:\n%s\nwant version small", rlconfig)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("serve returned %v after cancel, want nil", err)
-	}
+	srv.StopCleanly()
 }
