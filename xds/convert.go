@@ -135,12 +135,7 @@ func convert(resources []*anypb.Any, lim Limits, opts descriptors.Options, same 
 		cfgs[i] = nil // dropped once rendered
 		name := resourceName(i, cfg.GetName())
 		out.buf.Reset()
-		enc := yaml.NewEncoder(out)
-		err := enc.Encode(fileOf(cfg))
-		if err == nil {
-			err = enc.Close()
-		}
-		if err != nil {
+		if err := encode(out, fileOf(cfg)); err != nil {
 			if errors.Is(err, errRenderBudget) || out.left < 0 {
 				err = fmt.Errorf("the update renders as more than %d bytes of rule files (%d× --max-rule-bytes): nested too deep", renderFactor*lim.MaxBytes, renderFactor)
 			}
@@ -178,6 +173,15 @@ func firstFile(err error) string {
 		return de.File
 	}
 	return ""
+}
+
+// encode renders f as a rule file into out.
+func encode(out *renderBuffer, f *descriptors.File) error {
+	enc := yaml.NewEncoder(out)
+	if err := enc.Encode(f); err != nil {
+		return err
+	}
+	return enc.Close()
 }
 
 // errRenderBudget stops a rendering that would exceed the update's budget.
