@@ -295,3 +295,46 @@ func TestReconnectsBackOff(t *testing.T) {
 		t.Errorf("%d audit events, want 1 (the first update; the same rules again change nothing): %+v", len(ev), ev)
 	}
 }
+
+// TestLargeUpdateIsSummed: an update changing 2,000 rules lists 100 of
+// them in its audit event and its log, and sums up the rest in one
+// audit change and one log line, where both held one entry per rule
+// (a 32.7 MB audit line for 100,000 domains).
+func TestLargeUpdateIsSummed(t *testing.T) {
+	const n = 2000
+	cfgs := make([]*rlsconfv3.RateLimitConfig, n)
+	for i := range cfgs {
+		cfgs[i] = limit(fmt.Sprintf("domain-%04d", i), "user", "alice", 10)
+	}
+	mgmt := xdstest.Start(t, "")
+	mgmt.Set(t, node, "v1", cfgs...)
+	s := runSource(t, mgmt.Addr)
+	mgmt.WaitRequest(t, xdstest.ACK("v1"))
+	if got := s.store.Rules().Len(); got != n {
+		t.Fatalf("%d rules, want %d", got, n)
+	}
+	ev := s.rec.Events()
+	if len(ev) != 1 {
+		t.Fatalf("%d audit events, want 1", len(ev))
+	}
+	ch := ev[0].Changes
+	if len(ch) != 101 {
+		t.Fatalf("%d audit changes, want 100 and a summary", len(ch))
+	}
+	if last := ch[100]; last.What != "(more changes not listed)" || last.New != "2000 rules added, 0 removed, 0 changed; 100 listed" {
+		t.Errorf("summary change %+v", last)
+	}
+	if b, _ := json.Marshal(ev[0]); len(b) > 64<<10 {
+		t.Errorf("audit event of %d bytes, want under 64 KB", len(b))
+	}
+	logs := s.logs.String()
+	if got := len(logLines(logs, "rule added")); got != 100 {
+		t.Errorf("%d \"rule added\" lines, want 100", got)
+	}
+	if l := logLines(logs, "more rule changes not listed"); len(l) != 1 || !strings.Contains(l[0], `"not_listed":1900`) {
+		t.Errorf("summary log lines %q, want one counting 1900 more", l)
+	}
+	if len(logs) > 256<<10 {
+		t.Errorf("%d bytes of logs for the update, want under 256 KB", len(logs))
+	}
+}
