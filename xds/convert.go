@@ -131,6 +131,7 @@ func convert(resources []*anypb.Any, lim Limits, opts descriptors.Options, same 
 	fp := fingerprinter{h: sha256.New()}
 	out := &renderBuffer{left: renderFactor * lim.MaxBytes}
 	parsed := make([]*descriptors.File, 0, len(cfgs))
+	sizes := make(map[string]int, len(cfgs)) // by resourceName, for New's errors
 	for i, cfg := range cfgs {
 		cfgs[i] = nil // dropped once rendered
 		name := resourceName(i, cfg.GetName())
@@ -149,6 +150,7 @@ func convert(resources []*anypb.Any, lim Limits, opts descriptors.Options, same 
 			continue
 		}
 		parsed = append(parsed, f)
+		sizes[name] = len(resources[i].GetValue())
 	}
 	if err := ref.err(); err != nil {
 		return converted{}, err
@@ -159,7 +161,8 @@ func convert(resources []*anypb.Any, lim Limits, opts descriptors.Options, same 
 	}
 	cfg, err := descriptors.New(parsed, opts)
 	if err != nil {
-		ref.add(firstFile(err), 0, err)
+		name := firstFile(err)
+		ref.add(name, sizes[name], err)
 		return converted{}, &ref
 	}
 	c.cfg = cfg

@@ -163,3 +163,14 @@ func TestFingerprintMatchesRuleset(t *testing.T) {
 		t.Error("an update differing from the rules in use built nothing")
 	}
 }
+
+// TestRefusalOfTheSetNamesItsResource: a problem only the whole set shows
+// (a domain defined twice) names the resource and its size too.
+func TestRefusalOfTheSetNamesItsResource(t *testing.T) {
+	res := anyOf(t, wide("a", 1), &rlsconfv3.RateLimitConfig{Name: "b", Domain: "a"})
+	_, err := convert(res, Limits{}.withDefaults(), descriptors.Options{}, nil)
+	var ref *refusal
+	if !errors.As(err, &ref) || ref.resource != "xds:b" || ref.bytes != len(res[1].GetValue()) || !strings.Contains(ref.first.Error(), `duplicate domain "a"`) {
+		t.Fatalf("refusal %+v, want xds:b, its %d bytes and the duplicate domain", ref, len(res[1].GetValue()))
+	}
+}
