@@ -28,16 +28,12 @@ func anyOf(t *testing.T, cfgs ...*rlsconfv3.RateLimitConfig) []*anypb.Any {
 // rulesOf builds an update and returns its /rlconfig lines.
 func rulesOf(t *testing.T, res []*anypb.Any) ([]string, error) {
 	t.Helper()
-	files, err := ruleFiles(res)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := build(files, descriptors.Options{})
+	conv, err := convert(res, Limits{}.withDefaults(), descriptors.Options{}, nil)
 	if err != nil {
 		return nil, err
 	}
 	var lines []string
-	for _, r := range cfg.Rules() {
+	for _, r := range conv.cfg.Rules() {
 		lines = append(lines, r.String())
 	}
 	return lines, nil
@@ -166,14 +162,11 @@ func TestJitterBounds(t *testing.T) {
 // unlimited, which the peer ignores.
 func TestConvertWarns(t *testing.T) {
 	unlimitedRate := &rlsconfv3.RateLimitConfig{Name: "u", Domain: "u", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{Unlimited: true, RequestsPerUnit: 3}}}}
-	files, err := ruleFiles(anyOf(t, unlimitedRate))
+	conv, err := convert(anyOf(t, unlimitedRate), Limits{}.withDefaults(), descriptors.Options{}, nil)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("convert: %v; want the peer's meaning, unlimited", err)
 	}
-	cfg, err := build(files, descriptors.Options{})
-	if err != nil {
-		t.Fatalf("build: %v; want the peer's meaning, unlimited", err)
-	}
+	cfg := conv.cfg
 	if r := cfg.Domain("u").Match([]descriptors.Entry{{Key: "k", Value: "v"}}); r == nil || !r.Unlimited {
 		t.Errorf("rule %v, want unlimited", r)
 	}

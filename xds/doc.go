@@ -11,6 +11,10 @@
 // gets the same reasons, is refused with a NACK carrying them, and never
 // replaces the running rules.
 //
+// Before any of that, an update is held to Limits (resources, bytes,
+// nesting, descriptors), so that a hostile one costs little more than
+// reading it; NACKs in a row and reconnects back off (see Source.Run).
+//
 // It imports descriptors and ruleset; never service or the backends.
 // Process flags are cmd/rls's (package cmd/rls/flags).
 package xds

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -71,6 +72,10 @@ type Options struct {
 	// BackoffMin and BackoffMax bound the reconnect backoff; 0: the
 	// defaults.
 	BackoffMin, BackoffMax time.Duration
+
+	// Limits bound one update; checked before it is rendered, parsed or
+	// logged. Zero fields take the defaults.
+	Limits Limits
 }
 
 // Source keeps a ruleset.Store up to date from an xDS management server.
@@ -82,6 +87,9 @@ type Source struct {
 	version atomic.Pointer[string] // of the applied rules; nil before the first update
 	ready   chan struct{}          // closed when the first update is applied
 	once    sync.Once
+	// applied is the fingerprint of the rules in use (nil before the
+	// first update); only Run's goroutine touches it.
+	applied *[sha256.Size]byte
 }
 
 // New checks opts and returns a Source that has not connected yet.
@@ -104,6 +112,7 @@ func New(opts Options) (*Source, error) {
 	if opts.BackoffMax < opts.BackoffMin {
 		return nil, fmt.Errorf("xds: backoff max %v is below min %v", opts.BackoffMax, opts.BackoffMin)
 	}
+	opts.Limits = opts.Limits.withDefaults()
 	// Plaintext unless opts.DialOptions set credentials (a later option
 	// wins).
 	opts.DialOptions = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts.DialOptions...)
@@ -137,18 +146,22 @@ func (s *Source) Ready() <-chan struct{} { return s.ready }
 // Run subscribes to RateLimitConfig resources and applies every update
 // until ctx is done, then returns nil. When the stream fails or the server
 // goes away it reconnects, after a backoff with jitter on the Clock; the
-// running rules stay in use meanwhile. A new stream asks for the version
-// last applied, as Envoy does, so a server whose rules did not change
-// sends nothing again.
+// running rules stay in use meanwhile. The backoff doubles per reconnect
+// up to BackoffMax and starts again from BackoffMin only after a stream
+// that stayed open BackoffMax or longer: a server that answers and then
+// closes every stream is retried ever more slowly, not in a loop. A new
+// stream asks for the version last applied, as Envoy does, so a server
+// whose rules did not change sends nothing again.
 func (s *Source) Run(ctx context.Context) error {
 	delay := s.opts.BackoffMin
 	for {
-		got, err := s.session(ctx)
+		start := s.clock.Now()
+		err := s.session(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if got {
-			delay = s.opts.BackoffMin
+		if s.clock.Since(start) >= s.opts.BackoffMax {
+			delay = s.opts.BackoffMin // a healthy stream: start over
 		}
 		wait := jitter(delay)
 		s.opts.Log.Warn("xDS stream to the management server ended; the running rules stay in use; reconnecting",
@@ -165,7 +178,6 @@ func (s *Source) node() *core.Node {
 }
 
 // session runs one ADS stream on a ClientConn of its own until it fails.
-// got reports whether the server sent anything, which resets the backoff.
 //
 // The SotW exchange is written here on the generated ADS client instead
 // of go-control-plane's pkg/client/sotw/v3 (v0.14.0), which sluice cannot
@@ -177,34 +189,39 @@ func (s *Source) node() *core.Node {
 // A ClientConn per stream, not one for the whole run: grpc-go's own
 // reconnect backoff (up to 120 s, on the real clock) would otherwise stack
 // on top of ours, and tests could not drive it with a fake clock.
-func (s *Source) session(ctx context.Context) (got bool, err error) {
+//
+// A NACK makes a SotW server send the refused update again at once (the
+// NACK names the version in use, not the refused one), so NACKs in a row
+// are spaced: the first goes at once, each next one after a wait that
+// doubles from BackoffMin to BackoffMax, with jitter; an ACK starts over.
+func (s *Source) session(ctx context.Context) error {
 	conn, err := grpc.NewClient(s.opts.Server, s.opts.DialOptions...)
 	if err != nil {
-		return false, err
+		return err
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream
 	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
-		return false, fmt.Errorf("opening the ADS stream: %w", err)
+		return fmt.Errorf("opening the ADS stream: %w", err)
 	}
 	applied, _ := s.Version()
 	// The first request names the node; the server keys its snapshots by
 	// node ID. No resource names: all RateLimitConfig resources (wildcard).
 	req := &discovery.DiscoveryRequest{Node: s.node(), TypeUrl: TypeURL, VersionInfo: applied}
 	if err := stream.Send(req); err != nil {
-		return false, fmt.Errorf("subscribing: %w", err)
+		return fmt.Errorf("subscribing: %w", err)
 	}
 	s.opts.Metrics.setConnected(true)
 	defer s.opts.Metrics.setConnected(false)
 	s.opts.Log.Info("xDS stream open; waiting for RateLimitConfig resources", "server", s.opts.Server, "node_id", s.opts.NodeID)
+	var nackDelay time.Duration // 0: the last answer was an ACK
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
-			return got, err
+			return err
 		}
-		got = true
 		version := resp.GetVersionInfo()
 		// ACK: the version just applied; NACK: the last one applied, and
 		// why not this one. Both carry the response's nonce.
@@ -212,46 +229,62 @@ func (s *Source) session(ctx context.Context) (got bool, err error) {
 		if err := s.apply(ctx, resp.GetResources(), version); err != nil {
 			req.VersionInfo, _ = s.Version()
 			req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: nackMessage(version, err)}
+			if nackDelay > 0 {
+				wait := jitter(nackDelay)
+				s.opts.Log.Warn("xDS update rejected again; waiting before the NACK", "version", version, "in", wait)
+				if !s.sleep(ctx, wait) {
+					return ctx.Err()
+				}
+				nackDelay = min(2*nackDelay, s.opts.BackoffMax)
+			} else {
+				nackDelay = s.opts.BackoffMin
+			}
 		} else {
 			req.VersionInfo = version
+			nackDelay = 0
 		}
 		if err := stream.Send(req); err != nil {
-			return got, fmt.Errorf("answering version %q: %w", version, err)
+			return fmt.Errorf("answering version %q: %w", version, err)
 		}
 	}
 }
 
+// maxLoggedError caps the error a rejection's log line carries: the
+// first problem only, whose names and values come from the update.
+const maxLoggedError = 512
+
 // apply builds the rules of one update and swaps them in, or logs, counts
-// and returns why not; the running rules then stay.
+// and returns why not; the running rules then stay. An update that
+// renders exactly as the rules in use (the same fingerprint, whatever its
+// version) swaps nothing and writes no audit event.
 func (s *Source) apply(ctx context.Context, resources []*anypb.Any, version string) error {
-	files, err := ruleFiles(resources)
-	var cfg *descriptors.Config
-	if err == nil {
-		cfg, err = build(files, s.opts.RuleOptions)
-	}
+	conv, err := convert(resources, s.opts.Limits, s.opts.RuleOptions, s.applied)
 	if err != nil {
 		s.opts.Reloads.Loaded(false, time.Time{})
-		s.opts.Log.Error("xDS update rejected (NACK); keeping the running rules", "version", version, "err", err)
-		for _, f := range files {
-			// The errors' line:column refer to these renderings.
-			s.opts.Log.Warn("rejected xDS update: resource as a rule file", "version", version, "resource", f.name, "yaml", string(f.yaml))
-		}
+		s.logRejected(version, len(resources), err)
 		return err
 	}
-	old := s.opts.Store.Swap(cfg)
-	s.version.Store(&version)
 	now := s.clock.Now()
 	s.opts.Reloads.Loaded(true, now)
+	s.version.Store(&version)
 	s.opts.Metrics.setVersion(version)
+	subject := version + " sha256:" + hex.EncodeToString(conv.fp[:])
+	if conv.cfg == nil {
+		s.opts.Log.Info("rules from xDS unchanged; nothing to apply", "version", version, "resources", len(resources), "subject", subject)
+		s.once.Do(func() { close(s.ready) })
+		return nil
+	}
+	old := s.opts.Store.Swap(conv.cfg)
+	s.applied = &conv.fp
+	cfg := conv.cfg
 	ruleset.LogWarnings(s.opts.Log, cfg) // what the peer loads but sluice finds suspect
 	changes := ruleset.Diff(old, cfg)
-	ruleset.LogChanges(s.opts.Log, changes)
-	subject := version + " sha256:" + fingerprint(files)
+	logChanges(s.opts.Log, changes)
 	s.opts.Log.Info("rules from xDS applied", "version", version, "resources", len(resources), "rule_count", cfg.Len(), "changed", len(changes), "subject", subject)
 	if s.opts.Audit != nil {
 		s.opts.Audit.Record(ctx, audit.Event{
 			Time: now, Kind: audit.KindReload, Node: s.opts.AuditNode, Reason: "xDS update from " + s.opts.Server,
-			Subject: subject, Changes: ruleset.AuditChanges(changes),
+			Subject: subject, Changes: auditChanges(changes),
 		})
 	}
 	if len(resources) == 0 {
@@ -261,15 +294,26 @@ func (s *Source) apply(ctx context.Context, resources []*anypb.Any, version stri
 	return nil
 }
 
-// fingerprint is the hex SHA-256 of an update's rule files.
-func fingerprint(files []ruleFile) string {
-	names := make([]string, len(files))
-	data := make([][]byte, len(files))
-	for i, f := range files {
-		names[i], data[i] = f.name, f.yaml
+// logRejected logs a refused update in one line: the first resource
+// refused, its size on the wire and its first problem, cut to
+// maxLoggedError bytes. The update is never rendered into the log; the
+// NACK carries every problem (capped at maxNackBytes).
+func (s *Source) logRejected(version string, resources int, err error) {
+	attrs := []any{"version", version, "resources", resources}
+	var ref *refusal
+	if errors.As(err, &ref) {
+		if ref.resource != "" {
+			attrs = append(attrs, "resource", ref.resource, "bytes", ref.bytes)
+		}
+		attrs = append(attrs, "refused", len(ref.all)+ref.more)
+		err = ref.first
 	}
-	sum := ruleset.Fingerprint(names, data)
-	return hex.EncodeToString(sum[:])
+	msg := err.Error()
+	if len(msg) > maxLoggedError {
+		msg = strings.ToValidUTF8(msg[:maxLoggedError], "") + "…"
+	}
+	attrs = append(attrs, "err", msg)
+	s.opts.Log.Error("xDS update rejected (NACK); keeping the running rules", attrs...)
 }
 
 // nackMessage is the error detail of a NACK: the version refused and every

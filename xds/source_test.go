@@ -158,6 +158,7 @@ func TestUpdatesNACKAndReconnect(t *testing.T) {
 	dup := limit("api", "path", "/x", 1)
 	dup.Name = "api-again"
 	dup.Descriptors = append(dup.Descriptors, dup.Descriptors[0])
+	errorsBefore := gauge(t, h.reg, "ratelimit_config_loads_total", "result", "error")
 	mgmt.Set(t, node, "v3", bad, dup)
 	nack := mgmt.WaitRequest(t, xdstest.NACK)
 	msg := nack.GetErrorDetail().GetMessage()
@@ -181,8 +182,12 @@ func TestUpdatesNACKAndReconnect(t *testing.T) {
 	if got := requestsOf(h.store.Rules(), "edge", "user", "alice"); got != 20 {
 		t.Errorf("after the NACK edge user=alice allows %d/min, want v2's 20", got)
 	}
-	if got := gauge(t, h.reg, "ratelimit_config_loads_total", "result", "error"); got != 1 {
-		t.Errorf("ratelimit_config_loads_total{result=error} = %v, want 1", got)
+	// The server sends a NACKed update again at once; the source refuses
+	// it again and holds that NACK back (on the fake clock): two refusals
+	// counted, whenever the test reads them, and no more.
+	blockUntilSleeping(t, h.clock)
+	if got := gauge(t, h.reg, "ratelimit_config_loads_total", "result", "error") - errorsBefore; got != 2 {
+		t.Errorf("ratelimit_config_loads_total{result=error} grew by %v, want 2 (v3 and its resend)", got)
 	}
 
 	// The server goes away: the rules stay; it comes back on the same
@@ -215,6 +220,16 @@ func TestUpdatesNACKAndReconnect(t *testing.T) {
 	}
 	if got := gauge(t, h.reg, "ratelimit_config_info", "source", "xds", "version", "v4"); got != 1 {
 		t.Errorf("ratelimit_config_info{source=xds,version=v4} = %v, want 1", got)
+	}
+}
+
+// blockUntilSleeping waits until the source waits on clock.
+func blockUntilSleeping(t *testing.T, clock *clockwork.FakeClock) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Wait)
+	defer cancel()
+	if err := clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatalf("the source does not wait: %v", err)
 	}
 }
 
@@ -325,7 +340,7 @@ func lastWait(t *testing.T, logs string) (time.Duration, int) {
 
 // TestBackoff: the wait before a reconnect doubles from BackoffMin to
 // BackoffMax while attempts fail, is jittered to half to all of that, and
-// starts again from BackoffMin once a stream got an update.
+// starts again from BackoffMin once a stream stayed open BackoffMax.
 func TestBackoff(t *testing.T) {
 	mgmt := xdstest.Start(t, "")
 	addr := mgmt.Addr
@@ -382,6 +397,7 @@ func TestBackoff(t *testing.T) {
 	clock.Advance(wait)
 	waitReady(t, src)
 	mgmt.WaitRequest(t, xdstest.ACK("v1"))
+	clock.Advance(8 * time.Second) // the stream stays open BackoffMax: healthy
 	mgmt.Stop()
 	clock.Advance(sleeping(time.Second))
 	sleeping(2 * time.Second)

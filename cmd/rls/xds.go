@@ -70,6 +70,12 @@ func startXDS(ctx context.Context, st flags.Serve, store *ruleset.Store, log *sl
 		Metrics:     xds.NewMetrics(reg),
 		BackoffMin:  st.XDS.BackoffMin,
 		BackoffMax:  st.XDS.BackoffMax,
+		Limits: xds.Limits{
+			MaxBytes:       st.MaxRuleBytes,
+			MaxResources:   st.XDS.MaxResources,
+			MaxDescriptors: st.XDS.MaxDescriptors,
+			MaxDepth:       st.XDS.MaxDepth,
+		},
 	})
 	if err != nil {
 		return nil, nil, err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -192,6 +193,46 @@ func TestServeXDSUpdateOverMaxRuleBytes(t *testing.T) {
 	mgmt.WaitRequest(t, xdstest.ACK("small"))
 	if _, rlconfig := httpGet(t, httpBase+"/rlconfig"); !strings.HasPrefix(rlconfig, "# version: small source: xds\n") {
 		t.Errorf("/rlconfig:\n%s\nwant version small", rlconfig)
+	}
+	srv.StopCleanly()
+}
+
+// TestServeXDSLimits: --xds-max-depth and RLS_XDS_MAX_RESOURCES reach the
+// xDS source: an update over either is NACKed naming the flag, before it
+// is rendered, and the running rules stay; one within them is applied.
+func TestServeXDSLimits(t *testing.T) {
+	mgmt := xdstest.Start(t, "")
+	mgmt.Set(t, "default", "v1", egConfig(1, rlsconfv3.RateLimitUnit_SECOND)) // two levels
+	env := func(k string) string {
+		if k == "RLS_XDS_MAX_RESOURCES" {
+			return "1"
+		}
+		return ""
+	}
+	srv := serveInProcess(t, env, loopback("--xds-server", mgmt.Addr, "--xds-max-depth", "2", "--xds-backoff-min", "10ms", "--xds-backoff-max", "20ms")...)
+	mgmt.WaitRequest(t, xdstest.ACK("v1"))
+
+	deep := egConfig(1, rlsconfv3.RateLimitUnit_SECOND)
+	deep.Descriptors[0].Descriptors[0].Descriptors = []*rlsconfv3.RateLimitDescriptor{{Key: "third"}}
+	mgmt.Set(t, "default", "deep", deep)
+	if msg := mgmt.WaitRequest(t, xdstest.NACK).GetErrorDetail().GetMessage(); !strings.Contains(msg, "nested more than 2 levels deep (--xds-max-depth)") {
+		t.Errorf("NACK of a 3-level update: %q, want --xds-max-depth", msg)
+	}
+	two := egConfig(1, rlsconfv3.RateLimitUnit_SECOND)
+	two.Name, two.Domain = "other", "other"
+	mgmt.Set(t, "default", "two", egConfig(1, rlsconfv3.RateLimitUnit_SECOND), two)
+	// The NACKs of "deep" (sent again by the server) come first.
+	nackOf := func(version string) func(*discovery.DiscoveryRequest) bool {
+		return func(r *discovery.DiscoveryRequest) bool {
+			return xdstest.NACK(r) && strings.Contains(r.GetErrorDetail().GetMessage(), fmt.Sprintf("version %q", version))
+		}
+	}
+	if msg := mgmt.WaitRequest(t, nackOf("two")).GetErrorDetail().GetMessage(); !strings.Contains(msg, "update holds 2 resources, more than the 1 allowed (--xds-max-resources)") {
+		t.Errorf("NACK of a 2-resource update: %q, want --xds-max-resources", msg)
+	}
+	httpBase := "http://" + srv.Serving()["http_addr"].(string)
+	if _, rlconfig := httpGet(t, httpBase+"/rlconfig"); !strings.HasPrefix(rlconfig, "# version: v1 source: xds\n") {
+		t.Errorf("/rlconfig after the refused updates:\n%s\nwant version v1", rlconfig)
 	}
 	srv.StopCleanly()
 }

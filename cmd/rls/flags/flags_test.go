@@ -92,6 +92,9 @@ func TestServeDefaultsAreTheOwners(t *testing.T) {
 		{"--xds-node-id", st.XDS.NodeID, xds.DefaultNodeID},
 		{"--xds-backoff-min", st.XDS.BackoffMin, xds.DefaultBackoffMin},
 		{"--xds-backoff-max", st.XDS.BackoffMax, xds.DefaultBackoffMax},
+		{"--xds-max-resources", st.XDS.MaxResources, xds.DefaultMaxResources},
+		{"--xds-max-descriptors", st.XDS.MaxDescriptors, xds.DefaultMaxDescriptors},
+		{"--xds-max-depth", st.XDS.MaxDepth, xds.DefaultMaxDepth},
 		{"--audit-stream", st.Audit.Stream, redisaudit.DefaultStream},
 		{"--audit-stream-max-len", st.Audit.MaxLen, int64(redisaudit.DefaultMaxLen)},
 	} {
@@ -150,6 +153,8 @@ func TestParseServeErrors(t *testing.T) {
 		{"xds cert without key", []string{"--xds-server", "cp:18001", "--xds-tls-ca", "ca.pem", "--xds-tls-cert", "c.pem"}, nil, []string{"--xds-tls-cert and --xds-tls-key go together"}},
 		{"xds empty node id", []string{"--xds-server", "cp:18001", "--xds-node-id", ""}, nil, []string{"--xds-node-id must not be empty"}},
 		{"xds backoff inverted", []string{"--xds-server", "cp:18001", "--xds-backoff-min", "10s", "--xds-backoff-max", "1s"}, nil, []string{"--xds-backoff-max at least as long"}},
+		{"xds depth past rule files'", []string{"--xds-server", "cp:18001", "--xds-max-depth", "65"}, nil, []string{"--xds-max-depth 65: rule files nest at most 64"}},
+		{"xds no resources", []string{"--xds-server", "cp:18001"}, map[string]string{"RLS_XDS_MAX_RESOURCES": "0"}, []string{"--xds-max-resources", "must be positive"}},
 		{"bad header name", []string{"--ratelimit-header-limit", "Rate Limit"}, nil, []string{"--ratelimit-header-limit", "not a valid HTTP header name"}},
 		{"empty header name", []string{"--ratelimit-header-reset="}, nil, []string{"--ratelimit-header-reset"}},
 		{"zero audit stream cap", []string{"--audit-stream-max-len", "0"}, nil, []string{"--audit-stream-max-len must be positive"}},

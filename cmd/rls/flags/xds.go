@@ -20,6 +20,11 @@ type XDS struct {
 	TLSServerName string // name to verify the server's certificate against (default: the host of Server)
 	BackoffMin    time.Duration
 	BackoffMax    time.Duration
+	// MaxResources, MaxDescriptors and MaxDepth bound one update (with
+	// --max-rule-bytes, its bytes): see xds.Limits.
+	MaxResources   int
+	MaxDescriptors int
+	MaxDepth       int
 }
 
 func (x *XDS) register(fs *flag.FlagSet) {
@@ -31,7 +36,10 @@ func (x *XDS) register(fs *flag.FlagSet) {
 	fs.StringVar(&x.TLSKey, "xds-tls-key", "", "client private key (PEM) of --xds-tls-cert")
 	fs.StringVar(&x.TLSServerName, "xds-tls-server-name", "", "name the xDS management server's certificate must carry (default: the host of --xds-server)")
 	fs.DurationVar(&x.BackoffMin, "xds-backoff-min", xds.DefaultBackoffMin, "first wait before reconnecting to the xDS management server; doubles per failed attempt, jittered to half to all of it")
-	fs.DurationVar(&x.BackoffMax, "xds-backoff-max", xds.DefaultBackoffMax, "longest wait before reconnecting to the xDS management server")
+	fs.DurationVar(&x.BackoffMax, "xds-backoff-max", xds.DefaultBackoffMax, "longest wait before reconnecting to the xDS management server or repeating a NACK; a stream open this long resets the backoff")
+	fs.IntVar(&x.MaxResources, "xds-max-resources", xds.DefaultMaxResources, "most RateLimitConfig resources (domains) one xDS update may hold; a larger update is NACKed")
+	fs.IntVar(&x.MaxDescriptors, "xds-max-descriptors", xds.DefaultMaxDescriptors, "most descriptors one xDS update may hold, every level of every resource; a larger update is NACKed")
+	fs.IntVar(&x.MaxDepth, "xds-max-depth", xds.DefaultMaxDepth, "most levels descriptors of an xDS resource may nest (rule files: 64); a deeper update is NACKed")
 }
 
 // validate checks the xDS flags; config is --config, which xDS excludes.
@@ -50,6 +58,10 @@ func (x XDS) validate(config string) error {
 		return fmt.Errorf("--xds-tls-cert needs --xds-tls-ca (TLS to the xDS server is on when a CA is given)")
 	case x.TLSServerName != "" && x.TLSCA == "":
 		return fmt.Errorf("--xds-tls-server-name needs --xds-tls-ca")
+	case x.MaxResources <= 0 || x.MaxDescriptors <= 0 || x.MaxDepth <= 0:
+		return fmt.Errorf("--xds-max-resources, --xds-max-descriptors and --xds-max-depth must be positive, not %d, %d and %d", x.MaxResources, x.MaxDescriptors, x.MaxDepth)
+	case x.MaxDepth > 64:
+		return fmt.Errorf("--xds-max-depth %d: rule files nest at most 64 levels, and xDS resources are read as rule files", x.MaxDepth)
 	case x.BackoffMin <= 0 || x.BackoffMax < x.BackoffMin:
 		return fmt.Errorf("--xds-backoff-min must be positive and --xds-backoff-max at least as long, not %v and %v", x.BackoffMin, x.BackoffMax)
 	}

@@ -1,0 +1,119 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/sluice-rls/sluice/audit"
+	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/ruleset"
+)
+
+// fleetUpdate is an update of n domains, one resource each with two
+// rules, as a gateway fleet's: about 155 bytes a resource on the wire.
+func fleetUpdate(tb testing.TB, n int) ([]*anypb.Any, int) {
+	tb.Helper()
+	res := make([]*anypb.Any, n)
+	size := 0
+	for i := range n {
+		a, err := anypb.New(&rlsconfv3.RateLimitConfig{Name: fmt.Sprintf("gw-%06d", i), Domain: fmt.Sprintf("domain-%06d", i),
+			Descriptors: []*rlsconfv3.RateLimitDescriptor{
+				{Key: "remote_address", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: 100}},
+				{Key: "header_match", Value: fmt.Sprintf("route-%06d", i), RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 10}},
+			}})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		res[i], size = a, size+proto.Size(a)
+	}
+	return res, size
+}
+
+// heapPeak samples the bytes of live and not yet collected heap objects
+// every millisecond until stop is called, which returns the highest.
+func heapPeak() (stop func() uint64) {
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	var peak atomic.Uint64
+	read := func() {
+		metrics.Read(sample)
+		if v := sample[0].Value.Uint64(); v > peak.Load() {
+			peak.Store(v)
+		}
+	}
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				read()
+			}
+		}
+	}()
+	return func() uint64 {
+		close(done)
+		<-finished
+		read()
+		return peak.Load()
+	}
+}
+
+// BenchmarkLargeUpdate applies a 100,000-domain update (15.5 MB on the
+// wire, over the default limits, which the benchmark lifts) to a source
+// with an audit log, and reports the heap's peak above what it held
+// before, as bytes and as a multiple of the update's wire size
+// (peak-x), and what the rules keep once applied (kept-x). XDS_DOMAINS
+// changes the size: go test -run X -bench LargeUpdate -benchtime 1x ./xds.
+func BenchmarkLargeUpdate(b *testing.B) {
+	n := 100_000
+	if _, err := fmt.Sscan(getenv("XDS_DOMAINS"), &n); err != nil {
+		n = 100_000
+	}
+	res, size := fleetUpdate(b, n)
+	b.ReportAllocs()
+	for b.Loop() {
+		empty, err := descriptors.New(nil, descriptors.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+		src, err := New(Options{Server: "127.0.0.1:1", Store: ruleset.NewStore(empty), Log: log, Audit: audit.Log{Logger: log},
+			Limits: Limits{MaxBytes: 64 << 20, MaxResources: 1 << 20, MaxDescriptors: 1 << 22}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		var before, kept runtime.MemStats
+		runtime.ReadMemStats(&before)
+		stop := heapPeak()
+		if err := src.apply(context.Background(), res, "v1"); err != nil {
+			b.Fatal(err)
+		}
+		peak := stop()
+		runtime.GC()
+		runtime.ReadMemStats(&kept)
+		runtime.KeepAlive(src)
+		b.ReportMetric(float64(size)/1e6, "wire-MB")
+		b.ReportMetric(float64(peak-before.HeapAlloc)/1e6, "peak-MB")
+		b.ReportMetric(float64(peak-before.HeapAlloc)/float64(size), "peak-x")
+		b.ReportMetric(float64(kept.HeapAlloc-before.HeapAlloc)/float64(size), "kept-x")
+	}
+}
+
+func getenv(k string) string { return os.Getenv(k) }
