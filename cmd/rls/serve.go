@@ -187,7 +187,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	// to what a decision with a Redis call needs; a fresh goroutine per
 	// call spent ~9% of the CPU growing its stack (profiled under load).
 	// srv.Codec decodes values that are not UTF-8 instead of refusing them.
-	grpcOpts := append(serverCredentials(serverTLS), grpc.NumStreamWorkers(streamWorkers()), grpc.ForceServerCodecV2(srv.Codec()))
+	conns := newGRPCConns(st.GRPCMaxConns, st.GRPCFirstCallTimeout, reg)
+	grpcOpts := []grpc.ServerOption{conns.serverOption(transportCredentials(serverTLS)), grpc.NumStreamWorkers(streamWorkers()), grpc.ForceServerCodecV2(srv.Codec())}
 	grpcOpts = append(grpcOpts, grpcConnLimits(st)...)
 	if traces != nil {
 		// Envoy's trace context read from the call's header, not from a copy.
@@ -235,7 +236,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	httpServer := newHTTPServer(newHTTPMux(global.state, store, reg, &draining, st.AdminAddr, xsrc, st.XDS.Server, ovr), st, log)
 
 	errc := make(chan error, 3)
-	go func() { errc <- grpcServer.Serve(grpcLis) }()
+	go func() { errc <- grpcServer.Serve(conns.listener(grpcLis)) }()
 	go func() { errc <- httpServer.Serve(limitConns(httpLis, st.HTTPMaxConns)) }()
 	var adminServer *http.Server
 	if adminLis != nil {

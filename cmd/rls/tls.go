@@ -147,10 +147,18 @@ func splitList(s string) []string {
 
 // serverCredentials returns the gRPC server options for s (nil: plaintext).
 func serverCredentials(s *serverTLS) []grpc.ServerOption {
+	if c := transportCredentials(s); c != nil {
+		return []grpc.ServerOption{grpc.Creds(c)}
+	}
+	return nil
+}
+
+// transportCredentials returns gRPC's credentials for s (nil: plaintext).
+func transportCredentials(s *serverTLS) credentials.TransportCredentials {
 	if s == nil {
 		return nil
 	}
-	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(s.config()))}
+	return credentials.NewTLS(s.config())
 }
 
 // useRedisClientCert makes a TLS Redis connection present the key pair of
