@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -13,6 +14,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluice-rls/sluice/internal/pkitest"
 )
 
 // silentHTTP2 dials addr and sends the HTTP/2 client preface and an empty
@@ -84,6 +87,38 @@ func TestSilentHTTP2ConnectionClosed(t *testing.T) {
 	}
 	if _, metrics := httpGet(t, "http://"+httpAddr+"/metrics"); !strings.Contains(metrics, "ratelimit_grpc_connections_closed_no_call_total 1\n") {
 		t.Errorf("/metrics does not count one connection closed without a call:\n%s", grepLines(metrics, "ratelimit_grpc_connections"))
+	}
+}
+
+// TestSilentHTTP2ConnectionClosedTLS: over TLS the bound starts after the
+// handshake, and a silent connection is closed as in plaintext, while a
+// TLS call before and after it succeeds.
+func TestSilentHTTP2ConnectionClosedTLS(t *testing.T) {
+	p := pkitest.New(t)
+	s := serveInProcess(t, noEnv, loopback("--grpc-first-call-timeout", "2s",
+		"--tls-cert", p.ServerCert, "--tls-key", p.ServerKey, "--tls-client-ca", p.CA)...)
+	addr := s.Addr()
+	conn := dialTLS(t, addr, p, p.Client)
+	if _, err := serverSerial(t, conn); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, &tls.Config{
+		RootCAs: p.Roots, ServerName: pkitest.ServerName, Certificates: []tls.Certificate{p.Client}, NextProtos: []string{"h2"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	if _, err := io.WriteString(raw, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
+		t.Fatal(err)
+	}
+	held := closedWithin(raw, 10*time.Second)
+	t.Logf("silent HTTP/2 connection over TLS closed after %v (bound 2 s)", held)
+	if held < 0 {
+		t.Fatal("a TLS connection that sent the preface and SETTINGS and then nothing is still open after 10 s")
+	}
+	if _, err := serverSerial(t, conn); err != nil {
+		t.Errorf("a TLS call on the connection that made one before, past the bound: %v", err)
 	}
 }
 
