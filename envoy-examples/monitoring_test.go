@@ -181,6 +181,7 @@ func TestPrometheusRules(t *testing.T) {
 		{"SluiceEmergencyChannelUsed", `ratelimit_emergency_requests_total{result="allowed"}`},
 		{"SluiceEmergencySecretGuessing", `ratelimit_emergency_requests_total{result="rejected"}`},
 		{"SluiceEmergencySecretsFileRejected", `ratelimit_emergency_secret_loads_total{result="error"}`},
+		{"SluiceAdminTokenFileInvalid", "ratelimit_admin_token_file_valid"},
 	} {
 		if expr, ok := alerts[want.alert]; !ok || !strings.Contains(expr, want.uses) {
 			t.Errorf("alert %s missing or not on %s: %q", want.alert, want.uses, expr)

@@ -117,13 +117,14 @@ func TestJSONRefusesNegativeHits(t *testing.T) {
 	}
 }
 
-// TestAdminMutualTLS: with --tls-client-ca, /json asks for the same client
-// certificates as gRPC; /healthcheck stays plaintext for the kubelet.
+// TestAdminMutualTLS: with --admin-tls-client-ca, /json asks for client
+// certificates of that CA (here the same as gRPC's); /healthcheck stays
+// plaintext for the kubelet.
 func TestAdminMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "m.yaml", drainRules)
 	m := newMTLS(t)
-	p := startRLS(t, append([]string{"--config", dir}, m.flags...)...)
+	p := startRLS(t, append([]string{"--config", dir, "--admin-tls-client-ca", m.CA}, m.flags...)...)
 	roots := m.Roots
 	post := func(scheme string, certs []tls.Certificate) (int, error) {
 		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,7 +13,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/internal/logtest"
 	"github.com/sluice-rls/sluice/internal/pkitest"
 	"github.com/sluice-rls/sluice/override"
 	"github.com/sluice-rls/sluice/ruleset"
@@ -66,7 +70,7 @@ func TestOverridesNeedAToken(t *testing.T) {
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
 	writeTokens(t, tokens, "# operators\nalice:alice-token-0123456789\nbob:bob-token-0123456789\n")
-	auth, err := newAdminAuth(tokens, false)
+	auth, err := newAdminAuth(tokens, false, discardLogger(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,17 +158,17 @@ func TestTokenFileErrors(t *testing.T) {
 	} {
 		p := filepath.Join(dir, "t")
 		writeTokens(t, p, tt.content)
-		if _, err := newAdminAuth(p, false); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if _, err := newAdminAuth(p, false, discardLogger(), prometheus.NewRegistry()); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("token file %q: %v, want %q", tt.content, err, tt.want)
 		}
 	}
-	if _, err := newAdminAuth(filepath.Join(dir, "missing"), false); err == nil {
+	if _, err := newAdminAuth(filepath.Join(dir, "missing"), false, discardLogger(), prometheus.NewRegistry()); err == nil {
 		t.Error("missing token file: no error")
 	}
 }
 
 func TestOverridesOffWithoutAuth(t *testing.T) {
-	auth, _ := newAdminAuth("", false)
+	auth, _ := newAdminAuth("", false, discardLogger(), prometheus.NewRegistry())
 	srv, _ := adminServer(t, auth, nil)
 	resp, err := http.Get(srv.URL + "/overrides")
 	if err != nil {
@@ -181,7 +185,7 @@ func TestOverridesOffWithoutAuth(t *testing.T) {
 // the verified client certificate authenticates, its subject the author.
 func TestOverridesAuthorFromClientCertificate(t *testing.T) {
 	pki := pkitest.New(t)
-	auth, _ := newAdminAuth("", true)
+	auth, _ := newAdminAuth("", true, discardLogger(), prometheus.NewRegistry())
 	srv, o := adminServer(t, auth, &tls.Config{Certificates: []tls.Certificate{pki.Server}, ClientCAs: pki.Roots, ClientAuth: tls.RequireAndVerifyClientCert})
 	addr := strings.TrimPrefix(srv.URL, "https://")
 	var out, errOut bytes.Buffer
@@ -193,4 +197,109 @@ func TestOverridesAuthorFromClientCertificate(t *testing.T) {
 	if l := o.mgr.List(); len(l) != 1 || l[0].Author != "envoy" {
 		t.Errorf("List() = %v, want one override by envoy (the certificate's CN)", l)
 	}
+}
+
+// TestTokenFileRevokes: every rewrite of the token file is the list of
+// valid tokens from the next call on. A token taken out is refused; a file
+// emptied, commented out, deleted, or with one line that does not parse
+// refuses every token (fail closed), says so at error, and
+// ratelimit_admin_token_file_valid is 0 until the file is fixed.
+func TestTokenFileRevokes(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	const alice, bob = "alice-token-0123456789", "bob-token-0123456789"
+	good := "alice:" + alice + "\nbob:" + bob + "\n"
+	writeTokens(t, tokens, good)
+	var logs logtest.Buffer
+	reg := prometheus.NewRegistry()
+	auth, err := newAdminAuth(tokens, false, slog.New(slog.NewTextHandler(&logs, nil)), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := adminServer(t, auth, nil)
+	status := func(token string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", srv.URL+"/overrides", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	valid := func() float64 { return metricValue(t, reg, "ratelimit_admin_token_file_valid") }
+	errorCount := func() float64 { return metricValue(t, reg, "ratelimit_admin_token_file_errors_total") }
+	if got := status(alice); got != http.StatusOK || valid() != 1 {
+		t.Fatalf("alice with a good file: %d, valid %v; want 200, 1", got, valid())
+	}
+
+	// A rewrite without bob revokes bob alone.
+	writeTokens(t, tokens, "alice:"+alice+"\n")
+	if a, b := status(alice), status(bob); a != http.StatusOK || b != http.StatusUnauthorized {
+		t.Errorf("after bob was taken out: alice %d, bob %d; want 200, 401", a, b)
+	}
+	if !strings.Contains(logs.String(), "names=[bob]") {
+		t.Errorf("no log line naming the revoked token:\n%s", logs.String())
+	}
+
+	for _, tt := range []struct {
+		name  string
+		write func()
+	}{
+		{"emptied", func() { writeTokens(t, tokens, "") }},
+		{"commented out", func() { writeTokens(t, tokens, "# alice:"+alice+"\n# bob:"+bob+"\n") }},
+		{"deleted", func() {
+			if err := os.Remove(tokens); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"one bad line", func() { writeTokens(t, tokens, good+"carol:short\n") }},
+		{"a line without a name", func() { writeTokens(t, tokens, good+"just-a-token-without-a-name\n") }},
+	} {
+		writeTokens(t, tokens, good)
+		if a, b := status(alice), status(bob); a != http.StatusOK || b != http.StatusOK {
+			t.Fatalf("%s: with the good file again: alice %d, bob %d", tt.name, a, b)
+		}
+		before := errorCount()
+		mark := len(logs.String())
+		tt.write()
+		if a, b := status(alice), status(bob); a != http.StatusUnauthorized || b != http.StatusUnauthorized {
+			t.Errorf("%s: alice %d, bob %d; want 401, 401", tt.name, a, b)
+		}
+		if v := valid(); v != 0 {
+			t.Errorf("%s: ratelimit_admin_token_file_valid = %v, want 0", tt.name, v)
+		}
+		if d := errorCount() - before; d != 1 {
+			t.Errorf("%s: ratelimit_admin_token_file_errors_total grew by %v, want 1 (once, however many calls)", tt.name, d)
+		}
+		if l := logs.String()[mark:]; !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "every admin token is revoked") {
+			t.Errorf("%s: no error log line:\n%s", tt.name, l)
+		}
+	}
+	writeTokens(t, tokens, good)
+	if a := status(alice); a != http.StatusOK || valid() != 1 {
+		t.Errorf("file fixed: alice %d, valid %v; want 200, 1", a, valid())
+	}
+}
+
+// metricValue gathers reg and returns the value of the one series of name
+// (a gauge or a counter).
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			m := mf.GetMetric()[0]
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no single series %s", name)
+	return 0
 }

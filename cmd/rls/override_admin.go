@@ -37,7 +37,7 @@ type overrides struct {
 // from the first request, and runs the Manager until ctx is done; stop
 // waits for it.
 func startOverrides(ctx context.Context, st flags.Serve, redisOpts *goredis.UniversalOptions, rules *ruleset.Store, trail auditTrail, log *slog.Logger, reg prometheus.Registerer) (*overrides, func(), error) {
-	auth, err := newAdminAuth(st.Overrides.AdminTokenFile, st.TLSClientCA != "")
+	auth, err := newAdminAuth(st.Overrides.AdminTokenFile, st.AdminTLSClientCA != "", log, reg)
 	if err != nil {
 		return nil, nil, err
 	}

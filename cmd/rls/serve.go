@@ -179,11 +179,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	if err != nil {
 		return err
 	}
+	adminTLS, err := newAdminTLS(st, serverTLS, clockwork.NewRealClock(), log, reg)
+	if err != nil {
+		return err
+	}
 	// Stream workers are reused goroutines whose stacks have already grown
 	// to what a decision with a Redis call needs; a fresh goroutine per
 	// call spent ~9% of the CPU growing its stack (profiled under load).
 	// srv.Codec decodes values that are not UTF-8 instead of refusing them.
-	grpcOpts := append(serverCredentials(serverTLS), grpc.NumStreamWorkers(streamWorkers()), grpc.ForceServerCodecV2(srv.Codec()))
+	conns := newGRPCConns(st.GRPCMaxConns, st.GRPCFirstCallTimeout, reg)
+	grpcOpts := []grpc.ServerOption{conns.serverOption(transportCredentials(serverTLS)), grpc.NumStreamWorkers(streamWorkers()), grpc.ForceServerCodecV2(srv.Codec())}
 	grpcOpts = append(grpcOpts, grpcConnLimits(st)...)
 	if traces != nil {
 		// Envoy's trace context read from the call's header, not from a copy.
@@ -219,12 +224,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 			return fmt.Errorf("admin listener: %w", err)
 		}
 		adminAddr = adminLis.Addr().String()
+		if st.TLSClientCA != "" && st.AdminTLSClientCA == "" && !isLoopback(adminLis.Addr()) {
+			adminLis.Close()
+			grpcLis.Close()
+			httpLis.Close()
+			grpcServer.Stop() // its stream workers
+			return fmt.Errorf("admin listener %s: %w", adminAddr, errAdminNeedsOwnCA)
+		}
 	}
 	var draining atomic.Bool
 	httpServer := newHTTPServer(newHTTPMux(global.state, store, reg, &draining, st.AdminAddr, xsrc, st.XDS.Server, ovr), st, log)
 
 	errc := make(chan error, 3)
-	go func() { errc <- grpcServer.Serve(grpcLis) }()
+	go func() { errc <- grpcServer.Serve(conns.listener(grpcLis)) }()
 	go func() { errc <- httpServer.Serve(limitConns(httpLis, st.HTTPMaxConns)) }()
 	var adminServer *http.Server
 	if adminLis != nil {
@@ -232,14 +244,18 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 		ovr.mount(adminMux)
 		adminServer = newHTTPServer(adminMux, st, log)
 		adminLis = limitConns(adminLis, st.HTTPMaxConns)
-		if serverTLS != nil {
-			adminServer.TLSConfig = serverTLS.config("h2", "http/1.1")
+		if adminTLS != nil {
+			adminServer.TLSConfig = adminTLS.config("h2", "http/1.1")
 			go func() { errc <- adminServer.ServeTLS(adminLis, "", "") }()
 		} else {
 			go func() { errc <- adminServer.Serve(adminLis) }()
 		}
-		if !isLoopback(adminLis.Addr()) && st.TLSClientCA == "" {
+		if !isLoopback(adminLis.Addr()) && st.AdminTLSClientCA == "" {
 			log.Warn("the admin address is reachable from the network without client certificates: anyone who reaches it can spend tokens through /json",
+				"admin_addr", adminAddr)
+		}
+		if st.TLSClientCA != "" && st.AdminTLSClientCA == "" {
+			log.Warn("the admin address (loopback) asks no client certificate: --tls-client-ca verifies Envoy on the gRPC port only; give --admin-tls-client-ca for operators' certificates",
 				"admin_addr", adminAddr)
 		}
 	}

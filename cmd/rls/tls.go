@@ -20,14 +20,18 @@ import (
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
 )
 
-// serverTLS is the server side of --tls-cert, --tls-key, --tls-client-ca
-// (mTLS: clients must present a certificate signed by that CA) and
-// --tls-client-san, shared by the gRPC and admin listeners. The files are
-// read again when they change (certFiles).
+// serverTLS is the server side of one listener's TLS: --tls-cert and
+// --tls-key, and the client CA and SAN list it requires certificates of
+// (mTLS). gRPC's are --tls-client-ca and --tls-client-san (Envoy); the
+// admin listener's are its own, --admin-tls-client-ca and
+// --admin-tls-client-san (operators), so that Envoy's certificate is never
+// an operator's. The files are read again when they change (certFiles).
 type serverTLS struct {
-	files *certFiles
-	sans  []string // --tls-client-san; empty: any certificate the CA signed
-	log   *slog.Logger
+	files       *certFiles
+	clientCerts bool     // require client certificates of files' CA bundle
+	sans        []string // empty: any certificate the CA signed
+	sanFlag     string   // the flag of sans, for errors
+	log         *slog.Logger
 }
 
 // newServerTLS reads the server's TLS files; nil, nil when --tls-cert is
@@ -42,8 +46,36 @@ func newServerTLS(st flags.Serve, clock clockwork.Clock, log *slog.Logger, reg p
 	if err != nil {
 		return nil, fmt.Errorf("TLS: %w", err)
 	}
-	return &serverTLS{files: files, sans: splitList(st.TLSClientSAN), log: log}, nil
+	return &serverTLS{files: files, clientCerts: st.TLSClientCA != "", sans: splitList(st.TLSClientSAN), sanFlag: "--tls-client-san", log: log}, nil
 }
+
+// newAdminTLS returns the admin listener's TLS (nil without --tls-cert):
+// the server certificate of grpc, and client certificates of
+// --admin-tls-client-ca (with --admin-tls-client-san), read and reloaded
+// on their own (ratelimit_tls_* certificate="admin"). Without
+// --admin-tls-client-ca the admin listener asks for no client certificate:
+// gRPC's --tls-client-ca is never used there.
+func newAdminTLS(st flags.Serve, grpcTLS *serverTLS, clock clockwork.Clock, log *slog.Logger, reg prometheus.Registerer) (*serverTLS, error) {
+	if grpcTLS == nil {
+		return nil, nil
+	}
+	if st.AdminTLSClientCA == "" {
+		return &serverTLS{files: grpcTLS.files, log: log}, nil
+	}
+	files, err := newCertFiles(certFilesOptions{
+		Name: "admin", Cert: st.TLSCert, Key: st.TLSKey, CA: st.AdminTLSClientCA, Clock: clock, Log: log, Reg: reg,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("admin TLS: %w", err)
+	}
+	return &serverTLS{files: files, clientCerts: true, sans: splitList(st.AdminTLSClientSAN), sanFlag: "--admin-tls-client-san", log: log}, nil
+}
+
+// errAdminNeedsOwnCA refuses to serve a network-reachable admin address
+// while gRPC requires client certificates and the admin address has no CA
+// of its own: it used to take gRPC's, which made Envoy an operator, and
+// serving it without client certificates would open it silently.
+var errAdminNeedsOwnCA = errors.New("--tls-client-ca verifies the gRPC port's clients (Envoy) only; the admin address is reachable from the network and needs its own --admin-tls-client-ca (the operators' CA): give it, bind --admin-addr to loopback, or turn the admin address off with --admin-addr ''")
 
 // config returns a listener's TLS configuration: each handshake gets the
 // certificate and client CA in use at that moment, offering nextProtos by
@@ -54,7 +86,7 @@ func (s *serverTLS) config(nextProtos ...string) *tls.Config {
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			m := s.files.get()
 			cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{m.pair}, NextProtos: nextProtos}
-			if m.pool != nil {
+			if s.clientCerts && m.pool != nil {
 				cfg.ClientCAs = m.pool
 				cfg.ClientAuth = tls.RequireAndVerifyClientCert
 				if len(s.sans) > 0 {
@@ -66,21 +98,18 @@ func (s *serverTLS) config(nextProtos ...string) *tls.Config {
 	}
 }
 
-// errClientSAN refuses a client certificate without an accepted SAN.
-var errClientSAN = errors.New("client certificate carries none of the names --tls-client-san accepts")
-
 // checkSAN refuses a client certificate (already verified against the
-// client CA) that carries none of --tls-client-san: see clientSANMatches.
+// client CA) that carries none of s.sans: see clientSANMatches.
 func (s *serverTLS) checkSAN(cs tls.ConnectionState) error {
 	if len(cs.PeerCertificates) > 0 && clientSANMatches(cs.PeerCertificates[0], s.sans) {
 		return nil
 	}
 	if len(cs.PeerCertificates) > 0 {
 		leaf := cs.PeerCertificates[0]
-		s.log.Debug("TLS client refused: no accepted SAN", "subject", leaf.Subject.String(),
+		s.log.Debug("TLS client refused: no accepted SAN", "certificate", s.files.name, "subject", leaf.Subject.String(),
 			"dns_sans", leaf.DNSNames, "uri_sans", fmt.Sprint(leaf.URIs))
 	}
-	return errClientSAN
+	return fmt.Errorf("client certificate carries none of the names %s accepts", s.sanFlag)
 }
 
 // clientSANMatches reports whether leaf carries one of sans. A name with
@@ -118,10 +147,18 @@ func splitList(s string) []string {
 
 // serverCredentials returns the gRPC server options for s (nil: plaintext).
 func serverCredentials(s *serverTLS) []grpc.ServerOption {
+	if c := transportCredentials(s); c != nil {
+		return []grpc.ServerOption{grpc.Creds(c)}
+	}
+	return nil
+}
+
+// transportCredentials returns gRPC's credentials for s (nil: plaintext).
+func transportCredentials(s *serverTLS) credentials.TransportCredentials {
 	if s == nil {
 		return nil
 	}
-	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(s.config()))}
+	return credentials.NewTLS(s.config())
 }
 
 // useRedisClientCert makes a TLS Redis connection present the key pair of

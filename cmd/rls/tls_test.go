@@ -320,6 +320,9 @@ func TestServerTLSFlagsErrors(t *testing.T) {
 		{"Redis cert on redis://", []string{"--redis", "redis://127.0.0.1:1", "--redis-tls-cert", p.ClientCert, "--redis-tls-key", p.ClientKey}, "needs a TLS URL"},
 		{"Redis key of another cert", []string{"--redis", "rediss://127.0.0.1:1", "--redis-tls-cert", p.ClientCert, "--redis-tls-key", p.ServerKey}, "private key does not match"},
 		{"server key of another cert", []string{"--tls-cert", p.ServerCert, "--tls-key", p.ClientKey}, "private key does not match"},
+		{"admin CA without TLS", []string{"--admin-addr", "127.0.0.1:0", "--admin-tls-client-ca", p.OtherCA}, "--admin-tls-client-ca needs --tls-cert"},
+		{"admin SAN without admin CA", []string{"--admin-addr", "127.0.0.1:0", "--tls-cert", p.ServerCert, "--tls-key", p.ServerKey, "--admin-tls-client-san", "ops"}, "--admin-tls-client-san needs --admin-tls-client-ca"},
+		{"admin CA not PEM", []string{"--admin-addr", "127.0.0.1:0", "--tls-cert", p.ServerCert, "--tls-key", p.ServerKey, "--admin-tls-client-ca", p.ServerKey}, "admin TLS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

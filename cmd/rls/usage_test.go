@@ -36,7 +36,7 @@ func TestUsageCommand(t *testing.T) {
 	rules := writeRuleFile(t, t.TempDir(), "rules.yaml", usageTestRules)
 	line := serveInProcess(t, noEnv, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
 		"--log-format", "json", "--config", rules, "--top-refused", "8",
-		"--tls-cert", p.ServerCert, "--tls-key", p.ServerKey, "--tls-client-ca", p.CA).Serving()
+		"--tls-cert", p.ServerCert, "--tls-key", p.ServerKey, "--tls-client-ca", p.CA, "--admin-tls-client-ca", p.CA).Serving()
 	admin, grpcAddr := line["admin_addr"].(string), line["grpc_addr"].(string)
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{

@@ -97,6 +97,8 @@ type Serve struct {
 	GRPCMaxConnAge       time.Duration // a connection this old gets GOAWAY, so clients rebalance; 0: never
 	GRPCMaxConnAgeGrace  time.Duration // calls in flight at --grpc-max-conn-age may finish within this
 	GRPCKeepaliveMinTime time.Duration // clients pinging more often are disconnected
+	GRPCMaxConns         int           // open connections on the gRPC listener; more wait in the backlog (0: no cap)
+	GRPCFirstCallTimeout time.Duration // a connection that starts no call within this is closed (0: never)
 
 	Redis        string
 	RedisCA      string // PEM bundle trusted for rediss:// (default: the system roots)
@@ -147,6 +149,10 @@ type Serve struct {
 	// TLSClientSAN is a comma-separated list: with mTLS, a client
 	// certificate must carry one of these names (DNS, IP or URI SAN).
 	TLSClientSAN string
+	// AdminTLSClientCA and AdminTLSClientSAN are the admin listener's
+	// own: operators' client certificates, never Envoy's.
+	AdminTLSClientCA  string
+	AdminTLSClientSAN string
 
 	DrainTimeout time.Duration
 
@@ -195,6 +201,8 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.DurationVar(&s.GRPCMaxConnIdle, "grpc-max-conn-idle", 2*time.Minute, "gRPC: close (GOAWAY) connections without a call for this long (0: never)")
 	fs.DurationVar(&s.GRPCMaxConnAge, "grpc-max-conn-age", time.Hour, "gRPC: close (GOAWAY) connections this old (±10%), so that clients such as Envoy reconnect and spread over new replicas (0: never)")
 	fs.DurationVar(&s.GRPCMaxConnAgeGrace, "grpc-max-conn-age-grace", 10*time.Second, "gRPC: how long calls in flight at --grpc-max-conn-age may still run before the connection is closed (0: no bound)")
+	fs.IntVar(&s.GRPCMaxConns, "grpc-max-conns", 4096, "gRPC: most open connections on the listener; more wait in the kernel's backlog (0: no cap). Envoy opens about one connection per worker thread to each replica, so 4096 is ~500 Envoys of 8 workers; each connection is a file descriptor, keep the cap below the process' limit")
+	fs.DurationVar(&s.GRPCFirstCallTimeout, "grpc-first-call-timeout", 5*time.Second, "gRPC: close a new connection that starts no call within this (after TLS and the HTTP/2 preface); Envoy sends its first call at once (0: never, for clients that connect ahead of calls)")
 	fs.DurationVar(&s.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", 10*time.Second, "gRPC: clients may send keepalive pings this often, with or without calls; faster ones are disconnected")
 	s.Rules.register(fs)
 	s.XDS.register(fs)
@@ -233,6 +241,8 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.StringVar(&s.TLSKey, "tls-key", "", "gRPC server private key (PEM)")
 	fs.StringVar(&s.TLSClientCA, "tls-client-ca", "", "CA bundle (PEM) for client certificates; enables mTLS")
 	fs.StringVar(&s.TLSClientSAN, "tls-client-san", "", "with mTLS, comma-separated names a client certificate must carry one of: DNS name (wildcard SANs match), IP, or URI with :// such as a SPIFFE ID (default: any certificate the CA signed)")
+	fs.StringVar(&s.AdminTLSClientCA, "admin-tls-client-ca", "", "CA bundle (PEM) for operators' client certificates on the admin address (needs --tls-cert); enables mTLS there, and the certificate's subject authors /overrides calls. --tls-client-ca (Envoy's) never applies to the admin address; with it, a non-loopback --admin-addr needs this flag")
+	fs.StringVar(&s.AdminTLSClientSAN, "admin-tls-client-san", "", "with --admin-tls-client-ca, comma-separated names an operator's certificate must carry one of, as --tls-client-san (default: any certificate that CA signed)")
 	fs.DurationVar(&s.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
 	fs.StringVar(&s.TracingEndpoint, "tracing-endpoint", "", "OpenTelemetry collector (OTLP/gRPC) host:port to send traces to (default: tracing off)")
 	fs.Float64Var(&s.TracingSampleRatio, "tracing-sample-ratio", DefaultTracingSampleRatio, "share of requests traced when Envoy sent no trace context, in [0, 1]; Envoy's sampling decision wins when it sent one")
@@ -404,14 +414,23 @@ func (s Serve) validate() error {
 	if s.TLSClientSAN != "" && (s.TLSClientCA == "" || strings.Trim(s.TLSClientSAN, ", ") == "") {
 		return fmt.Errorf("--tls-client-san needs --tls-client-ca and at least one name")
 	}
+	if s.AdminTLSClientCA != "" && s.TLSCert == "" {
+		return fmt.Errorf("--admin-tls-client-ca needs --tls-cert and --tls-key (the admin address serves TLS with that certificate)")
+	}
+	if s.AdminTLSClientCA != "" && s.AdminAddr == "" {
+		return fmt.Errorf("--admin-tls-client-ca needs --admin-addr")
+	}
+	if s.AdminTLSClientSAN != "" && (s.AdminTLSClientCA == "" || strings.Trim(s.AdminTLSClientSAN, ", ") == "") {
+		return fmt.Errorf("--admin-tls-client-san needs --admin-tls-client-ca and at least one name")
+	}
 	if (s.RedisTLSCert == "") != (s.RedisTLSKey == "") {
 		return fmt.Errorf("--redis-tls-cert and --redis-tls-key go together")
 	}
 	if s.RedisTLSCert != "" && s.Redis == "" {
 		return fmt.Errorf("--redis-tls-cert needs --redis")
 	}
-	if s.HTTPReadTimeout < 0 || s.HTTPWriteTimeout < 0 || s.HTTPIdleTimeout < 0 || s.HTTPMaxConns < 0 || s.GRPCMaxConnIdle < 0 || s.GRPCKeepaliveMinTime < 0 || s.GRPCMaxConnAge < 0 || s.GRPCMaxConnAgeGrace < 0 {
-		return fmt.Errorf("--http-*-timeout, --http-max-conns, --grpc-max-conn-idle, --grpc-max-conn-age(-grace) and --grpc-keepalive-min-time must be ≥ 0")
+	if s.HTTPReadTimeout < 0 || s.HTTPWriteTimeout < 0 || s.HTTPIdleTimeout < 0 || s.HTTPMaxConns < 0 || s.GRPCMaxConnIdle < 0 || s.GRPCKeepaliveMinTime < 0 || s.GRPCMaxConnAge < 0 || s.GRPCMaxConnAgeGrace < 0 || s.GRPCMaxConns < 0 || s.GRPCFirstCallTimeout < 0 {
+		return fmt.Errorf("--http-*-timeout, --http-max-conns, --grpc-max-conns, --grpc-first-call-timeout, --grpc-max-conn-idle, --grpc-max-conn-age(-grace) and --grpc-keepalive-min-time must be ≥ 0")
 	}
 	if s.GRPCHandshakeTimeout <= 0 {
 		return fmt.Errorf("--grpc-handshake-timeout must be positive, not %v", s.GRPCHandshakeTimeout)

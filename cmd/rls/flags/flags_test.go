@@ -53,7 +53,7 @@ func TestParseServe(t *testing.T) {
 	// Connection limits are on by default.
 	if st.HTTPReadTimeout != 5*time.Second || st.HTTPWriteTimeout != 10*time.Second || st.HTTPIdleTimeout != 30*time.Second ||
 		st.HTTPMaxConns != 128 || st.GRPCHandshakeTimeout != 5*time.Second || st.GRPCMaxConnIdle != 2*time.Minute ||
-		st.GRPCKeepaliveMinTime != 10*time.Second {
+		st.GRPCKeepaliveMinTime != 10*time.Second || st.GRPCMaxConns != 4096 || st.GRPCFirstCallTimeout != 5*time.Second {
 		t.Errorf("connection limit defaults: %+v", st)
 	}
 }
@@ -145,6 +145,9 @@ func TestParseServeErrors(t *testing.T) {
 		{"stray argument", []string{"extra"}, nil, []string{"no arguments"}},
 		{"negative timeout", []string{"--http-idle-timeout", "-1s"}, nil, []string{"--http-"}},
 		{"negative conn cap", []string{"--http-max-conns", "-1"}, nil, []string{"--http-max-conns"}},
+		{"negative gRPC conn cap", []string{"--grpc-max-conns", "-1"}, nil, []string{"--grpc-max-conns"}},
+		{"negative first-call timeout", []string{"--grpc-first-call-timeout", "-1s"}, nil, []string{"--grpc-first-call-timeout"}},
+		{"admin CA without admin address", []string{"--tls-cert", "c.pem", "--tls-key", "k.pem", "--admin-addr", "", "--admin-tls-client-ca", "ops.pem"}, nil, []string{"--admin-tls-client-ca needs --admin-addr"}},
 		{"no handshake timeout", []string{"--grpc-handshake-timeout", "0"}, nil, []string{"--grpc-handshake-timeout"}},
 		{"no redis timeout", []string{"--redis-timeout", "0s"}, nil, []string{"--redis-timeout must be positive"}},
 		{"config and xds", []string{"--xds-server", "cp:18001", "--config", "rules.yaml"}, nil, []string{"--config and --xds-server are two sources of rules"}},
