@@ -81,7 +81,8 @@ type Subject struct {
 // inconclusive (see Run).
 const attempts = 3
 
-// Run runs every scenario as a parallel subtest of t.
+// Run runs every scenario, and every bound scenario (alternation), as a
+// parallel subtest of t.
 //
 // A mismatch fails the scenario when the Limiter's lag stayed below the
 // scenario's margin (margin): then no lag can explain it. When the lag
@@ -112,6 +113,12 @@ func Run(t *testing.T, h Harness) {
 				}
 				t.Logf("run %d inconclusive: lag %v ≥ margin %v, %d mismatches (first: %s); again on a fresh Limiter", attempt, lag, m, len(errs), errs[0])
 			}
+		})
+	}
+	for _, a := range alternations {
+		t.Run(a.name, func(t *testing.T) {
+			t.Parallel()
+			runAlternation(t, h, a)
 		})
 	}
 }

@@ -76,9 +76,10 @@ func TestScenarioTable(t *testing.T) {
 		"same key twice in one call", "same key: a give does not help a take of the same call",
 		"same key: an independent hit does not block a later take",
 		"same key: a give before a take returns the take's tokens",
-		"limit raised: spent stays spent", "limit lowered: refused until a token refills, spent clamped to the burst",
+		"limit raised: spent stays spent", "limit lowered: refused until the excess refills, spent stays spent",
 		"limit lowered: the bucket refills at the new rate", "limit changed: a fraction of a token converts",
-		"burst raised alone: spent stays spent", "burst lowered alone: spent clamped to the burst",
+		"burst raised alone: spent stays spent", "burst lowered alone: spent stays spent",
+		"disagreeing limits: the smaller limit forgives nothing",
 		"period changed: spent stays spent, refilling at the new rate",
 	} {
 		if !seen[name] {
