@@ -43,17 +43,22 @@ type Limit struct {
 //
 // A Key may come with another Limit than its bucket was last written under
 // (a rule's numbers changed; keys are a rule and its values, not its
-// numbers). The bucket then keeps what was spent: with debt = TAT - now the
-// time it lacks to be full under the old Limit (GCRA's theoretical arrival
-// time, TAT) and interval = Period/Requests, it becomes
+// numbers; or nodes run different limits for one rule). The bucket then
+// keeps what was spent, all of it: with debt = TAT - now the time it lacks
+// to be full under the old Limit (GCRA's theoretical arrival time, TAT) and
+// interval = Period/Requests, it becomes
 //
-//	TAT' = now + min(debt/oldInterval, newBurst) × newInterval
+//	TAT' = now + (debt/oldInterval) × newInterval
 //
-// (a full bucket stays full; fractions of a token convert too), and it is
-// stored so converted whatever the hit's decision, so that it refills at the
-// new rate from then on. Under an unchanged Limit a bucket is never
-// clamped. So 3 spent of 3/day, raised to 4/day, leaves exactly 1; 2 spent
-// of 4/day, lowered to 2/day, leaves none for 12 hours.
+// (a full bucket stays full; fractions of a token convert too), never
+// clamped to the new burst: a bucket that took more than a lowered burst
+// refuses, Remaining 0, until the excess refilled. It is stored so
+// converted whatever the hit's decision, so that it refills at the new rate
+// from then on. So 3 spent of 3/day, raised to 4/day, leaves exactly 1; 2
+// spent of 4/day, lowered to 2/day, leaves none for 12 hours, and 3 spent
+// none for 24. Limiters that alternate between Limits on one key admit at
+// most the largest Burst plus the largest rate × the time (buckettest's
+// alternations).
 type Hit struct {
 	Key         Key
 	Limit       Limit

@@ -36,8 +36,8 @@ const keyVersion = 2
 // Envoy limit override (override non-nil) puts its numbers into the key,
 // so that each distinct override has a bucket of its own: two routes that
 // override one descriptor with different limits would otherwise share a
-// bucket and convert it back and forth on every request, each conversion
-// clamping what was spent to the smaller burst.
+// bucket and convert it back and forth on every request, the smaller
+// limit's route refused while the larger's spent beyond its burst.
 //
 // The key is the first 16 bytes of SHA-256 over a canonical encoding:
 //

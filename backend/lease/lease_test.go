@@ -392,9 +392,9 @@ func TestFromLeaseAllocs(t *testing.T) {
 // A changed limit: a node that meets a key under a new limit gives its
 // held tokens back under the old one first (the bucket still has it), then
 // Redis converts the bucket; a node whose bucket another node converted
-// since loses its held tokens instead of giving them back, since a give
-// under the old limit would convert the bucket back and its clamp (the old
-// burst) would forget tokens the fleet spent.
+// since loses its held tokens instead of giving them back (the
+// conservative side: a give under the old limit would switch the bucket
+// back to the old limit's rate).
 func TestLimitChangeGivesBackOrDrops(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := clockwork.NewFakeClock()

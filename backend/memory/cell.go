@@ -24,11 +24,11 @@ import (
 // A cell also records the Limit it was last written under, because a
 // bucket's key is its rule and values, not its numbers: a hit that comes
 // with another Limit first converts the bucket to it (under): the tokens it
-// lacks stay lacking, clamped to the new burst. The burst is recorded too,
-// although only the rate is needed to convert, so that a lowered burst is
-// told apart from a call that reads the bucket at an earlier time than
-// another wrote it (concurrent calls sample the clock before taking the
-// lock); under an unchanged Limit a bucket is never clamped.
+// lacks stay lacking, all of them, also beyond the new burst (a lowered
+// burst never forgives what was taken; such a bucket stays empty until the
+// excess refilled). Only the rate is needed to convert; the whole Limit is
+// recorded, and a Limit that differs in its burst alone converts to the
+// very same state.
 //
 // The GCRA state is a gcra of its own, and apply decides on it alone, with
 // arguments few enough for Go's register ABI: deciding on the whole 40-byte
@@ -73,15 +73,19 @@ func (b gcra) deficit(now int64, r uint64) u128 {
 // under returns b as a bucket written under lim at now, and whether that
 // converted it: b itself when it was written under lim (or is full, or lim
 // never allows); else the bucket that lacks, under lim, the tokens b lacks
-// at now, at most lim.Burst of them.
+// at now, all of them, also more than lim.Burst.
 //
 // Exactly: b lacks d₀ = (TAT-now)×r₀ + frac units of 1/r₀ ns, which are
 // d₀/p₀ tokens (r₀ per p₀ ns is the Limit b was written under). Under r
 // per p ns those take ⌈d₀×p/p₀⌉ units of 1/r ns (rounded up, so that a
-// conversion never hands out a fraction of a token), clamped to burst×p.
-// A bucket that lacked 3 of 3/day lacks 3 of 4/day (1 left); one that
-// lacked 2 of 4/day lacks 2 of 2/day (none left, the next in 12 hours); a
-// full bucket stays full.
+// conversion never hands out a fraction of a token), never clamped to
+// burst×p: nodes that disagree on a rule's burst would otherwise forgive
+// the difference at every switch from the larger to the smaller (see
+// docs/design.md, "A limit change"). A bucket that lacked 3 of 3/day
+// lacks 3 of 4/day (1 left); one that lacked 2 of 4/day lacks 2 of 2/day
+// (none left, the next in 12 hours); one that lacked 3 of 4/day lacks 3 of
+// 2/day (none left until 2 refilled, 24 hours; the next in 36 hours under
+// 2/day); a full bucket stays full.
 //
 // The refill up to now ran at the old rate: the Limit changed at an instant
 // nothing recorded. Callers store the conversion before deciding (see
@@ -94,12 +98,7 @@ func (b cell) under(now int64, lim bucket.Limit) (cell, bool) {
 	p := uint64(lim.Period)
 	d := mul64(lim.Burst, p)
 	if b.lim.Requests > 0 && b.lim.Period > 0 { // else never written: read as empty
-		p0 := uint64(b.lim.Period)
-		d0 := b.deficit(now, b.lim.Requests)
-		if d0.less(mul64(lim.Burst, p0)) {
-			// d₀ < burst×p₀, so d₀×p/p₀ < burst×p < 2¹²⁸.
-			d = mulDivCeil(d0, p, p0)
-		}
+		d = mulDivCeil(b.deficit(now, b.lim.Requests), p, uint64(b.lim.Period))
 	}
 	return cell{gcra: bucketAt(now, d, lim.Requests), lim: lim}, true
 }
@@ -208,14 +207,17 @@ func (x u128) sub(y u128) u128 {
 	return u128{hi, lo}
 }
 
-// mulDivCeil returns ⌈x×m/d⌉ through a 192-bit product; the quotient must
-// fit in 128 bits (d must not be 0).
+// mulDivCeil returns ⌈x×m/d⌉ through a 192-bit product, saturating at
+// 2¹²⁸-1 when the quotient needs more than 128 bits (d must not be 0).
 func mulDivCeil(x u128, m, d uint64) u128 {
 	// x×m = w2·2¹²⁸ + w1·2⁶⁴ + w0.
 	h0, w0 := bits.Mul64(x.lo, m)
 	h1, l1 := bits.Mul64(x.hi, m)
 	w1, c := bits.Add64(h0, l1, 0)
 	w2 := h1 + c
+	if w2 >= d {
+		return u128{math.MaxUint64, math.MaxUint64} // the quotient needs more than 128 bits
+	}
 	// Long division by d, 64 bits at a time; w2 < d as the quotient fits.
 	q1, rem := bits.Div64(w2, w1, d)
 	q0, rem := bits.Div64(rem, w0, d)

@@ -451,10 +451,23 @@ func TestApplyExtremes(t *testing.T) {
 			want: ok(1, 32),
 		},
 		{
-			name: "burst lowered below the deficit: clamped to the new burst",
+			// 100 lacking under burst 5 stay lacking: a take waits for 96
+			// to refill.
+			name: "burst lowered below the deficit: nothing forgiven",
 			b:    cell{gcra: gcra{tat: 1000}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 100}}, lim: bucket.Limit{Requests: 1, Period: 10, Burst: 5},
 			now: 0, cost: 1,
-			want: refused(0, 10, 50),
+			want: refused(0, 960, 1000),
+		},
+		{
+			// A deficit of ~2¹²⁷ units converted to a Period 2⁴⁰ times
+			// longer needs more than 128 bits: it saturates (the TAT at the
+			// end of int64 time, as bucketAt does), it does not wrap to a
+			// full bucket.
+			name: "conversion beyond 128 bits saturates",
+			b:    cell{gcra: gcra{tat: math.MaxInt64}, lim: bucket.Limit{Requests: math.MaxUint64, Period: 1, Burst: math.MaxUint64}},
+			lim:  bucket.Limit{Requests: 1, Period: 1 << 40, Burst: 5},
+			now:  0, cost: 1,
+			want: refused(0, math.MaxInt64-4<<40, math.MaxInt64),
 		},
 		{
 			name: "zero period never allows",
@@ -562,7 +575,7 @@ func fmtLimit(l bucket.Limit) string {
 
 // TestApplyLimitChange checks the conversion of a bucket hit under another
 // Limit than it was written with: what it lacks stays lacking, in tokens,
-// clamped to the new burst, and the converted bucket is stored at the first
+// never clamped to the new burst, and the converted bucket is stored at the first
 // hit under the new Limit, refused or not, so that it refills at the new
 // rate from then on.
 func TestApplyLimitChange(t *testing.T) {
@@ -602,9 +615,19 @@ func TestApplyLimitChange(t *testing.T) {
 			{per(3, day), 0, 3, ok(0, day)},
 			{bucket.Limit{Requests: 3, Period: day, Burst: 6}, 0, 0, ok(3, day)},
 		}},
-		{"burst lowered alone: clamped", []step{
+		// 5 lacking under burst 3 stay lacking: nothing until 3 refilled,
+		// and back under burst 6, 1 left.
+		{"burst lowered alone: nothing forgiven", []step{
 			{bucket.Limit{Requests: 3, Period: day, Burst: 6}, 0, 5, ok(1, 40*time.Hour)},
-			{per(3, day), 0, 0, refused(0, 8*time.Hour, day)},
+			{per(3, day), 0, 0, refused(0, day, 40*time.Hour)},
+			{bucket.Limit{Requests: 3, Period: day, Burst: 6}, 0, 0, ok(1, 40*time.Hour)},
+			{per(3, day), day - 1, 1, refused(0, 1, 16*time.Hour+1)},
+			{per(3, day), day, 1, ok(0, day)},
+		}},
+		{"4/day, 3 spent, lowered to 2/day: the excess refills first", []step{
+			{per(4, day), 0, 3, ok(1, 18*time.Hour)},
+			{per(2, day), 0, 1, refused(0, day, 36*time.Hour)},
+			{per(4, day), 0, 0, ok(1, 18*time.Hour)},
 		}},
 		// Concurrent calls may read a bucket at an earlier time than
 		// another wrote it: that lacks more than the burst, which under an

@@ -22,7 +22,7 @@
 // A bucket records the Limit it was last written under. A hit under another
 // Limit (a rule's numbers changed; a key is a rule and its values, not its
 // numbers) first converts it, as bucket.Hit documents: what was spent stays
-// spent, clamped to the new burst. The conversion is stored before the hit
+// spent, also beyond a lowered burst. The conversion is stored before the hit
 // is decided, so it holds whatever the decision.
 //
 // # Time

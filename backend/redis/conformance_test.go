@@ -1,10 +1,12 @@
 package redis_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/bucket/buckettest"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
@@ -47,8 +49,21 @@ func redisHarness(e env) buckettest.Harness {
 		New: func(t *testing.T) buckettest.Subject {
 			f := e.fixture(t, redisbackend.Options{})
 			// Connect and load the script before the scenario's first
-			// call, so that its lag is the decisions' alone.
-			f.remaining(f.key(0), slow)
+			// call, so that its lag is the decisions' alone. Set-up, so
+			// a generous deadline: on a loaded machine a Cluster client's
+			// first call (slots, connections, the script) may take more
+			// than the Limiter's 1 s timeout.
+			hits := []bucket.Hit{{Key: f.key(0), Limit: slow}}
+			states := make([]bucket.State, 1)
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				_, err := f.l.Hit(context.Background(), hits, states)
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("set-up check: %v", err)
+				}
+			}
 			return buckettest.Subject{Limiter: f.l, Advance: time.Sleep, Now: time.Now}
 		},
 		Resolution: time.Microsecond,

@@ -51,8 +51,8 @@ const (
 	// bucket's count of parked tokens, then gives back Take tokens leased
 	// under Limit as a LeaseGive, except that the give does nothing when
 	// the bucket was written under another limit since (those tokens are
-	// lost, never admitted: giving them back would convert the bucket to
-	// the old limit, whose clamp may forget tokens the fleet spent).
+	// lost, never admitted: the conservative side; a give back under the
+	// old limit would switch the bucket back to the old limit's rate).
 	LeaseReturn
 )
 

@@ -35,16 +35,24 @@
 -- above the clamp stays as it is).
 --
 -- A changed limit, as token_bucket.lua: a key may come with another limit
--- (interval or burst) than its value was written under. The tokens it
--- lacks at now stay lacking, clamped to the new burst: with debt = TAT -
--- now > 0 at the old interval, the bucket is read as TAT' = now +
--- min(debt / old interval, burst) * interval. Any op under another limit
--- (take, check, lease, give, independent take) converts the bucket and
--- writes it back under its limit, whatever the decision; under an
--- unchanged limit nothing is clamped. Except a return (flags 3): tokens a
--- node leased under a limit the bucket no longer has are not given back
--- (giving them would convert the bucket back to the old limit, and a
--- clamp there may forget debt); they are lost, never admitted.
+-- (interval or burst) than its value was written under, after a rule
+-- change or while nodes disagree on a rule. The tokens it lacks at now
+-- stay lacking, all of them: with debt = TAT - now > 0 at the old
+-- interval, the bucket lacks D = debt / old interval tokens and is read as
+-- TAT' = now + D * interval, D never clamped to the new burst (that would
+-- forgive the excess at each switch to a smaller burst). A take or a lease
+-- needs D + tokens <= the caller's burst, so a bucket beyond a lowered
+-- burst refuses takes, leases nothing (a prefetch, need 0, is allowed and
+-- gets nothing) and reports 0 remaining until the excess refilled. Any op
+-- under another limit (take, check, lease, give, independent take)
+-- converts the bucket and writes it back under its limit, D unchanged,
+-- whatever the decision. Except a return (flags 3): tokens a node leased
+-- under a limit the bucket no longer has are not given back; they are
+-- lost, never admitted (a conversion would forgive nothing, but a return
+-- must not switch the bucket back to the old limit's rate, and dropping is
+-- the conservative side). The parked count (cur + prev) is in tokens,
+-- whatever the limit, and a give's clamp at burst - (cur + prev) never
+-- lowers D, so neither interacts with a conversion.
 --
 -- KEYS[i]   bucket key i (i = 1..n), all in one slot in Redis Cluster. Or,
 --           when ARGV has more than one value, as token_bucket.lua: KEYS[1]
@@ -196,13 +204,12 @@ local function unpark(key, w, since, u)
 end
 
 -- convert returns tat, measured under interval iv and burst bu, under
--- interval and burst: the tokens it lacks stay lacking, clamped to burst.
+-- interval and burst: the tokens it lacks stay lacking, all of them, also
+-- beyond burst (never clamped: that would forgive them).
 local function convert(tat, iv, bu, interval, burst)
   if tat > now and (iv ~= interval or bu ~= burst) then
-    local debt = (tat - now) / iv * interval
-    local tau = burst * interval
-    if debt > tau then debt = tau end
-    return now + debt, true
+    if iv ~= interval then tat = now + (tat - now) / iv * interval end
+    return tat, true
   end
   return tat, false
 end
@@ -271,7 +278,7 @@ local function decide(k, tat, iv, bu, give)
     return false, tat, 0, base - now, base - now, conv
   end
   local wait = base + need * interval - tau - now
-  if wait > EPS then
+  if wait > EPS and need > 0 then -- (a prefetch is allowed also in debt beyond the burst)
     return false, tat, 0, wait, base - now, conv
   end
   if take > 0 then return true, base + take * interval, 0, 0, 0, conv end

@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -69,5 +70,74 @@ func testValueFormat(t *testing.T, e env) {
 	d := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(v[8*i:])) }
 	if iv, burst := d(2), d(3); iv != 1e6 || burst != float64(slow.Burst) {
 		t.Errorf("value records interval %vµs, burst %v; want 1e6µs (1/s), %d", iv, burst, slow.Burst)
+	}
+}
+
+// testBeyondLoweredBurst checks a bucket that took more than a lowered
+// burst, in token_bucket.lua (Hit, with the empty-bucket cache on) and in
+// lease.lua (Lease): the tokens it lacks stay lacking (never clamped to
+// the smaller burst), it reports 0 remaining, a RetryAfter until the take
+// fits and a ResetAfter until it is full, and the bucket converted back to
+// the larger limit still lacks them all. Limits of 1 token a second and a
+// token every 2 s, so that the test's own time moves nothing by a token.
+func testBeyondLoweredBurst(t *testing.T, e env) {
+	big := bucket.Limit{Requests: 100, Period: 100 * time.Second, Burst: 100}
+	small := bucket.Limit{Requests: 50, Period: 100 * time.Second, Burst: 50}
+	f := e.fixture(t, redisbackend.Options{CacheSize: 1000})
+	near := func(what string, got, want time.Duration) {
+		t.Helper()
+		if got > want+time.Millisecond || got < want-time.Second {
+			t.Errorf("%s: %v, want %v (less by the test's time at most)", what, got, want)
+		}
+	}
+	// Exact: 100 of 100 spent, then under 50/100 s burst 50: 100 lacking
+	// at 2 s a token.
+	k := f.key(0)
+	if ok, st := f.hit(bucket.Hit{Key: k, Limit: big, Cost: 100}); !ok || st[0].Remaining != 0 {
+		t.Fatalf("100 of burst 100: %v %+v, want allowed, 0 left", ok, st[0])
+	}
+	for _, cost := range []uint64{1, 0} {
+		ok, st := f.hit(bucket.Hit{Key: k, Limit: small, Cost: cost})
+		if ok || st[0].Allowed || st[0].Remaining != 0 {
+			t.Errorf("cost %d under the lowered burst: %v %+v, want refused, 0 left", cost, ok, st[0])
+		}
+		near(fmt.Sprintf("cost %d under the lowered burst: RetryAfter (51 tokens to refill)", cost), st[0].RetryAfter, 102*time.Second)
+		near(fmt.Sprintf("cost %d under the lowered burst: ResetAfter (100 tokens)", cost), st[0].ResetAfter, 200*time.Second)
+	}
+	// Back under the larger limit, converted again: still 100 lacking.
+	ok, st := f.hit(bucket.Hit{Key: k, Limit: big, Cost: 1})
+	if ok || st[0].Remaining != 0 {
+		t.Errorf("back under burst 100: %v %+v, want refused, 0 left (nothing forgiven)", ok, st[0])
+	}
+	near("back under burst 100: RetryAfter", st[0].RetryAfter, time.Second)
+	near("back under burst 100: ResetAfter", st[0].ResetAfter, 100*time.Second)
+
+	// Leased: the same through lease.lua, a lease of all that is left
+	// taken under the larger limit first.
+	ctx := context.Background()
+	k = f.key(1)
+	lease := func(lim bucket.Limit, need, take, extra uint64) redisbackend.LeaseReply {
+		t.Helper()
+		out := make([]redisbackend.LeaseReply, 1)
+		ops := []redisbackend.LeaseOp{{Key: k, Limit: lim, Decision: 1, Kind: redisbackend.LeaseTake, Need: need, Take: take, Extra: extra, Share: 1}}
+		if err := f.l.Lease(ctx, ops, out); err != nil {
+			t.Fatalf("Lease: %v", err)
+		}
+		return out[0]
+	}
+	if r := lease(big, 1, 1, 1000); !r.Allowed || r.Leased != 99 || r.Remaining != 0 {
+		t.Fatalf("take 1 and lease the rest of burst 100: %+v, want allowed, 99 leased, 0 left", r)
+	}
+	r := lease(small, 1, 1, 1000)
+	if r.Allowed || r.Leased != 0 || r.Remaining != 0 {
+		t.Errorf("take under the lowered burst: %+v, want refused, nothing leased, 0 left", r)
+	}
+	near("leased take under the lowered burst: Retry", r.Retry, 102*time.Second)
+	near("leased take under the lowered burst: Reset", r.Reset, 200*time.Second)
+	if r := lease(small, 0, 0, 1000); !r.Allowed || r.Leased != 0 || r.Remaining != 0 {
+		t.Errorf("prefetch under the lowered burst: %+v, want allowed (a prefetch always is), nothing leased, 0 left", r)
+	}
+	if r := lease(big, 1, 1, 1000); r.Allowed || r.Leased != 0 || r.Remaining != 0 {
+		t.Errorf("back under burst 100: %+v, want refused, nothing leased, 0 left (nothing forgiven)", r)
 	}
 }

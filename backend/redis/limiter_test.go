@@ -149,6 +149,7 @@ var behaviours = []struct {
 	{"EmptyCache", testEmptyCache},
 	{"EmptyCacheAllOrNothing", testEmptyCacheAllOrNothing},
 	{"EmptyCacheLimitChange", testEmptyCacheLimitChange},
+	{"BeyondLoweredBurst", testBeyondLoweredBurst},
 	{"ValueFormat", testValueFormat},
 	{"Concurrent", testConcurrent},
 	{"ManyHits", testManyHits},

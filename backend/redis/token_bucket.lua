@@ -18,13 +18,21 @@
 --
 -- A changed limit. A bucket key is its rule and values, not its numbers, so
 -- a key may come with another limit (interval or burst) than its value was
--- written under. The tokens it lacks at now stay lacking, clamped to the
--- new burst: with debt = TAT - now > 0 at the old interval, the bucket is
--- read as TAT' = now + min(debt / old interval, burst) * interval. A bucket
--- converted so is written back (under its new limit) whatever the key's
+-- written under: after a rule change, and on every call while nodes run
+-- different limits for one rule. The tokens it lacks at now stay lacking,
+-- all of them: with debt = TAT - now > 0 at the old interval, the bucket
+-- lacks D = debt / old interval tokens and is read as TAT' = now + D *
+-- interval, D never clamped to the new burst. A take then needs D + cost
+-- <= burst, so a bucket that took more than a lowered burst refuses (and
+-- reports 0 remaining) until the excess refilled. Clamping would forgive
+-- the excess, again at each switch from a larger burst to a smaller one:
+-- nodes that disagree would admit far beyond either limit. So D only grows
+-- by takes within the caller's burst and falls at the rate of whoever
+-- wrote last: what is admitted over T is at most the largest burst plus
+-- the largest rate times T (docs/design.md). A bucket converted so is
+-- written back (under its new limit, D unchanged) whatever the key's
 -- decision, also for a check or a refused take, so that it refills at the
--- new rate from then on; backend/memory does the same in integers. Under
--- an unchanged limit nothing is clamped.
+-- new rate from then on; backend/memory does the same in integers.
 --
 -- KEYS[i]     bucket key i (i = 1..n), all in one slot in Redis Cluster.
 --             Or, when ARGV has more than one value, KEYS[1] only routes the
@@ -223,9 +231,7 @@ local function decide(k, tat, iv, bu, give)
   local tau = burst * interval
   local conv = nil
   if tat > now and (iv ~= interval or bu ~= burst) then
-    local debt = (tat - now) / iv * interval
-    if debt > tau then debt = tau end
-    tat = now + debt
+    if iv ~= interval then tat = now + (tat - now) / iv * interval end
     conv = tat
   end
   local base = tat
@@ -314,9 +320,7 @@ while i <= n do
         local interval = period / requests
         local tau = burst * interval
         if tat > now and (IV[b] ~= interval or BU[b] ~= burst) then
-          local debt = (tat - now) / IV[b] * interval
-          if debt > tau then debt = tau end
-          tat = now + debt
+          if IV[b] ~= interval then tat = now + (tat - now) / IV[b] * interval end
           TAT[b], IV[b], BU[b], DIRTY[b] = tat, interval, burst, true
         end
         local base = tat

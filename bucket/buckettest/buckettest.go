@@ -81,7 +81,8 @@ type Subject struct {
 // inconclusive (see Run).
 const attempts = 3
 
-// Run runs every scenario as a parallel subtest of t.
+// Run runs every scenario as a parallel subtest of t, and every bound
+// scenario (alternation) as a subtest, one after the other.
 //
 // A mismatch fails the scenario when the Limiter's lag stayed below the
 // scenario's margin (margin): then no lag can explain it. When the lag
@@ -112,6 +113,13 @@ func Run(t *testing.T, h Harness) {
 				}
 				t.Logf("run %d inconclusive: lag %v ≥ margin %v, %d mismatches (first: %s); again on a fresh Limiter", attempt, lag, m, len(errs), errs[0])
 			}
+		})
+	}
+	// Not parallel: they run before the scenarios start, so that their
+	// many calls do not add to the lag of scenarios on a real clock.
+	for _, a := range alternations {
+		t.Run(a.name, func(t *testing.T) {
+			runAlternation(t, h, a)
 		})
 	}
 }

@@ -76,9 +76,10 @@ func TestScenarioTable(t *testing.T) {
 		"same key twice in one call", "same key: a give does not help a take of the same call",
 		"same key: an independent hit does not block a later take",
 		"same key: a give before a take returns the take's tokens",
-		"limit raised: spent stays spent", "limit lowered: refused until a token refills, spent clamped to the burst",
+		"limit raised: spent stays spent", "limit lowered: refused until the excess refills, spent stays spent",
 		"limit lowered: the bucket refills at the new rate", "limit changed: a fraction of a token converts",
-		"burst raised alone: spent stays spent", "burst lowered alone: spent clamped to the burst",
+		"burst raised alone: spent stays spent", "burst lowered alone: spent stays spent",
+		"disagreeing limits: the smaller limit forgives nothing",
 		"period changed: spent stays spent, refilling at the new rate",
 	} {
 		if !seen[name] {
@@ -160,3 +161,34 @@ func (d *datedAtCall) Hit(ctx context.Context, hits []bucket.Hit, states []bucke
 }
 
 func (d *datedAtCall) Shared() bool { return false }
+
+// TestAlternations checks the bound scenarios' table and arithmetic: two
+// distinct limits each, and the bound the largest burst plus the largest
+// rate times the run's time, rounded down.
+func TestAlternations(t *testing.T) {
+	if len(alternations) == 0 {
+		t.Fatal("no alternations")
+	}
+	for _, a := range alternations {
+		if a.limits[0] == a.limits[1] || a.rounds < 1 || a.takes < 2 {
+			t.Errorf("%q: limits %+v, %d rounds of %d takes: want two limits that differ, alternated", a.name, a.limits, a.rounds, a.takes)
+		}
+	}
+	a := alternation{limits: [2]bucket.Limit{
+		{Requests: 20, Period: time.Second, Burst: 10},
+		{Requests: 10, Period: time.Second, Burst: 50},
+	}}
+	for _, tt := range []struct {
+		d           time.Duration
+		most, least uint64
+	}{
+		{0, 50, 10},
+		{49 * time.Millisecond, 50, 10}, // 0.98 of a token at 20/s
+		{50 * time.Millisecond, 51, 10},
+		{time.Second, 70, 10},
+	} {
+		if most, least := a.bound(tt.d); most != tt.most || least != tt.least {
+			t.Errorf("bound(%v) = %d, %d; want %d, %d", tt.d, most, least, tt.most, tt.least)
+		}
+	}
+}

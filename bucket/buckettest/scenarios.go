@@ -72,6 +72,8 @@ var (
 	// perMinute with twice the burst, and at a sixth of its rate.
 	bigBurst  = bucket.Limit{Requests: 10, Period: 10 * time.Minute, Burst: 20}
 	tenAnHour = bucket.Limit{Requests: 10, Period: time.Hour, Burst: 10}
+	// perMinute at half its rate and half its burst.
+	halfPerMinute = bucket.Limit{Requests: 5, Period: 10 * time.Minute, Burst: 5}
 	// Limits that move the clock: 4 or 2 per 400ms (a token every 100ms or
 	// 200ms), and fast at half its rate.
 	fourFast = bucket.Limit{Requests: 4, Period: 400 * time.Millisecond, Burst: 4}
@@ -287,9 +289,12 @@ var scenarios = []scenario{
 	},
 	// A key that comes with another Limit (a rule whose numbers changed:
 	// bucket keys are the rule and values, not the numbers): the tokens it
-	// lacks at that moment stay lacking, clamped to the new burst, and the
-	// bucket refills at the new rate from then on. The first hit under the
-	// new Limit converts the bucket, also when it is refused or only checks.
+	// lacks at that moment stay lacking, all of them, also beyond a lowered
+	// burst (never clamped to it: nodes that disagree on a limit would
+	// otherwise forgive the difference at each switch; see alternations),
+	// and the bucket refills at the new rate from then on. The first hit
+	// under the new Limit converts the bucket, also when it is refused or
+	// only checks.
 	{
 		name: "limit raised: spent stays spent",
 		calls: []call{
@@ -302,14 +307,14 @@ var scenarios = []scenario{
 		},
 	},
 	{
-		name:    "limit lowered: refused until a token refills, spent clamped to the burst",
+		name:    "limit lowered: refused until the excess refills, spent stays spent",
 		stretch: 2,
 		calls: []call{
 			{hits: []hit{take(0, fourPerDay, 3)}, allowed: true, states: []bucket.State{ok(1, 18*time.Hour)}},
-			// 3 spent, clamped to 2 of 2: a token in 12 hours.
-			{hits: []hit{take(0, twoPerDay, 1)}, allowed: false, states: []bucket.State{no(0, 12*time.Hour, day)}},
-			// The refused take stored the clamp: back at 4/day, 2 spent.
-			{hits: []hit{check(0, fourPerDay)}, allowed: true, states: []bucket.State{ok(2, 12*time.Hour)}},
+			// 3 spent of 2: a token once 2 refilled, in 24 hours.
+			{hits: []hit{take(0, twoPerDay, 1)}, allowed: false, states: []bucket.State{no(0, day, 36*time.Hour)}},
+			// Nothing forgiven: back at 4/day, still 3 spent.
+			{hits: []hit{check(0, fourPerDay)}, allowed: true, states: []bucket.State{ok(1, 18*time.Hour)}},
 		},
 	},
 	{
@@ -346,13 +351,31 @@ var scenarios = []scenario{
 		},
 	},
 	{
-		name: "burst lowered alone: spent clamped to the burst",
+		name: "burst lowered alone: spent stays spent",
 		calls: []call{
 			{hits: []hit{take(0, perMinute, 6)}, allowed: true, states: []bucket.State{ok(4, 6*minute)}},
-			// 6 spent, clamped to 4 of 4.
-			{hits: []hit{check(0, smallBurst)}, allowed: false, states: []bucket.State{no(0, minute, 4*minute)}},
-			// The check stored the clamp.
-			{hits: []hit{check(0, perMinute)}, allowed: true, states: []bucket.State{ok(6, 4*minute)}},
+			// 6 spent of 4: a token once 3 refilled.
+			{hits: []hit{check(0, smallBurst)}, allowed: false, states: []bucket.State{no(0, 3*minute, 6*minute)}},
+			{hits: []hit{take(0, smallBurst, 1)}, allowed: false, states: []bucket.State{no(0, 3*minute, 6*minute)}},
+			// Nothing forgiven: back at burst 10, still 6 spent.
+			{hits: []hit{check(0, perMinute)}, allowed: true, states: []bucket.State{ok(4, 6*minute)}},
+		},
+	},
+	{
+		// Calls alternating between two limits of one rule, as on nodes
+		// that disagree on it: the bucket keeps every token taken under
+		// either, so the smaller burst's node takes nothing while the
+		// larger's took more than it allows. (The alternations assert the
+		// bound over many such calls.)
+		name:    "disagreeing limits: the smaller limit forgives nothing",
+		stretch: 2,
+		calls: []call{
+			{hits: []hit{take(0, perMinute, 10)}, allowed: true, states: []bucket.State{ok(0, 10*minute)}},
+			// 10 spent of 5 at 2 minutes a token: a token once 6 refilled.
+			{hits: []hit{take(0, halfPerMinute, 1)}, allowed: false, states: []bucket.State{no(0, 12*minute, 20*minute)}},
+			{hits: []hit{take(0, perMinute, 1)}, allowed: false, states: []bucket.State{no(0, minute, 10*minute)}},
+			{hits: []hit{take(0, smallBurst, 1)}, allowed: false, states: []bucket.State{no(0, 7*minute, 10*minute)}},
+			{hits: []hit{take(0, perMinute, 1)}, allowed: false, states: []bucket.State{no(0, minute, 10*minute)}},
 		},
 	},
 	{
