@@ -101,6 +101,21 @@ func (e env) fixture(t *testing.T, opts redisbackend.Options) *fixture {
 	return f
 }
 
+// warm makes one check-only decision on k through a second Limiter on f's
+// client, with a generous Timeout: afterwards the script is loaded in Redis
+// and a connection is in the client's pool, which f.l shares. Tests of a
+// short Timeout warm up this way, so that only the calls under test run
+// under it: a first call (dial, HELLO, NOSCRIPT and EVAL) on a busy machine
+// under -race can miss a deadline of tens of milliseconds.
+func (f *fixture) warm(k bucket.Key, lim bucket.Limit) {
+	f.t.Helper()
+	l := redisbackend.New(redisbackend.Options{Client: f.client, Prefix: f.prefix, Timeout: 10 * time.Second, CacheSize: -1})
+	defer l.Close()
+	if _, err := l.Hit(context.Background(), []bucket.Hit{{Key: k, Limit: lim, Cost: 0}}, make([]bucket.State, 1)); err != nil {
+		f.t.Fatalf("warm-up with a 10s timeout: %v", err)
+	}
+}
+
 // key derives a bucket key from the test name and n.
 func (f *fixture) key(n int) bucket.Key {
 	sum := sha256.Sum256(fmt.Appendf(nil, "%s/%d", f.t.Name(), n))
@@ -633,26 +648,44 @@ func TestKeyLayout(t *testing.T) {
 	}
 }
 
+// TestTimeout: on a stalled Redis, Hit fails with a timeout at the Timeout.
+// Only the calls under test run under the short Timeout: the warm-up goes
+// through a Limiter with a generous one (warm), since a first call (dial,
+// HELLO, script load) on a busy machine under -race can take longer than
+// 20ms. The latency bound is a baseline measured in the same run: a timer of
+// the same length started with each Hit, so that a machine too busy to wake
+// goroutines on time delays both alike.
 func TestTimeout(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
-	f := singleEnv(s).fixture(t, redisbackend.Options{Timeout: 20 * time.Millisecond})
+	const timeout = 20 * time.Millisecond
+	f := singleEnv(s).fixture(t, redisbackend.Options{Timeout: timeout})
 	k := f.key(0)
-	f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 1}) // connection warm
+	f.warm(k, slow)
 	s.Stall()
 	defer s.Resume()
 	for range 3 {
 		start := time.Now()
+		baseline := make(chan time.Duration, 1)
+		go func() {
+			<-time.After(timeout)
+			baseline <- time.Since(start)
+		}()
 		states := make([]bucket.State, 1)
 		d, err := f.l.Hit(context.Background(), []bucket.Hit{{Key: k, Limit: slow, Cost: 1}}, states)
 		ok := d.Allowed
 		took := time.Since(start)
+		base := <-baseline
 		if ok || !errors.Is(err, context.DeadlineExceeded) || redisbackend.ErrorKind(err) != redisbackend.KindTimeout {
 			t.Fatalf("Hit on a stalled Redis: %v, %v (kind %q); want an error wrapping context.DeadlineExceeded, kind timeout",
 				ok, err, redisbackend.ErrorKind(err))
 		}
-		if took > 20*time.Millisecond+150*time.Millisecond {
-			t.Errorf("Hit on a stalled Redis took %v, want ≈ the 20ms timeout", took)
+		if took < timeout {
+			t.Errorf("Hit on a stalled Redis gave up after %v, before its %v timeout", took, timeout)
+		}
+		if took > base+150*time.Millisecond {
+			t.Errorf("Hit on a stalled Redis took %v, want ≈ the %v timeout (a %v timer started with it fired after %v)",
+				took, timeout, timeout, base)
 		}
 	}
 	s.Resume()
