@@ -747,10 +747,12 @@ func TestCallerDeadlineDoesNotCutCall(t *testing.T) {
 func TestStallCallersGone(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
-	const timeout = 300 * time.Millisecond
+	// The second caller must queue while the first call is in flight: a
+	// Timeout of 1s leaves a busy machine ample time to start it.
+	const timeout = time.Second
 	f := singleEnv(s).fixture(t, redisbackend.Options{Timeout: timeout})
 	k := f.key(0)
-	f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 0}) // connection warm
+	f.warm(k, slow)
 	s.Stall()
 	defer s.Resume()
 	errs := make(chan error, 2)
@@ -813,7 +815,9 @@ func (*sentHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.P
 func TestKilled(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
-	f := singleEnv(s).fixture(t, redisbackend.Options{Timeout: 100 * time.Millisecond})
+	// The default 1s Timeout: a refused connection must fail as one, which a
+	// short Timeout on a busy machine could turn into a timeout.
+	f := singleEnv(s).fixture(t, redisbackend.Options{})
 	k := f.key(0)
 	f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 1})
 	s.Kill()
