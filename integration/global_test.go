@@ -27,7 +27,7 @@ import (
 const globalRules = `domain: global
 descriptors:
   - key: shared
-    rate_limit: {unit: second, requests_per_unit: 200, burst: 200}
+    rate_limit: {unit: second, requests_per_unit: 20, burst: 20}
   - key: burst
     rate_limit: {unit: minute, requests_per_unit: 3, burst: 3}
   - key: refill
@@ -36,8 +36,12 @@ descriptors:
 
 // Limits of globalRules used in assertions.
 const (
-	sharedRate  = 200.0 // tokens per second
-	sharedBurst = 200.0
+	// The shared rate is far below what 3 nodes × 4 closed-loop workers
+	// offer even on a loaded machine: the accuracy check needs the bucket
+	// to be the bound (at 200/s, a loaded 2-core machine offered 84/s, all
+	// admitted, and the check failed at -65%).
+	sharedRate  = 20.0 // tokens per second
+	sharedBurst = 20.0
 	burstLimit  = 3
 	// longestRefill is the longest time to refill a bucket of globalRules
 	// (burst: 3 per minute); a key's TTL may exceed it by 1 s (the TTL rule
@@ -52,9 +56,10 @@ func TestGlobalSharedAcrossNodes(t *testing.T) {
 	s := redistest.Start(t)
 	rules := writeFile(t, t.TempDir(), "rules.yaml", globalRules)
 	// The test measures Redis' accounting, not failing open: a generous
-	// deadline keeps a loaded -race machine from tipping a node into its
-	// fallback (which would admit its share on top). Checked below.
-	args := []string{"--redis", "redis://" + s.Addr() + "/0", "--config", rules, "--redis-timeout", "200ms"}
+	// deadline (2s, as the lease tests': 200ms is within a loaded -race
+	// machine's lag) keeps a node out of its fallback (which would admit its
+	// share on top). Checked below.
+	args := []string{"--redis", "redis://" + s.Addr() + "/0", "--config", rules, "--redis-timeout", "2s"}
 	nodes := []*rlsProcess{startRLS(t, args...), startRLS(t, args...), startRLS(t, args...)}
 	for i, p := range nodes {
 		d := pollFor(t, 10*time.Second, fmt.Sprintf("node %d counting 3 live nodes", i), func() bool {
@@ -88,6 +93,9 @@ func TestGlobalSharedAcrossNodes(t *testing.T) {
 	t.Logf("3 nodes × %d workers: %d answers over %v (%.0f/s), admitted %d, burst + rate×elapsed = %.1f (%+.2f%%), refused %d",
 		workers, len(all), elapsed.Round(time.Millisecond), float64(len(all))/elapsed.Seconds(),
 		st.admitted, want, 100*(float64(st.admitted)-want)/want, st.refused)
+	if st.refused == 0 {
+		t.Errorf("no refusal in %d answers: the load never exceeded the shared rate of %.0f/s, and the run measured nothing", len(all), sharedRate)
+	}
 	if math.Abs(float64(st.admitted)-want) > 0.05*want {
 		t.Errorf("admitted %d across 3 nodes, want %.0f ± 5%% (burst %.0f + %.0f/s × %v)",
 			st.admitted, want, sharedBurst, sharedRate, elapsed)
