@@ -145,6 +145,18 @@ func (f *fixture) remaining(k bucket.Key, lim bucket.Limit) uint64 {
 // second, five at most.
 var slow = bucket.Limit{Requests: 3600, Period: time.Hour, Burst: 5}
 
+// hourly is slow at one token per hour: tests that count whole tokens over
+// several calls use it, since a loaded machine can spend a second between
+// two calls, and slow then refills a token.
+var hourly = bucket.Limit{Requests: 1, Period: time.Hour, Burst: 5}
+
+// elapsed returns a tolerance for the times Redis reports for a bucket
+// whose state was set at or after t0: Redis' clock has moved at most the
+// local time since t0 (both are the machine's), plus a millisecond of
+// rounding. A fixed tolerance (100ms) failed on a loaded machine, where
+// five calls can take longer.
+func elapsed(t0 time.Time) time.Duration { return time.Since(t0) + time.Millisecond }
+
 // behaviours is the suite run on a single Redis and on a cluster.
 var behaviours = []struct {
 	name string
@@ -189,24 +201,27 @@ func TestSingle(t *testing.T) {
 func testBurst(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	k := f.key(0)
+	per := hourly.Period / time.Duration(hourly.Requests) // one token
+	t0 := time.Now()
 	for want := uint64(4); ; want-- {
-		ok, st := f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 1})
+		ok, st := f.hit(bucket.Hit{Key: k, Limit: hourly, Cost: 1})
 		if !ok || !st[0].Allowed || st[0].Remaining != want || st[0].RetryAfter != 0 {
 			t.Fatalf("hit leaving %d: got %v %+v, want allowed, Remaining %d, no RetryAfter", want, ok, st[0], want)
 		}
-		if wantReset := time.Duration(5-want) * time.Second; !near(st[0].ResetAfter, wantReset, 100*time.Millisecond) {
-			t.Errorf("hit leaving %d: ResetAfter %v, want ≈ %v", want, st[0].ResetAfter, wantReset)
+		if wantReset := time.Duration(5-want) * per; !near(st[0].ResetAfter, wantReset, elapsed(t0)) {
+			t.Errorf("hit leaving %d: ResetAfter %v, want %v less the time since the first hit (at most %v)", want, st[0].ResetAfter, wantReset, elapsed(t0))
 		}
 		if want == 0 {
 			break
 		}
 	}
-	ok, st := f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 1})
+	ok, st := f.hit(bucket.Hit{Key: k, Limit: hourly, Cost: 1})
 	if ok || st[0].Allowed || st[0].Remaining != 0 {
 		t.Fatalf("hit on an empty bucket: got %v %+v, want refused, Remaining 0", ok, st[0])
 	}
-	if !near(st[0].RetryAfter, time.Second, 100*time.Millisecond) || !near(st[0].ResetAfter, 5*time.Second, 100*time.Millisecond) {
-		t.Errorf("hit on an empty bucket: RetryAfter %v ResetAfter %v, want ≈ 1s, ≈ 5s", st[0].RetryAfter, st[0].ResetAfter)
+	if tol := elapsed(t0); !near(st[0].RetryAfter, per, tol) || !near(st[0].ResetAfter, 5*per, tol) {
+		t.Errorf("hit on an empty bucket: RetryAfter %v ResetAfter %v, want %v and %v less the time since the first hit (at most %v)",
+			st[0].RetryAfter, st[0].ResetAfter, per, 5*per, tol)
 	}
 }
 
@@ -257,6 +272,7 @@ func testRefill(t *testing.T, e env) {
 func testCostAndCheckOnly(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	k := f.key(0)
+	per := hourly.Period / time.Duration(hourly.Requests) // one token
 	steps := []struct {
 		cost          uint64
 		wantAllowed   bool
@@ -265,15 +281,16 @@ func testCostAndCheckOnly(t *testing.T, e env) {
 	}{
 		{cost: 3, wantAllowed: true, wantRemaining: 2},
 		{cost: 0, wantAllowed: true, wantRemaining: 2},
-		{cost: 3, wantAllowed: false, wantRemaining: 2, wantRetry: time.Second},
+		{cost: 3, wantAllowed: false, wantRemaining: 2, wantRetry: per},
 		{cost: 2, wantAllowed: true, wantRemaining: 0},
-		{cost: 0, wantAllowed: false, wantRemaining: 0, wantRetry: time.Second},
-		{cost: 2, wantAllowed: false, wantRemaining: 0, wantRetry: 2 * time.Second},
+		{cost: 0, wantAllowed: false, wantRemaining: 0, wantRetry: per},
+		{cost: 2, wantAllowed: false, wantRemaining: 0, wantRetry: 2 * per},
 	}
+	t0 := time.Now()
 	for i, s := range steps {
-		ok, st := f.hit(bucket.Hit{Key: k, Limit: slow, Cost: s.cost})
+		ok, st := f.hit(bucket.Hit{Key: k, Limit: hourly, Cost: s.cost})
 		if ok != s.wantAllowed || st[0].Allowed != s.wantAllowed || st[0].Remaining != s.wantRemaining ||
-			!near(st[0].RetryAfter, s.wantRetry, 100*time.Millisecond) {
+			!near(st[0].RetryAfter, s.wantRetry, elapsed(t0)) {
 			t.Errorf("step %d, cost %d: got %v %+v, want allowed %v, Remaining %d, RetryAfter ≈ %v",
 				i, s.cost, ok, st[0], s.wantAllowed, s.wantRemaining, s.wantRetry)
 		}
@@ -283,15 +300,17 @@ func testCostAndCheckOnly(t *testing.T, e env) {
 func testCostAboveBurst(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	k := f.key(0)
-	f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 2})
-	ok, st := f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 6})
+	per := hourly.Period / time.Duration(hourly.Requests) // one token
+	t0 := time.Now()
+	f.hit(bucket.Hit{Key: k, Limit: hourly, Cost: 2})
+	ok, st := f.hit(bucket.Hit{Key: k, Limit: hourly, Cost: 6})
 	if ok || st[0].Allowed || st[0].Remaining != 3 {
 		t.Fatalf("cost 6 > burst 5: got %v %+v, want refused with Remaining 3", ok, st[0])
 	}
-	if st[0].RetryAfter != st[0].ResetAfter || !near(st[0].ResetAfter, 2*time.Second, 100*time.Millisecond) {
-		t.Errorf("cost above burst: RetryAfter %v ResetAfter %v, want both ≈ 2s (until full)", st[0].RetryAfter, st[0].ResetAfter)
+	if st[0].RetryAfter != st[0].ResetAfter || !near(st[0].ResetAfter, 2*per, elapsed(t0)) {
+		t.Errorf("cost above burst: RetryAfter %v ResetAfter %v, want both ≈ %v (until full)", st[0].RetryAfter, st[0].ResetAfter, 2*per)
 	}
-	if got := f.remaining(k, slow); got != 3 {
+	if got := f.remaining(k, hourly); got != 3 {
 		t.Errorf("after a refused cost above burst: Remaining %d, want 3", got)
 	}
 }
@@ -436,12 +455,13 @@ func testTTL(t *testing.T, e env) {
 	// A write whose refill ends before the key's expiry keeps the TTL; one
 	// that ends after it sets a new one.
 	k := f.key(0) // 1 token taken: full in 1 s, the key lives 2 s
+	beforeAt := time.Now()
 	before := pttl(k)
 	_, st := f.hit(bucket.Hit{Key: k, Limit: lim, Cost: 1, Give: true})
 	if !st[0].Allowed || st[0].ResetAfter != 0 {
 		t.Fatalf("give back: %+v, want allowed and full", st[0])
 	}
-	if got := pttl(k); got > before || got < before-200*time.Millisecond {
+	if got := pttl(k); got > before || got < before-elapsed(beforeAt) {
 		t.Errorf("after a give: PTTL %v, want kept (%v)", got, before)
 	}
 	_, st = f.hit(bucket.Hit{Key: k, Limit: lim, Cost: 4})
