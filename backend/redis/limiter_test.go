@@ -318,11 +318,11 @@ func testCostAboveBurst(t *testing.T, e env) {
 func testAllOrNothing(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	a, b, c := f.key(0), f.key(1), f.key(2)
-	f.hit(bucket.Hit{Key: b, Limit: slow, Cost: 5})
+	f.hit(bucket.Hit{Key: b, Limit: hourly, Cost: 5})
 	ok, st := f.hit(
-		bucket.Hit{Key: a, Limit: slow, Cost: 2},
-		bucket.Hit{Key: b, Limit: slow, Cost: 1},
-		bucket.Hit{Key: c, Limit: slow, Cost: 1},
+		bucket.Hit{Key: a, Limit: hourly, Cost: 2},
+		bucket.Hit{Key: b, Limit: hourly, Cost: 1},
+		bucket.Hit{Key: c, Limit: hourly, Cost: 1},
 	)
 	if ok {
 		t.Fatalf("decision with an empty bucket: allowed, want refused")
@@ -330,15 +330,15 @@ func testAllOrNothing(t *testing.T, e env) {
 	if !st[0].Allowed || st[0].Remaining != 5 || st[1].Allowed || !st[2].Allowed || st[2].Remaining != 5 {
 		t.Errorf("states %+v, want [allowed with 5 left (untouched), refused, allowed with 5 left]", st)
 	}
-	if got := f.remaining(a, slow); got != 5 {
+	if got := f.remaining(a, hourly); got != 5 {
 		t.Errorf("bucket a after a refused decision: %d tokens, want 5 (nothing taken)", got)
 	}
-	if got := f.remaining(c, slow); got != 5 {
+	if got := f.remaining(c, hourly); got != 5 {
 		t.Errorf("bucket c after a refused decision: %d tokens, want 5 (nothing taken)", got)
 	}
 	ok, st = f.hit(
-		bucket.Hit{Key: a, Limit: slow, Cost: 2},
-		bucket.Hit{Key: c, Limit: slow, Cost: 1},
+		bucket.Hit{Key: a, Limit: hourly, Cost: 2},
+		bucket.Hit{Key: c, Limit: hourly, Cost: 1},
 	)
 	if !ok || st[0].Remaining != 3 || st[1].Remaining != 4 {
 		t.Errorf("decision with tokens: %v %+v, want allowed with 3 and 4 left", ok, st)
@@ -348,15 +348,15 @@ func testAllOrNothing(t *testing.T, e env) {
 func testDuplicateKeys(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	k := f.key(0)
-	ok, st := f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 2}, bucket.Hit{Key: k, Limit: slow, Cost: 2})
+	ok, st := f.hit(bucket.Hit{Key: k, Limit: hourly, Cost: 2}, bucket.Hit{Key: k, Limit: hourly, Cost: 2})
 	if !ok || st[0].Remaining != 3 || st[1].Remaining != 1 {
 		t.Fatalf("two hits on one bucket: %v %+v, want allowed with 3 then 1 left", ok, st)
 	}
-	ok, st = f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 1}, bucket.Hit{Key: k, Limit: slow, Cost: 1})
+	ok, st = f.hit(bucket.Hit{Key: k, Limit: hourly, Cost: 1}, bucket.Hit{Key: k, Limit: hourly, Cost: 1})
 	if ok || !st[0].Allowed || st[1].Allowed {
 		t.Fatalf("two hits on a bucket with one token: %v %+v, want refused (second hit)", ok, st)
 	}
-	if got := f.remaining(k, slow); got != 1 {
+	if got := f.remaining(k, hourly); got != 1 {
 		t.Errorf("after the refusal: %d tokens, want 1", got)
 	}
 }
@@ -364,19 +364,19 @@ func testDuplicateKeys(t *testing.T, e env) {
 func testIndependent(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	a, b := f.key(0), f.key(1)
-	f.hit(bucket.Hit{Key: b, Limit: slow, Cost: 5})
+	f.hit(bucket.Hit{Key: b, Limit: hourly, Cost: 5})
 	// An independent hit takes its tokens though the decision is refused...
 	ok, st := f.hit(
-		bucket.Hit{Key: a, Limit: slow, Cost: 1, Independent: true},
-		bucket.Hit{Key: b, Limit: slow, Cost: 1},
+		bucket.Hit{Key: a, Limit: hourly, Cost: 1, Independent: true},
+		bucket.Hit{Key: b, Limit: hourly, Cost: 1},
 	)
 	if ok || !st[0].Allowed || st[0].Remaining != 4 || st[1].Allowed {
 		t.Fatalf("independent + empty: %v %+v, want refused, independent allowed with 4 left", ok, st)
 	}
 	// ...and, refused itself, never blocks the others.
 	ok, st = f.hit(
-		bucket.Hit{Key: b, Limit: slow, Cost: 1, Independent: true},
-		bucket.Hit{Key: a, Limit: slow, Cost: 1},
+		bucket.Hit{Key: b, Limit: hourly, Cost: 1, Independent: true},
+		bucket.Hit{Key: a, Limit: hourly, Cost: 1},
 	)
 	if !ok || st[0].Allowed || !st[1].Allowed || st[1].Remaining != 3 {
 		t.Fatalf("empty independent + take: %v %+v, want allowed, independent refused, 3 left", ok, st)
@@ -386,24 +386,24 @@ func testIndependent(t *testing.T, e env) {
 func testGive(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	k := f.key(0)
-	f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 4})
+	f.hit(bucket.Hit{Key: k, Limit: hourly, Cost: 4})
 	steps := []struct {
 		cost uint64
 		want uint64
 	}{{2, 3}, {10, 5}, {1, 5}}
 	for i, s := range steps {
-		ok, st := f.hit(bucket.Hit{Key: k, Limit: slow, Cost: s.cost, Give: true})
+		ok, st := f.hit(bucket.Hit{Key: k, Limit: hourly, Cost: s.cost, Give: true})
 		if !ok || !st[0].Allowed || st[0].Remaining != s.want {
 			t.Errorf("step %d, give %d: got %v %+v, want allowed with %d left", i, s.cost, ok, st[0], s.want)
 		}
 	}
 	// Gives are applied even when the decision is refused.
 	b := f.key(1)
-	f.hit(bucket.Hit{Key: b, Limit: slow, Cost: 5})
-	f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 3})
+	f.hit(bucket.Hit{Key: b, Limit: hourly, Cost: 5})
+	f.hit(bucket.Hit{Key: k, Limit: hourly, Cost: 3})
 	ok, st := f.hit(
-		bucket.Hit{Key: k, Limit: slow, Cost: 1, Give: true},
-		bucket.Hit{Key: b, Limit: slow, Cost: 1},
+		bucket.Hit{Key: k, Limit: hourly, Cost: 1, Give: true},
+		bucket.Hit{Key: b, Limit: hourly, Cost: 1},
 	)
 	if ok || !st[0].Allowed || st[0].Remaining != 3 {
 		t.Errorf("give + refused take: %v %+v, want refused, give applied (3 left)", ok, st)
@@ -877,7 +877,7 @@ func testManyHits(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	hits := make([]bucket.Hit, 70)
 	for i := range hits {
-		hits[i] = bucket.Hit{Key: f.key(i), Limit: slow, Cost: 1}
+		hits[i] = bucket.Hit{Key: f.key(i), Limit: hourly, Cost: 1}
 	}
 	if ok, st := f.hit(hits...); !ok {
 		t.Fatalf("70 fresh buckets: refused %+v", st)
@@ -889,7 +889,7 @@ func testManyHits(t *testing.T, e env) {
 			ok, st[0], st[66], st[69])
 	}
 	for _, i := range []int{0, 65, 69} {
-		if got := f.remaining(f.key(i), slow); got != 4 {
+		if got := f.remaining(f.key(i), hourly); got != 4 {
 			t.Errorf("bucket %d after the refusal: %d tokens, want 4", i, got)
 		}
 	}
