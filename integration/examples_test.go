@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -371,6 +372,62 @@ func (c envoyClient) run(t *testing.T, n int, req func(i int) httpRequest) (ok i
 	return ok, refusal, time.Since(start)
 }
 
+// runUntilRefused sends requests (req(i) builds the i-th) from 8
+// concurrent callers until one is refused or most were sent, and returns
+// how many were allowed, the first refusal and how long the run took. It
+// is for runs whose refusal is checked: a fixed number of serial requests
+// took longer on a loaded machine than the bucket needs to refill them (70
+// on a bucket of 50 refilling 50/s got no refusal), while 8 callers offer
+// several times the rules' rates however slowly each is answered.
+func (c envoyClient) runUntilRefused(t *testing.T, most int, req func(i int) httpRequest) (ok int, refusal *rlsv3.RateLimitResponse, elapsed time.Duration) {
+	t.Helper()
+	var (
+		mu      sync.Mutex
+		next    int
+		callErr error
+		wg      sync.WaitGroup
+	)
+	start := time.Now()
+	for range 8 {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				if refusal != nil || callErr != nil || next >= most {
+					mu.Unlock()
+					return
+				}
+				r := req(next)
+				next++
+				mu.Unlock()
+				var resp *rlsv3.RateLimitResponse
+				var err error
+				if ds := c.e.descriptors(t, r); len(ds) > 0 {
+					resp, err = c.p.Client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: c.e.filter.GetDomain(), Descriptors: ds})
+				}
+				mu.Lock()
+				switch {
+				case err != nil:
+					callErr = fmt.Errorf("ShouldRateLimit(%+v): %w", r, err)
+				case envoyAllows(resp):
+					ok++
+				case refusal == nil:
+					refusal = resp
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	elapsed = time.Since(start)
+	if callErr != nil {
+		t.Fatal(callErr)
+	}
+	if refusal == nil {
+		t.Fatalf("no refusal in %d requests (%d allowed) over %v", most, ok, elapsed)
+	}
+	return ok, refusal, elapsed
+}
+
 // checkBucketRun checks a run against a token bucket of burst tokens refilling
 // at rate per second: it admits the full burst, and no more than the
 // tokens that can have dripped in during the run.
@@ -466,7 +523,7 @@ func checkEnvoyPromises(t *testing.T, c envoyClient) {
 	})
 
 	t.Run("an address: 50/s, bursts of 20, per node", func(t *testing.T) {
-		ok, refusal, elapsed := c.run(t, 150, func(int) httpRequest { return httpRequest{remote: "10.200.0.1", path: "/"} })
+		ok, refusal, elapsed := c.runUntilRefused(t, 1000, func(int) httpRequest { return httpRequest{remote: "10.200.0.1", path: "/"} })
 		checkBucketRun(t, "one address", ok, 20, 50, elapsed)
 		if got := responseHeader(refusal, "x-ratelimit-layer"); got != "local" {
 			t.Errorf("refused by layer %q, want local (the per-node limit)", got)
@@ -481,8 +538,7 @@ func checkEnvoyPromises(t *testing.T, c envoyClient) {
 	})
 
 	t.Run("a canary address bursts to 40", func(t *testing.T) {
-		// Enough requests that a refusal comes even on a slow machine.
-		ok, refusal, elapsed := c.run(t, 200, func(int) httpRequest {
+		ok, refusal, elapsed := c.runUntilRefused(t, 1000, func(int) httpRequest {
 			return httpRequest{remote: "10.200.0.2", path: "/", headers: map[string]string{"x-canary": "true"}}
 		})
 		checkBucketRun(t, "one canary address", ok, 40, 100, elapsed)
@@ -492,7 +548,7 @@ func checkEnvoyPromises(t *testing.T, c envoyClient) {
 	})
 
 	t.Run("a user: 10/s, bursts of 20", func(t *testing.T) {
-		ok, refusal, elapsed := c.run(t, 40, func(i int) httpRequest { return user(exampleAddr(1, i), "/", "user-1") })
+		ok, refusal, elapsed := c.runUntilRefused(t, 1000, func(i int) httpRequest { return user(exampleAddr(1, i), "/", "user-1") })
 		checkBucketRun(t, "one user from many addresses", ok, 20, 10, elapsed)
 		if got := responseHeader(refusal, "x-ratelimit-layer"); got != "global" {
 			t.Errorf("refused by layer %q, want global", got)
@@ -524,7 +580,7 @@ func checkEnvoyPromises(t *testing.T, c envoyClient) {
 	})
 
 	t.Run("a tenant: 50/s per node", func(t *testing.T) {
-		ok, refusal, elapsed := c.run(t, 70, func(i int) httpRequest {
+		ok, refusal, elapsed := c.runUntilRefused(t, 1000, func(i int) httpRequest {
 			return httpRequest{remote: exampleAddr(4, i), path: "/", headers: map[string]string{"x-tenant-id": "tenant-1"}}
 		})
 		checkBucketRun(t, "one tenant", ok, 50, 50, elapsed)

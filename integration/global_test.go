@@ -27,7 +27,7 @@ import (
 const globalRules = `domain: global
 descriptors:
   - key: shared
-    rate_limit: {unit: second, requests_per_unit: 200, burst: 200}
+    rate_limit: {unit: second, requests_per_unit: 20, burst: 20}
   - key: burst
     rate_limit: {unit: minute, requests_per_unit: 3, burst: 3}
   - key: refill
@@ -36,8 +36,12 @@ descriptors:
 
 // Limits of globalRules used in assertions.
 const (
-	sharedRate  = 200.0 // tokens per second
-	sharedBurst = 200.0
+	// The shared rate is far below what 3 nodes × 4 closed-loop workers
+	// offer even on a loaded machine: the accuracy check needs the bucket
+	// to be the bound (at 200/s, a loaded 2-core machine offered 84/s, all
+	// admitted, and the check failed at -65%).
+	sharedRate  = 20.0 // tokens per second
+	sharedBurst = 20.0
 	burstLimit  = 3
 	// longestRefill is the longest time to refill a bucket of globalRules
 	// (burst: 3 per minute); a key's TTL may exceed it by 1 s (the TTL rule
@@ -52,9 +56,10 @@ func TestGlobalSharedAcrossNodes(t *testing.T) {
 	s := redistest.Start(t)
 	rules := writeFile(t, t.TempDir(), "rules.yaml", globalRules)
 	// The test measures Redis' accounting, not failing open: a generous
-	// deadline keeps a loaded -race machine from tipping a node into its
-	// fallback (which would admit its share on top). Checked below.
-	args := []string{"--redis", "redis://" + s.Addr() + "/0", "--config", rules, "--redis-timeout", "200ms"}
+	// deadline (2s, as the lease tests': 200ms is within a loaded -race
+	// machine's lag) keeps a node out of its fallback (which would admit its
+	// share on top). Checked below.
+	args := []string{"--redis", "redis://" + s.Addr() + "/0", "--config", rules, "--redis-timeout", "2s"}
 	nodes := []*rlsProcess{startRLS(t, args...), startRLS(t, args...), startRLS(t, args...)}
 	for i, p := range nodes {
 		d := pollFor(t, 10*time.Second, fmt.Sprintf("node %d counting 3 live nodes", i), func() bool {
@@ -88,6 +93,9 @@ func TestGlobalSharedAcrossNodes(t *testing.T) {
 	t.Logf("3 nodes × %d workers: %d answers over %v (%.0f/s), admitted %d, burst + rate×elapsed = %.1f (%+.2f%%), refused %d",
 		workers, len(all), elapsed.Round(time.Millisecond), float64(len(all))/elapsed.Seconds(),
 		st.admitted, want, 100*(float64(st.admitted)-want)/want, st.refused)
+	if st.refused == 0 {
+		t.Errorf("no refusal in %d answers: the load never exceeded the shared rate of %.0f/s, and the run measured nothing", len(all), sharedRate)
+	}
 	if math.Abs(float64(st.admitted)-want) > 0.05*want {
 		t.Errorf("admitted %d across 3 nodes, want %.0f ± 5%% (burst %.0f + %.0f/s × %v)",
 			st.admitted, want, sharedBurst, sharedRate, elapsed)
@@ -115,11 +123,12 @@ func TestGlobalCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	rules := writeFile(t, t.TempDir(), "rules.yaml", globalRules)
 	seeds := strings.Join(c.Addrs(), ",")
-	// A Redis deadline the cold, -race cluster calls meet: a node that fell
-	// back on its first calls (10ms, cold connections and slot map) answered
-	// from its fallback, and the checks below want the cluster's answers.
-	p1 := startRLS(t, "--redis", seeds, "--config", rules, "--redis-timeout", "200ms")
-	p2 := startRLS(t, "--redis", seeds, "--config", rules, "--redis-timeout", "200ms")
+	// A Redis deadline the cold, -race cluster calls meet on a loaded
+	// machine (2s, as the lease tests'): a node that fell back on its first
+	// calls (10ms, cold connections and slot map) answered from its
+	// fallback, and the checks below want the cluster's answers.
+	p1 := startRLS(t, "--redis", seeds, "--config", rules, "--redis-timeout", "2s")
+	p2 := startRLS(t, "--redis", seeds, "--config", rules, "--redis-timeout", "2s")
 	masters := []*goredis.Client{c.Master(0).Client(), c.Master(1).Client(), c.Master(2).Client()}
 
 	t.Run("BurstThenGlobalRefusal", func(t *testing.T) {
@@ -179,24 +188,45 @@ func TestGlobalCluster(t *testing.T) {
 	})
 
 	t.Run("Refill", func(t *testing.T) {
-		for range 2 {
-			p1.Check(t, "global", "refill=r")
+		// Requests until the first refusal: a burst of 2 refilling 20/s
+		// refuses the third request unless the three took more than a token
+		// interval (50ms), as on a loaded machine, where it refuses a later
+		// one. No more than the tokens that can have dripped in are admitted.
+		var (
+			resp  *rlsv3.RateLimitResponse
+			asked time.Time
+			ok    int
+		)
+		start := time.Now()
+		for ; ; ok++ {
+			if ok == 100 {
+				t.Fatalf("no refusal in 100 requests on a burst of 2 refilling 20/s")
+			}
+			asked = time.Now() // Redis reckons the retry-after from a moment after this
+			resp = p1.Check(t, "global", "refill=r")
+			if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+				break
+			}
 		}
-		resp := p1.Check(t, "global", "refill=r")
-		if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
-			t.Fatalf("third request on a burst of 2: %v, want OVER_LIMIT", resp.GetOverallCode())
+		if most := 2 + int(math.Ceil(20*time.Since(start).Seconds())); ok < 2 || ok > most {
+			t.Fatalf("%d admitted before the first refusal on a burst of 2, want 2 to %d (plus 20/s of refill)", ok, most)
 		}
 		retry := headerValue(resp, "x-ratelimit-retry-after-ms")
 		if ms, err := strconv.Atoi(retry); err != nil || ms < 1 || ms > 50 {
 			t.Errorf("x-ratelimit-retry-after-ms %q, want 1..50 (one token per 50ms)", retry)
 		}
-		refused := time.Now()
 		d := pollFor(t, 2*time.Second, "a refilled token", func() bool {
 			return p1.Check(t, "global", "refill=r").GetOverallCode() == rlsv3.RateLimitResponse_OK
 		})
 		t.Logf("refill: refused with retry-after-ms %s, admitted again %v later", retry, d.Round(time.Millisecond))
-		if since := time.Since(refused); since < 10*time.Millisecond {
-			t.Errorf("admitted %v after a refusal, want about a token interval (50ms)", since)
+		// Not before the retry-after the refusal gave (rounded up to the
+		// millisecond): on a busy machine the requests spread over most of a
+		// token interval, and the token is then due in a few ms, so a fixed
+		// floor (10ms) failed while the server was right.
+		if ms, err := strconv.Atoi(retry); err == nil {
+			if since := time.Since(asked); since < time.Duration(ms-1)*time.Millisecond {
+				t.Errorf("admitted %v after asking, before the refusal's retry-after of %dms", since, ms)
+			}
 		}
 	})
 

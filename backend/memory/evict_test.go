@@ -95,12 +95,17 @@ func TestNoFullBucketsStored(t *testing.T) {
 	}
 }
 
-// TestCapacityBound inserts ten times MaxBuckets distinct, partly drained
-// buckets: Len never exceeds MaxBuckets, every shard fills to its capacity,
+// TestCapacityBound inserts overfill times MaxBuckets distinct, partly
+// drained buckets: Len never exceeds MaxBuckets, every shard fills to its capacity,
 // no admitted bucket is dropped to make room, and every hit refused for want
 // of room is counted.
 func TestCapacityBound(t *testing.T) {
 	t.Parallel()
+	// Each call offers 3 new buckets, so overfill times MaxBuckets calls
+	// offer 3 × overfill times the room: every shard overflows either way.
+	// It was 10 (30 times the room), 29 s of the package's 61 under -race
+	// on a loaded machine for MaxBuckets 16384.
+	const overfill = 3
 	for _, maxBuckets := range []int{1, 63, 64, 1000, 1 << 14} {
 		t.Run(fmt.Sprintf("MaxBuckets %d", maxBuckets), func(t *testing.T) {
 			t.Parallel()
@@ -108,7 +113,7 @@ func TestCapacityBound(t *testing.T) {
 			// Three keys a call, so a call can fill a shard midway.
 			states := make([]bucket.State, 3)
 			admitted, refused := 0, 0
-			for i := range uint64(10 * maxBuckets) {
+			for i := range uint64(overfill * maxBuckets) {
 				hits := []bucket.Hit{
 					{Key: key(3 * i), Limit: onePerHour, Cost: 1},
 					{Key: key(3*i + 1), Limit: onePerHour, Cost: 1},
@@ -122,7 +127,7 @@ func TestCapacityBound(t *testing.T) {
 						refused++
 					}
 				}
-				if i%64 == 0 || int(i) > 9*maxBuckets {
+				if i%64 == 0 || int(i) > (overfill-1)*maxBuckets {
 					if got := l.Len(); got > maxBuckets {
 						t.Fatalf("after %d calls Len() = %d, above MaxBuckets %d", i+1, got, maxBuckets)
 					}
@@ -130,7 +135,7 @@ func TestCapacityBound(t *testing.T) {
 			}
 			// Calls are all-or-nothing, so a shard may be left a bucket or
 			// two short; single-key calls fill it.
-			for i := range uint64(10 * maxBuckets) {
+			for i := range uint64(overfill * maxBuckets) {
 				if take(t, l, 0, key(1<<40+i), onePerHour, 1).Allowed {
 					admitted++
 				} else {

@@ -181,13 +181,26 @@ func TestStallConcurrent(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	f := singleEnv(s).fixture(t, redisbackend.Options{Timeout: timeout})
 	k := f.key(0)
-	waitHitOK(t, f.l, k, slow) // connections warm; polled: a busy machine can miss the 50ms timeout once
+	f.warm(k, slow)
 	s.Stall()
 	defer s.Resume()
 	stalledFrom := f.calls.Load()
+	// The callers start together (a busy machine would otherwise spread
+	// their starts over several Timeouts, each its own call), and are held
+	// to a baseline measured with them: a timer of the Timeout's length.
+	release := make(chan struct{})
+	baseline := make(chan time.Duration, 1)
+	go func() {
+		<-release
+		start := time.Now()
+		<-time.After(timeout)
+		baseline <- time.Since(start)
+	}()
+	tooks := make([]time.Duration, 64)
 	var wg sync.WaitGroup
-	for range 64 {
+	for i := range tooks {
 		wg.Go(func() {
+			<-release
 			start := time.Now()
 			states := make([]bucket.State, 1)
 			_, err := f.l.Hit(context.Background(), []bucket.Hit{{Key: k, Limit: slow, Cost: 1}}, states)
@@ -195,12 +208,21 @@ func TestStallConcurrent(t *testing.T) {
 			if kind := redisbackend.ErrorKind(err); kind != redisbackend.KindTimeout || !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("Hit on a stalled Redis: %v (kind %q), want kind timeout", err, kind)
 			}
-			if took > timeout+250*time.Millisecond {
-				t.Errorf("Hit on a stalled Redis took %v, want ≈ the %v timeout", took, timeout)
+			if took < timeout {
+				t.Errorf("Hit on a stalled Redis gave up after %v, before its %v timeout", took, timeout)
 			}
+			tooks[i] = took
 		})
 	}
+	close(release)
 	wg.Wait()
+	base := <-baseline
+	for _, took := range tooks {
+		if took > base+250*time.Millisecond {
+			t.Errorf("Hit on a stalled Redis took %v, want ≈ the %v timeout (a %v timer started with it fired after %v)",
+				took, timeout, timeout, base)
+		}
+	}
 	calls := f.calls.Load() - stalledFrom
 	t.Logf("64 callers on a stalled Redis: %d script calls", calls)
 	s.Resume()

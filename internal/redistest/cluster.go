@@ -36,11 +36,7 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 	c := &Cluster{t: t}
 	addrs := make([]string, masters)
 	for i := range masters {
-		port, err := clusterPort()
-		if err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
-		s := Start(t, withPort(port), WithArgs(
+		s := Start(t, withPortFrom(clusterPort), WithArgs(
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "1000",

@@ -45,7 +45,7 @@ type Option func(*config)
 
 type config struct {
 	args []string
-	port int
+	pick func() (int, error) // chooses each try's port (freePort when nil)
 	tls  *tlsServer
 	unix bool
 }
@@ -77,10 +77,13 @@ func WithArgs(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
 }
 
-// withPort runs the server on a given port (clusters choose ports whose bus
-// port is free too).
-func withPort(port int) Option {
-	return func(c *config) { c.port = port }
+// withPortFrom chooses the port of each try with pick (clusters choose
+// ports whose bus port is free too). Between a choice and the server's
+// bind, another process may take either port: on a busy machine, where
+// other tests start servers too, a cluster node then exits during start,
+// and the next try chooses again.
+func withPortFrom(pick func() (int, error)) Option {
+	return func(c *config) { c.pick = pick }
 }
 
 // Server is one redis-server process owned by a test.
@@ -111,20 +114,21 @@ func Start(t testing.TB, opts ...Option) *Server {
 	t.Cleanup(s.Kill)
 	// Between choosing a free port and the server binding it, another
 	// process may take it: try a few ports.
+	pick := c.pick
+	if pick == nil {
+		pick = freePort
+	}
 	var err error
 	for range 5 {
-		s.port = c.port
-		if s.port == 0 {
-			if s.port, err = freePort(); err != nil {
-				t.Fatalf("redistest: %v", err)
-			}
+		if s.port, err = pick(); err != nil {
+			t.Fatalf("redistest: %v", err)
 		}
 		if err = s.start(); err == nil {
 			return s
 		}
-		if c.port != 0 {
-			break
-		}
+		// A cluster node that failed to start may have written its
+		// configuration, naming the port it could not keep.
+		_ = os.Remove(filepath.Join(s.dir, "nodes.conf"))
 	}
 	t.Fatalf("redistest: %v", err)
 	return nil
