@@ -1,6 +1,8 @@
 package fallback
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jonboulle/clockwork"
@@ -27,14 +29,17 @@ func (l *Limiter) suspect(err error) {
 	default:
 	}
 	l.probeDone.Add(1)
-	go l.confirm(err)
+	go l.confirm(err, l.clock.Now().UnixNano())
 }
 
-// confirm probes Primary with the Confirm deadline after the timeout err:
-// a failed probe switches the node to fallback; an answer leaves it on
-// Primary with the run of timeouts forgotten, so that the next suspicion
-// needs StallAfter of timeouts again.
-func (l *Limiter) confirm(err error) {
+// confirm probes Primary with the Confirm deadline after the timeout err,
+// suspected at since (Unix nanoseconds). A probe that fails — with an
+// error, or by timing out while no call has succeeded since — switches the
+// node to fallback. A probe that answers, or times out while calls
+// succeed (a starved CPU, not a stalled Redis), leaves the node on Primary
+// with the run of timeouts forgotten, so that the next suspicion needs
+// StallAfter of timeouts again.
+func (l *Limiter) confirm(err error, since int64) {
 	defer l.probeDone.Done()
 	defer l.confirming.Store(false)
 	ctx, cancel := clockwork.WithTimeout(l.stop, l.clock, l.opts.Confirm)
@@ -45,7 +50,7 @@ func (l *Limiter) confirm(err error) {
 		return
 	default:
 	}
-	if perr != nil {
+	if perr != nil && (!errors.Is(perr, context.DeadlineExceeded) || l.lastOK.Load() < since) {
 		l.opts.Metrics.confirmed(true)
 		l.enterFallback(fmt.Errorf("%w; confirmed by a probe: %w", err, perr))
 		return
@@ -54,6 +59,11 @@ func (l *Limiter) confirm(err error) {
 	now := l.clock.Now().UnixNano()
 	l.lastOK.Store(now)
 	l.timeoutsFrom.Store(now)
+	if perr != nil {
+		l.log.Info("Redis calls timed out, and so did a probe, but other calls succeeded: staying on Redis",
+			"err", err, "probe_err", perr, "probe_deadline", l.opts.Confirm)
+		return
+	}
 	l.log.Info("Redis calls timed out, but a probe answered: staying on Redis",
 		"err", err, "probe_deadline", l.opts.Confirm)
 }

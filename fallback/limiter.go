@@ -98,6 +98,7 @@ type Limiter struct {
 	once       sync.Once
 	probeDone  sync.WaitGroup // the probe goroutine, for Close
 	scratch    sync.Pool      // *[]bucket.Hit for shared limits
+	states     sync.Pool      // *[]bucket.State for track
 }
 
 // New returns a Limiter in the Primary state.
@@ -114,6 +115,7 @@ func New(opts Options) *Limiter {
 		l.opts.Classify = func(error) string { return "other" }
 	}
 	l.scratch.New = func() any { return new([]bucket.Hit) }
+	l.states.New = func() any { return new([]bucket.State) }
 	opts.Metrics.setActive(false)
 	return l
 }
@@ -162,6 +164,9 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 		l.opts.Metrics.observe(end.Sub(start), err, l.opts.Classify)
 		if err == nil {
 			l.noteSuccess(end)
+			if l.opts.Mode == Share {
+				l.track(ctx, hits, states, d)
+			}
 			return d, nil
 		}
 		switch {

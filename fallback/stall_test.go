@@ -92,8 +92,10 @@ func TestOneSlowMomentDoesNotSwitch(t *testing.T) {
 	}
 	r.clock.Advance(time.Second) // a quiet node: no call for a second
 	r.p.slow.Store(true)
-	if d := r.hit(t); d.Answer != bucket.Fallback || !d.Allowed {
-		t.Errorf("the timed-out request: %+v, want allowed from the share (Fallback)", d)
+	// Answered from the share, which the node spent through Redis (its one
+	// token): refused, not allowed on top of Redis' count.
+	if d := r.hit(t); d.Answer != bucket.Fallback || d.Allowed {
+		t.Errorf("the timed-out request: %+v, want refused by the spent share (Fallback)", d)
 	}
 	if r.sw.Active() {
 		t.Fatal("one timed-out call switched the node to fallback")
@@ -219,5 +221,35 @@ func TestCloseEndsTheStallProbe(t *testing.T) {
 	r.sw.Close()
 	if r.sw.Active() {
 		t.Error("switched to fallback after Close")
+	}
+}
+
+// TestStallProbeTimeoutAmidSuccesses: the probe timing out does not switch
+// the node when calls succeeded meanwhile — the CPU was starved, Redis
+// answered — and the node stays on Redis.
+func TestStallProbeTimeoutAmidSuccesses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, reg := stallRig(t)
+	r.hit(t)
+	r.p.slow.Store(true)
+	r.hang.Store(true)
+	r.clock.Advance(time.Second)
+	r.hit(t)
+	r.receive(t, "the suspected stall")
+	if err := r.clock.BlockUntilContext(ctx, 1); err != nil { // the probe's deadline
+		t.Fatal(err)
+	}
+	r.p.slow.Store(false)
+	r.clock.Advance(callTime)
+	if d := r.hit(t); d.Answer != bucket.Decided {
+		t.Fatalf("a call during the probe: %+v, want Decided", d)
+	}
+	r.clock.Advance(confirm)
+	waitFor(t, "the probe's end counted", func() bool {
+		return counter(t, reg, "ratelimit_fallback_stall_probes_total", "result", "up") == 1
+	})
+	if r.sw.Active() {
+		t.Error("switched to fallback although a call succeeded while the probe waited")
 	}
 }

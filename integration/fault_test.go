@@ -35,14 +35,11 @@ const (
 )
 
 // Bounds on answers while Redis fails (see checkFast). Envoy gives up on
-// the rate-limit call after 20ms by default, so p99 must stay under it. The
-// tail bound has slack for -race and applies to p99.9, not the single
-// slowest answer: on a shared 2-CPU machine one answer in thousands can
-// lose the CPU for 100ms whatever Redis does, while requests waiting on a
-// stalled Redis would be far more than 0.1%.
+// the rate-limit call after 20ms by default, so the server's p99 must stay
+// under it. recoverWithin bounds the time from Redis answering again to
+// the node logging its switch back (backOnRedis).
 const (
 	failP99       = 20 * time.Millisecond
-	failTail      = 100 * time.Millisecond // p99.9
 	recoverWithin = 2 * time.Second
 )
 
@@ -90,17 +87,19 @@ func TestFaultRedisKilled(t *testing.T) {
 	toFallback := pollFor(t, 2*time.Second, "ratelimit_fallback_active 1", func() bool {
 		return metricIs(t, p, "ratelimit_fallback_active", 1)
 	})
-	calls := metricValue(t, p, redisCallsSeries)
+	calls, from := metricValue(t, p, redisCallsSeries), serverTimes(t, p)
 	checkInFallback(t, p, probe)
 	if v, _ := scrapeMetric(t, p, "ratelimit_live_nodes"); v != nodes {
 		t.Errorf("ratelimit_live_nodes %v, want %d (--fallback-nodes)", v, nodes)
 	}
 	hold(2*time.Second - time.Since(killed))
 	checkNoRedisCalls(t, p, calls, time.Since(killed)-toFallback)
+	to := serverTimes(t, p)
 
 	restarting := time.Now()
 	s.Restart()
-	back := waitGlobal(t, p, probe)
+	waitGlobal(t, p, probe)
+	back := backOnRedis(t, p, restarting)
 	checkBackCounted(t, p)
 	hold(500 * time.Millisecond)
 	as, all := finishLoad(t, p, load)
@@ -116,7 +115,7 @@ func TestFaultRedisKilled(t *testing.T) {
 	t.Logf("whole run: %d answers, latency %s; transitions to fallback before the kill %v, in all %v",
 		len(as), all.latencies(), flapped, metricValue(t, p, toFallbackSeries))
 	checkShare(t, out, bound, faultBurst/nodes)
-	checkFast(t, "with redis down", out, base)
+	checkFast(t, "with redis down", from, to, out, base)
 	if out.layers["fallback"] == 0 {
 		t.Errorf("no refusal with x-ratelimit-layer: fallback during the outage (layers %v)", out.layers)
 	}
@@ -169,14 +168,17 @@ func stallUnderLoad(t *testing.T, p *rlsProcess, d time.Duration, stall, resume 
 	toFallback := pollFor(t, 2*time.Second, "ratelimit_fallback_active 1", func() bool {
 		return metricIs(t, p, "ratelimit_fallback_active", 1)
 	})
-	calls := metricValue(t, p, redisCallsSeries)
+	calls, from := metricValue(t, p, redisCallsSeries), serverTimes(t, p)
 	checkInFallback(t, p, probe)
 	hold(d - 200*time.Millisecond - time.Since(start))
 	checkNoRedisCalls(t, p, calls, time.Since(start)-toFallback)
+	to := serverTimes(t, p)
+	resuming := time.Now() // DEBUG SLEEP: resume returns when Redis answers
 	resume()
 	stalled := time.Since(start)
 	over := time.Now()
-	back := waitGlobal(t, p, probe)
+	waitGlobal(t, p, probe)
+	back := backOnRedis(t, p, resuming)
 	checkBackCounted(t, p)
 	hold(500 * time.Millisecond)
 	as, all := finishLoad(t, p, load)
@@ -191,7 +193,7 @@ func stallUnderLoad(t *testing.T, p *rlsProcess, d time.Duration, stall, resume 
 	t.Logf("whole run: %d answers, latency %s; transitions to fallback before the stall %v, in all %v",
 		len(as), all.latencies(), flapped, metricValue(t, p, toFallbackSeries))
 	checkShare(t, st, bound, 0)
-	checkFast(t, "with redis stalled", st, base)
+	checkFast(t, "with redis stalled", from, to, st, base)
 	if back > recoverWithin {
 		t.Errorf("back on the global layer %v after the stall, want within %v", back, recoverWithin)
 	}
@@ -214,10 +216,11 @@ func TestFaultClusterMasterDown(t *testing.T) {
 	toFallback := pollFor(t, 5*time.Second, "ratelimit_fallback_active 1", func() bool {
 		return metricIs(t, p, "ratelimit_fallback_active", 1)
 	})
-	calls := metricValue(t, p, redisCallsSeries)
+	calls, from := metricValue(t, p, redisCallsSeries), serverTimes(t, p)
 	checkInFallback(t, p, probe)
 	hold(2*time.Second - time.Since(killed))
 	checkNoRedisCalls(t, p, calls, time.Since(killed)-toFallback)
+	to := serverTimes(t, p)
 
 	restarting := time.Now()
 	flapsBefore := metricValue(t, p, toFallbackSeries)
@@ -243,7 +246,7 @@ func TestFaultClusterMasterDown(t *testing.T) {
 	t.Logf("master restarted: cluster ok after %v, node on global %v after the restart; transitions to fallback: %v before the kill, %v while the master rejoined, %v in all",
 		clusterOK.Round(time.Millisecond), back.Round(time.Millisecond), flapped,
 		metricValue(t, p, toFallbackSeries)-flapsBefore, metricValue(t, p, toFallbackSeries))
-	checkFast(t, "with a master down", out, base)
+	checkFast(t, "with a master down", from, to, out, base)
 }
 
 // TestFaultRedisRestartWipesData flushes the scripts of a live Redis, then
@@ -435,27 +438,58 @@ func checkShare(t *testing.T, st loadStats, bound, floor float64) {
 	}
 }
 
-// checkFast checks that answers while Redis failed (st) stayed inside
-// Envoy's 20ms timeout: p99 < failP99 and p99.9 < failTail. Those bounds
-// hold on a quiet machine; when answers under the same load with Redis
-// healthy (base) already come slowly (p99 ≥ failP99/2 or p99.9 ≥
-// failTail/2: other jobs starving a small -race machine), only p99 <
-// 3 × base's p99 is asserted, and the test says so. That a failing Redis
-// adds no wait is proven regardless by checkNoRedisCalls.
-func checkFast(t *testing.T, when string, st, base loadStats) {
+// requestTimes is the server's own ratelimit_request_duration_seconds at
+// one moment: requests decided, and those decided within failP99.
+type requestTimes struct{ count, fast float64 }
+
+// serverTimes scrapes p's request-duration histogram.
+func serverTimes(t *testing.T, p *rlsProcess) requestTimes {
 	t.Helper()
-	if base.p99 < failP99/2 && base.p999 < failTail/2 {
-		if st.p99 >= failP99 || st.p999 >= failTail {
-			t.Errorf("latency %s: %s, want p99 < %v and p99.9 < %v (with Redis healthy: %s)",
-				when, st.latencies(), failP99, failTail, base.latencies())
-		}
+	return requestTimes{
+		count: metricValue(t, p, "ratelimit_request_duration_seconds_count"),
+		fast:  metricValue(t, p, `ratelimit_request_duration_seconds_bucket{le="0.02"}`),
+	}
+}
+
+// checkFast checks that the requests p decided between from and to (while
+// Redis failed) took the server under failP99 (Envoy's 20ms timeout) at
+// the 99th percentile, as the server's own histogram says: a client's wall
+// time on a saturated machine measures the machine, not the server.
+// Client latencies st and base are logged for the record.
+func checkFast(t *testing.T, when string, from, to requestTimes, st, base loadStats) {
+	t.Helper()
+	n, slow := to.count-from.count, (to.count-from.count)-(to.fast-from.fast)
+	t.Logf("%s: the server decided %.0f requests, %.0f of them in %v or more; clients saw %s (with Redis healthy: %s)",
+		when, n, slow, failP99, st.latencies(), base.latencies())
+	if n == 0 {
+		t.Errorf("%s: the server decided no request", when)
 		return
 	}
-	t.Logf("busy machine: with Redis healthy already %s; asserting only p99 < 3× that p99", base.latencies())
-	if st.p99 >= 3*base.p99 {
-		t.Errorf("latency %s: %s, want p99 < %v (3× the p99 with Redis healthy: %s)",
-			when, st.latencies(), 3*base.p99, base.latencies())
+	if slow > 0.01*n {
+		t.Errorf("%s: %.0f of %.0f requests took the server %v or more, want under 1%%", when, slow, n, failP99)
 	}
+}
+
+// backOnRedis returns how long after since p logged that Redis answers
+// again (its first such line after since), by the log's own time, which
+// does not wait for the test's polling on a saturated machine.
+func backOnRedis(t *testing.T, p *rlsProcess, since time.Time) time.Duration {
+	t.Helper()
+	for line := range strings.SplitSeq(p.Log(), "\n") {
+		if !strings.Contains(line, `msg="Redis answers again`) {
+			continue
+		}
+		v, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		at, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if at.After(since) {
+			return at.Sub(since)
+		}
+	}
+	t.Fatalf("no \"Redis answers again\" line logged after %v", since)
+	return 0
 }
 
 // checkNoRedisCalls checks that no request called Redis since the global

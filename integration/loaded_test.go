@@ -78,19 +78,32 @@ func TestLoadedMachineStaysOnRedis(t *testing.T) {
 
 	elapsed := out.last.Sub(out.first)
 	bound := loadedBurst + loadedRate*elapsed.Seconds()
-	var switches, timeouts float64
+	var switches, timeouts, fromShare float64
 	for i, p := range nodes {
 		sw := metricValue(t, p, toFallbackSeries) - before[i]
 		to := metricValue(t, p, `ratelimit_redis_errors_total{kind="timeout"}`)
+		share := metricValue(t, p, `ratelimit_decisions_total{domain="loaded",gray="false",layer="fallback",result="ok",rule="loaded.shared"}`)
 		switches += sw
 		timeouts += to
-		t.Logf("node %d: %v switches to fallback (%.1f a minute), %v Redis timeouts", i, sw, sw*60/elapsed.Seconds(), to)
+		fromShare += share
+		t.Logf("node %d: %v switches to fallback (%.1f a minute), %v Redis timeouts, stall probes %v down / %v up, %v admitted by its share",
+			i, sw, sw*60/elapsed.Seconds(), to,
+			metricValue(t, p, `ratelimit_fallback_stall_probes_total{result="down"}`),
+			metricValue(t, p, `ratelimit_fallback_stall_probes_total{result="up"}`), share)
+		// Each node's share: burst/N + rate/N × T.
+		if limit := (loadedBurst + loadedRate*elapsed.Seconds()) / float64(len(nodes)); share > limit+1 {
+			t.Errorf("node %d admitted %v from its share, over burst/N + rate/N × T = %.0f", i, share, limit)
+		}
 	}
-	t.Logf("3 nodes at twice the rate for %v beside a CPU hog: admitted %d of %d (%.1f%% of burst + rate × T = %.0f), errors %d; latency p50 %v, p99 %v; switches %v, timeouts %v",
-		elapsed.Round(time.Millisecond), out.admitted, out.admitted+out.refused+out.errors, 100*float64(out.admitted)/bound, bound,
-		out.errors, out.quantile(0.5), out.p99(), switches, timeouts)
+	t.Logf("3 nodes at twice the rate for %v beside a CPU hog: admitted %d of %d (%+.1f%% over burst + rate × T = %.0f; %v of them by the nodes' shares), errors %d; latency p50 %v, p99 %v; switches %v, timeouts %v",
+		elapsed.Round(time.Millisecond), out.admitted, out.admitted+out.refused+out.errors, 100*(float64(out.admitted)-bound)/bound, bound,
+		fromShare, out.errors, out.quantile(0.5), out.p99(), switches, timeouts)
 	if out.errors > 0 {
 		t.Errorf("%d errors, want 0; first: %v", out.errors, out.firstErr)
+	}
+	// Redis never admits over burst + rate × T; only the shares add to it.
+	if float64(out.admitted) > bound+fromShare {
+		t.Errorf("admitted %d, over burst + rate × T + what the shares admitted = %.0f", out.admitted, bound+fromShare)
 	}
 	if limit := bound * (1 + loadedOver); float64(out.admitted) > limit {
 		t.Errorf("admitted %d, over (burst + rate × T) × %.2f = %.0f", out.admitted, 1+loadedOver, limit)
