@@ -165,7 +165,7 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 		if err == nil {
 			l.noteSuccess(end)
 			if l.opts.Mode == Share {
-				l.track(ctx, hits, states, d)
+				l.track(ctx, hits)
 			}
 			return d, nil
 		}

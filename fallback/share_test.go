@@ -95,3 +95,41 @@ func TestShareTracksRedisUse(t *testing.T) {
 		t.Errorf("the fallback admitted %d after 3 through Redis, want 2 (a share of 5, 3 spent)", n)
 	}
 }
+
+// TestShareTracksRefusedDemand: takes Redis refused are charged to the
+// share too — the node's demand, not its admits — so a node that Redis kept
+// refusing does not find a full share when it falls back.
+func TestShareTracksRefusedDemand(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	p := &primary{mem: memory.New(memory.Options{Clock: clock})}
+	sw := fallback.New(fallback.Options{
+		Primary: p,
+		Share:   memory.New(memory.Options{Clock: clock}),
+		Probe:   func(context.Context) error { return errors.New("down") },
+		Nodes:   func() int { return 2 },
+		Mode:    fallback.Share,
+		Clock:   clock,
+	})
+	t.Cleanup(sw.Close)
+	lim := bucket.Limit{Requests: 10, Period: time.Hour, Burst: 10}
+	hits := []bucket.Hit{{Key: bucket.Key{9}, Limit: lim, Cost: 1}}
+	// The other nodes spent the whole global bucket.
+	if d, err := p.mem.Hit(context.Background(), []bucket.Hit{{Key: bucket.Key{9}, Limit: lim, Cost: 10}}, make([]bucket.State, 1)); err != nil || !d.Allowed {
+		t.Fatalf("draining the global bucket: %+v, %v", d, err)
+	}
+	for i := range 3 {
+		if d, err := sw.Hit(context.Background(), hits, make([]bucket.State, 1)); err != nil || d.Answer != bucket.Decided || d.Allowed {
+			t.Fatalf("request %d through Redis: %+v, %v; want refused by Redis", i+1, d, err)
+		}
+	}
+	p.down.Store(true)
+	n := 0
+	for range 5 {
+		if d, _ := sw.Hit(context.Background(), hits, make([]bucket.State, 1)); d.Allowed {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("the fallback admitted %d after 3 refused through Redis, want 2 (a share of 5, 3 asked for)", n)
+	}
+}

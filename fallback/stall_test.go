@@ -11,9 +11,9 @@ import (
 	"github.com/sluice-rls/sluice/fallback"
 )
 
-// The stall rule of the tests, as rls serve sets it for --redis-timeout
-// 10ms: a stall is suspected after 30ms of timeouts without a success, and
-// confirmed by a probe with a 250ms deadline.
+// The stall rule of the tests: a stall is suspected after 30ms of timeouts
+// without a success (as rls serve sets it for --redis-timeout 10ms), and
+// confirmed by a probe with a 250ms deadline (rls serve: 1 s).
 const (
 	stallAfter = 30 * time.Millisecond
 	confirm    = 250 * time.Millisecond
@@ -129,7 +129,8 @@ func TestOneSlowMomentDoesNotSwitch(t *testing.T) {
 
 // TestStalledRedisSwitches: timeouts that keep coming while the probe finds
 // no answer either switch the node when the probe's deadline passes: at
-// most StallAfter + Confirm after the first timeout (280ms at the defaults).
+// most StallAfter + Confirm after the first timeout (280ms here; 1.03 s
+// with rls serve's defaults, whose probe waits 1 s).
 // Until then every call still goes to Redis and timed-out ones are
 // answered from the share. The probe then brings the node back as before.
 func TestStalledRedisSwitches(t *testing.T) {

@@ -49,6 +49,18 @@ func startCPUHog(t *testing.T, n int, d time.Duration) {
 	}
 }
 
+// admittedBy returns the requests of the loaded rule that p admitted by
+// layer (result ok or near_limit).
+func admittedBy(t *testing.T, p *rlsProcess, layer string) float64 {
+	t.Helper()
+	var n float64
+	for _, result := range []string{"ok", "near_limit"} {
+		v, _ := scrapeMetric(t, p, fmt.Sprintf(`ratelimit_decisions_total{domain="loaded",gray="false",layer=%q,result=%q,rule="loaded.shared"}`, layer, result))
+		n += v
+	}
+	return n
+}
+
 // TestLoadedMachineStaysOnRedis runs three nodes with default flags (the
 // 10ms --redis-timeout) on one Redis while a CPU hog keeps both cores busy,
 // and drives one global bucket at twice its rate for 10 s, open loop: calls
@@ -82,14 +94,15 @@ func TestLoadedMachineStaysOnRedis(t *testing.T) {
 	for i, p := range nodes {
 		sw := metricValue(t, p, toFallbackSeries) - before[i]
 		to := metricValue(t, p, `ratelimit_redis_errors_total{kind="timeout"}`)
-		share := metricValue(t, p, `ratelimit_decisions_total{domain="loaded",gray="false",layer="fallback",result="ok",rule="loaded.shared"}`)
+		share := admittedBy(t, p, "fallback")
 		switches += sw
 		timeouts += to
 		fromShare += share
-		t.Logf("node %d: %v switches to fallback (%.1f a minute), %v Redis timeouts, stall probes %v down / %v up, %v admitted by its share",
+		t.Logf("node %d: %v switches to fallback (%.1f a minute), %v Redis timeouts, stall probes %v down / %v up, %v admitted by Redis, %v by its share",
 			i, sw, sw*60/elapsed.Seconds(), to,
 			metricValue(t, p, `ratelimit_fallback_stall_probes_total{result="down"}`),
-			metricValue(t, p, `ratelimit_fallback_stall_probes_total{result="up"}`), share)
+			metricValue(t, p, `ratelimit_fallback_stall_probes_total{result="up"}`),
+			admittedBy(t, p, "global"), share)
 		// Each node's share: burst/N + rate/N × T.
 		if limit := (loadedBurst + loadedRate*elapsed.Seconds()) / float64(len(nodes)); share > limit+1 {
 			t.Errorf("node %d admitted %v from its share, over burst/N + rate/N × T = %.0f", i, share, limit)
