@@ -103,10 +103,10 @@ func TestLoadedMachineStaysOnRedis(t *testing.T) {
 		switches += sw
 		timeouts += to
 		fromShare += share
+		down, _ := scrapeMetric(t, p, `ratelimit_fallback_stall_probes_total{result="down"}`)
+		up, _ := scrapeMetric(t, p, `ratelimit_fallback_stall_probes_total{result="up"}`)
 		t.Logf("node %d: %v switches to fallback (%.1f a minute), %v Redis timeouts, stall probes %v down / %v up, %v admitted by Redis, %v by its share",
-			i, sw, sw*60/elapsed.Seconds(), to,
-			metricValue(t, p, `ratelimit_fallback_stall_probes_total{result="down"}`),
-			metricValue(t, p, `ratelimit_fallback_stall_probes_total{result="up"}`),
+			i, sw, sw*60/elapsed.Seconds(), to, down, up,
 			admittedBy(t, p, "global"), share)
 		// Each node's share: burst/N + rate/N × T.
 		if limit := (loadedBurst + loadedRate*elapsed.Seconds()) / float64(len(nodes)); share > limit+1 {
