@@ -52,6 +52,10 @@ func (l *Limiter) confirm(err error, since int64) {
 	}
 	if perr != nil && (!errors.Is(perr, context.DeadlineExceeded) || l.lastOK.Load() < since) {
 		l.opts.Metrics.confirmed(true)
+		// Counted as a Redis error of its kind: the probe may be the only
+		// call that met what switched the node (an OOM that came while it
+		// ran).
+		l.opts.Metrics.observeError(perr, l.opts.Classify)
 		l.enterFallback(fmt.Errorf("%w; confirmed by a probe: %w", err, perr))
 		return
 	}

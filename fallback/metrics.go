@@ -103,3 +103,12 @@ func (m *Metrics) confirmed(down bool) {
 		m.stalls.WithLabelValues("up").Inc()
 	}
 }
+
+// observeError counts err, of a call that is no decision (a probe), in
+// ratelimit_redis_errors_total.
+func (m *Metrics) observeError(err error, classify func(error) string) {
+	if m == nil {
+		return
+	}
+	m.errors.WithLabelValues(classify(err)).Inc()
+}
