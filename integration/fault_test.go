@@ -149,12 +149,14 @@ func TestFaultRedisDebugSleep(t *testing.T) {
 	})
 }
 
-// TestFaultRedisStalled stops redis-server with SIGSTOP for 2s under load:
+// TestFaultRedisStalled stops redis-server with SIGSTOP for 3s under load:
 // connections stay open and nothing answers, as with a network black hole.
+// The node switches about 1s in (the stall probe's deadline), which leaves
+// 2s of fallback to check.
 func TestFaultRedisStalled(t *testing.T) {
 	s := redistest.Start(t)
 	p := startFaultRLS(t, "redis://"+s.Addr()+"/0")
-	stallUnderLoad(t, p, 2200*time.Millisecond, s.Stall, s.Resume) // resumed after 2s
+	stallUnderLoad(t, p, 3200*time.Millisecond, s.Stall, s.Resume) // resumed after 3s
 }
 
 // stallUnderLoad drives p with load, stalls its Redis with stall, calls
