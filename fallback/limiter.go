@@ -29,29 +29,41 @@ type Options struct {
 	// Primary failing. Nil: any error after the caller's context ended is
 	// taken as the caller's.
 	Abandoned func(error) bool
-	// StallAfter: a timed-out call switches the node only when no call has
-	// succeeded for this long, or when timeouts have kept coming for this
-	// long (no gap as long between two: a dead Redis Cluster master while
-	// the others answer); until then it is answered by the failure mode
-	// alone. One slow call (a large request, a busy CPU) is no stalled
-	// Redis. 0 switches at the first timeout. Other errors always switch at
-	// once.
+	// StallAfter: a timed-out call makes the node suspect a stalled Redis
+	// only when no call has succeeded for this long, or when timeouts have
+	// kept coming for this long (no gap as long between two: a dead Redis
+	// Cluster master while the others answer); until then it is answered
+	// by the failure mode alone. One slow call (a large request, a busy
+	// CPU) is no stalled Redis. 0 suspects at the first timeout. Other
+	// errors always switch at once.
 	StallAfter time.Duration
-	Logger     *slog.Logger
-	Metrics    *Metrics        // nil records nothing
-	Clock      clockwork.Clock // times calls and drives the probe; nil = the real clock
+	// Confirm is the deadline of the probe that confirms a suspected stall
+	// before the node switches: the switch comes only when that probe
+	// fails; when it answers, the node stays on Redis and the timeouts so
+	// far are forgotten. Meanwhile calls still go to Primary and timed-out
+	// ones are answered by the failure mode alone. On a starved CPU calls
+	// miss a short deadline in bursts while Redis is fine: a probe with a
+	// generous deadline tells the two apart. 0 switches without
+	// confirming.
+	Confirm time.Duration
+	Logger  *slog.Logger
+	Metrics *Metrics        // nil records nothing
+	Clock   clockwork.Clock // times calls and drives the probe; nil = the real clock
 	// Tracer writes a span for each answer of the fallback (share and deny
 	// modes) within a traced request. Nil: none.
 	Tracer trace.Tracer
 }
 
 // Limiter is the global layer with failing open. While Primary answers it
-// is used; the first failed call — or timed-out call with no success for
-// StallAfter — switches the node to fallback: that call and every later
-// one are answered by the failure mode, and no request touches Primary,
-// until a background probe, retried with backoff, finds Primary answering
-// and switches back. A stalled Redis so costs each node the timeouts of at
-// most StallAfter, not one per request.
+// is used; the first failed call — or, for timeouts, a stall (timeouts
+// with no success for StallAfter) that a probe with the Confirm deadline
+// confirms — switches the node to fallback: that call and every later one
+// are answered by the failure mode, and no request touches Primary, until
+// a background probe, retried with backoff, finds Primary answering and
+// switches back. A stalled Redis so costs each node the timeouts of at
+// most StallAfter + Confirm, not one per request; a starved CPU that makes
+// calls miss their deadline for a moment costs the timed-out requests an
+// answer from the failure mode, and no switch.
 //
 // Only Primary's own failures count: a call that fails because its caller
 // gave up (its deadline passed, or it cancelled) is returned as an error to
@@ -73,20 +85,26 @@ type Limiter struct {
 	// The current run of timeouts, in Unix nanoseconds: its first and its
 	// latest. Updated without a lock: a race only shifts a run's start.
 	timeoutsFrom, lastTimeout atomic.Int64
+	confirming                atomic.Bool // a confirming probe runs
 
-	mu        sync.Mutex // guards probing, recovered and lastWait
-	probing   bool
-	recovered time.Time     // when the last probe switched back
-	lastWait  time.Duration // the backoff that probe had reached
-	closed    chan struct{} // closed by Close: stops the probe
-	once      sync.Once
-	probeDone sync.WaitGroup // the probe goroutine, for Close
-	scratch   sync.Pool      // *[]bucket.Hit for shared limits
+	// stop ends the probes' calls at Close.
+	stop       context.Context
+	cancelStop context.CancelFunc
+	mu         sync.Mutex // guards probing, recovered and lastWait
+	probing    bool
+	recovered  time.Time     // when the last probe switched back
+	lastWait   time.Duration // the backoff that probe had reached
+	closed     chan struct{} // closed by Close: stops the probe
+	once       sync.Once
+	probeDone  sync.WaitGroup // the probe goroutine, for Close
+	scratch    sync.Pool      // *[]bucket.Hit for shared limits
+	states     sync.Pool      // *[]bucket.State for track
 }
 
 // New returns a Limiter in the Primary state.
 func New(opts Options) *Limiter {
 	l := &Limiter{opts: opts, log: opts.Logger, clock: opts.Clock, closed: make(chan struct{})}
+	l.stop, l.cancelStop = context.WithCancel(context.Background())
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -97,6 +115,7 @@ func New(opts Options) *Limiter {
 		l.opts.Classify = func(error) string { return "other" }
 	}
 	l.scratch.New = func() any { return new([]bucket.Hit) }
+	l.states.New = func() any { return new([]bucket.State) }
 	opts.Metrics.setActive(false)
 	return l
 }
@@ -104,7 +123,10 @@ func New(opts Options) *Limiter {
 // Close stops the probe, if one runs, and waits for it to end. The Limiter
 // keeps answering.
 func (l *Limiter) Close() {
-	l.once.Do(func() { close(l.closed) })
+	l.once.Do(func() {
+		close(l.closed)
+		l.cancelStop()
+	})
 	l.mu.Lock() // a probe starts under mu only while closed is open
 	l.mu.Unlock()
 	l.probeDone.Wait()
@@ -142,10 +164,16 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 		l.opts.Metrics.observe(end.Sub(start), err, l.opts.Classify)
 		if err == nil {
 			l.noteSuccess(end)
+			if l.opts.Mode == Share {
+				l.track(ctx, hits)
+			}
 			return d, nil
 		}
-		if !errors.Is(err, context.DeadlineExceeded) || l.stalled(end.UnixNano()) {
+		switch {
+		case !errors.Is(err, context.DeadlineExceeded):
 			l.enterFallback(err)
+		case l.stalled(end.UnixNano()):
+			l.suspect(err)
 		}
 	}
 	return l.fallback(ctx, hits, states)

@@ -3,6 +3,7 @@ package fallback_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,13 +23,23 @@ var errDown = errors.New("redis down")
 // primary is a Redis stand-in: memory buckets reported as shared, failing
 // while down is set.
 type primary struct {
-	mem  *memory.Limiter
-	down atomic.Bool
+	mem   *memory.Limiter
+	down  atomic.Bool
+	slow  atomic.Bool // calls time out
+	calls atomic.Int64
 }
 
+// errTimeout is a call that missed its deadline (backend/redis wraps
+// context.DeadlineExceeded).
+var errTimeout = fmt.Errorf("token_bucket.lua: %w", context.DeadlineExceeded)
+
 func (p *primary) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.State) (bucket.Decision, error) {
+	p.calls.Add(1)
 	if p.down.Load() {
 		return bucket.Decision{}, errDown
+	}
+	if p.slow.Load() {
+		return bucket.Decision{}, errTimeout
 	}
 	return p.mem.Hit(ctx, hits, states)
 }
@@ -36,23 +47,29 @@ func (p *primary) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 func (p *primary) Shared() bool { return true }
 
 // rig is a switch over a primary, on a fake clock, whose probe reports
-// each call on probes and answers from up.
+// each call on probes and answers from up; while hang is set it waits for
+// its deadline instead (a stalled Redis).
 type rig struct {
 	sw     *fallback.Limiter
 	p      *primary
 	clock  *clockwork.FakeClock
 	up     atomic.Bool
+	hang   atomic.Bool
 	probes chan struct{}
 }
 
-func newRig(t *testing.T, mode fallback.Mode) *rig {
+func newRig(t *testing.T, mode fallback.Mode, opts ...func(*fallback.Options)) *rig {
 	t.Helper()
 	r := &rig{p: &primary{mem: memory.New(memory.Options{})}, clock: clockwork.NewFakeClock(), probes: make(chan struct{}, 16)}
-	r.sw = fallback.New(fallback.Options{
+	o := fallback.Options{
 		Primary: r.p,
 		Share:   memory.New(memory.Options{}),
-		Probe: func(context.Context) error {
+		Probe: func(ctx context.Context) error {
 			r.probes <- struct{}{}
+			if r.hang.Load() {
+				<-ctx.Done()
+				return ctx.Err()
+			}
 			if r.up.Load() {
 				return nil
 			}
@@ -61,7 +78,11 @@ func newRig(t *testing.T, mode fallback.Mode) *rig {
 		Nodes: func() int { return 1 },
 		Mode:  mode,
 		Clock: r.clock,
-	})
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	r.sw = fallback.New(o)
 	t.Cleanup(r.sw.Close)
 	return r
 }
@@ -85,7 +106,7 @@ func TestAnswers(t *testing.T) {
 		want    bucket.Answer
 		allowed bool
 	}{
-		{fallback.Share, bucket.Fallback, true},
+		{fallback.Share, bucket.Fallback, false}, // its one token spent through Redis
 		{fallback.Local, bucket.Skipped, true},
 		{fallback.Allow, bucket.Bypassed, true},
 		{fallback.Deny, bucket.Fallback, false},

@@ -57,7 +57,7 @@ func (l *Limiter) probe() {
 			l.mu.Unlock()
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), probeMaxBackoff)
+		ctx, cancel := context.WithTimeout(l.stop, probeMaxBackoff)
 		err := l.opts.Probe(ctx)
 		cancel()
 		if err == nil {

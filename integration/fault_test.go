@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,14 +36,11 @@ const (
 )
 
 // Bounds on answers while Redis fails (see checkFast). Envoy gives up on
-// the rate-limit call after 20ms by default, so p99 must stay under it. The
-// tail bound has slack for -race and applies to p99.9, not the single
-// slowest answer: on a shared 2-CPU machine one answer in thousands can
-// lose the CPU for 100ms whatever Redis does, while requests waiting on a
-// stalled Redis would be far more than 0.1%.
+// the rate-limit call after 20ms by default, so the server's p99 must stay
+// under it. recoverWithin bounds the time from Redis answering again to
+// the node logging its switch back (backOnRedis).
 const (
 	failP99       = 20 * time.Millisecond
-	failTail      = 100 * time.Millisecond // p99.9
 	recoverWithin = 2 * time.Second
 )
 
@@ -81,26 +79,30 @@ func TestFaultRedisKilled(t *testing.T) {
 	s := redistest.Start(t)
 	p := startFaultRLS(t, "redis://"+s.Addr()+"/0", "--fallback-nodes", fmt.Sprint(nodes))
 	probe := &layerProbe{p: p}
+	base0 := serverTimes(t, p)
 	load := loadOneKey(t, p)
 	hold(time.Second)
 	flapped := settle(t, p, probe)
 
+	base1 := serverTimes(t, p)
 	killed := time.Now()
 	s.Kill()
 	toFallback := pollFor(t, 2*time.Second, "ratelimit_fallback_active 1", func() bool {
 		return metricIs(t, p, "ratelimit_fallback_active", 1)
 	})
-	calls := metricValue(t, p, redisCallsSeries)
+	calls, from := metricValue(t, p, redisCallsSeries), serverTimes(t, p)
 	checkInFallback(t, p, probe)
 	if v, _ := scrapeMetric(t, p, "ratelimit_live_nodes"); v != nodes {
 		t.Errorf("ratelimit_live_nodes %v, want %d (--fallback-nodes)", v, nodes)
 	}
 	hold(2*time.Second - time.Since(killed))
 	checkNoRedisCalls(t, p, calls, time.Since(killed)-toFallback)
+	to := serverTimes(t, p)
 
 	restarting := time.Now()
 	s.Restart()
-	back := waitGlobal(t, p, probe)
+	waitGlobal(t, p, probe)
+	back := backOnRedis(t, p, restarting, restarting)
 	checkBackCounted(t, p)
 	hold(500 * time.Millisecond)
 	as, all := finishLoad(t, p, load)
@@ -116,8 +118,10 @@ func TestFaultRedisKilled(t *testing.T) {
 	t.Logf("whole run: %d answers, latency %s; transitions to fallback before the kill %v, in all %v",
 		len(as), all.latencies(), flapped, metricValue(t, p, toFallbackSeries))
 	checkShare(t, out, bound, faultBurst/nodes)
-	checkFast(t, "with redis down", out, base)
-	if out.layers["fallback"] == 0 {
+	checkFast(t, "with redis down", base0, base1, from, to, out, base)
+	// Refusals by the fallback when the load offered more than the share
+	// (a starved test client may not).
+	if float64(out.admitted+out.refused) > bound*1.1 && out.layers["fallback"] == 0 {
 		t.Errorf("no refusal with x-ratelimit-layer: fallback during the outage (layers %v)", out.layers)
 	}
 	if back > recoverWithin {
@@ -145,12 +149,14 @@ func TestFaultRedisDebugSleep(t *testing.T) {
 	})
 }
 
-// TestFaultRedisStalled stops redis-server with SIGSTOP for 2s under load:
+// TestFaultRedisStalled stops redis-server with SIGSTOP for 3s under load:
 // connections stay open and nothing answers, as with a network black hole.
+// The node switches about 1s in (the stall probe's deadline), which leaves
+// 2s of fallback to check.
 func TestFaultRedisStalled(t *testing.T) {
 	s := redistest.Start(t)
 	p := startFaultRLS(t, "redis://"+s.Addr()+"/0")
-	stallUnderLoad(t, p, 2200*time.Millisecond, s.Stall, s.Resume) // resumed after 2s
+	stallUnderLoad(t, p, 3200*time.Millisecond, s.Stall, s.Resume) // resumed after 3s
 }
 
 // stallUnderLoad drives p with load, stalls its Redis with stall, calls
@@ -160,23 +166,27 @@ func TestFaultRedisStalled(t *testing.T) {
 func stallUnderLoad(t *testing.T, p *rlsProcess, d time.Duration, stall, resume func()) {
 	t.Helper()
 	probe := &layerProbe{p: p}
+	base0 := serverTimes(t, p)
 	load := loadOneKey(t, p)
 	hold(time.Second)
 	flapped := settle(t, p, probe)
 
+	base1 := serverTimes(t, p)
 	start := time.Now()
 	stall()
 	toFallback := pollFor(t, 2*time.Second, "ratelimit_fallback_active 1", func() bool {
 		return metricIs(t, p, "ratelimit_fallback_active", 1)
 	})
-	calls := metricValue(t, p, redisCallsSeries)
+	calls, from := metricValue(t, p, redisCallsSeries), serverTimes(t, p)
 	checkInFallback(t, p, probe)
 	hold(d - 200*time.Millisecond - time.Since(start))
 	checkNoRedisCalls(t, p, calls, time.Since(start)-toFallback)
-	resume()
+	to := serverTimes(t, p)
+	resume() // DEBUG SLEEP: returns when Redis answers again
 	stalled := time.Since(start)
 	over := time.Now()
-	back := waitGlobal(t, p, probe)
+	waitGlobal(t, p, probe)
+	back := backOnRedis(t, p, start, over)
 	checkBackCounted(t, p)
 	hold(500 * time.Millisecond)
 	as, all := finishLoad(t, p, load)
@@ -191,7 +201,7 @@ func stallUnderLoad(t *testing.T, p *rlsProcess, d time.Duration, stall, resume 
 	t.Logf("whole run: %d answers, latency %s; transitions to fallback before the stall %v, in all %v",
 		len(as), all.latencies(), flapped, metricValue(t, p, toFallbackSeries))
 	checkShare(t, st, bound, 0)
-	checkFast(t, "with redis stalled", st, base)
+	checkFast(t, "with redis stalled", base0, base1, from, to, st, base)
 	if back > recoverWithin {
 		t.Errorf("back on the global layer %v after the stall, want within %v", back, recoverWithin)
 	}
@@ -203,21 +213,24 @@ func TestFaultClusterMasterDown(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	p := startFaultRLS(t, strings.Join(c.Addrs(), ","))
 	probe := &layerProbe{p: p}
+	base0 := serverTimes(t, p)
 	load := startLoad(t, p.Client, faultWorkers, func(w, i int) *rlsv3.RateLimitRequest {
 		return request("fault", fmt.Sprintf("client=w%d-%d", w, i%8)) // 64 buckets on all masters
 	})
 	hold(time.Second)
 	flapped := settle(t, p, probe)
 
+	base1 := serverTimes(t, p)
 	killed := time.Now()
 	c.Master(1).Kill()
 	toFallback := pollFor(t, 5*time.Second, "ratelimit_fallback_active 1", func() bool {
 		return metricIs(t, p, "ratelimit_fallback_active", 1)
 	})
-	calls := metricValue(t, p, redisCallsSeries)
+	calls, from := metricValue(t, p, redisCallsSeries), serverTimes(t, p)
 	checkInFallback(t, p, probe)
 	hold(2*time.Second - time.Since(killed))
 	checkNoRedisCalls(t, p, calls, time.Since(killed)-toFallback)
+	to := serverTimes(t, p)
 
 	restarting := time.Now()
 	flapsBefore := metricValue(t, p, toFallbackSeries)
@@ -243,7 +256,7 @@ func TestFaultClusterMasterDown(t *testing.T) {
 	t.Logf("master restarted: cluster ok after %v, node on global %v after the restart; transitions to fallback: %v before the kill, %v while the master rejoined, %v in all",
 		clusterOK.Round(time.Millisecond), back.Round(time.Millisecond), flapped,
 		metricValue(t, p, toFallbackSeries)-flapsBefore, metricValue(t, p, toFallbackSeries))
-	checkFast(t, "with a master down", out, base)
+	checkFast(t, "with a master down", base0, base1, from, to, out, base)
 }
 
 // TestFaultRedisRestartWipesData flushes the scripts of a live Redis, then
@@ -435,27 +448,101 @@ func checkShare(t *testing.T, st loadStats, bound, floor float64) {
 	}
 }
 
-// checkFast checks that answers while Redis failed (st) stayed inside
-// Envoy's 20ms timeout: p99 < failP99 and p99.9 < failTail. Those bounds
-// hold on a quiet machine; when answers under the same load with Redis
-// healthy (base) already come slowly (p99 ≥ failP99/2 or p99.9 ≥
-// failTail/2: other jobs starving a small -race machine), only p99 <
-// 3 × base's p99 is asserted, and the test says so. That a failing Redis
-// adds no wait is proven regardless by checkNoRedisCalls.
-func checkFast(t *testing.T, when string, st, base loadStats) {
+// requestTimes is the server's own ratelimit_request_duration_seconds at
+// one moment: requests decided, and those decided within failP99.
+type requestTimes struct{ count, fast float64 }
+
+// serverTimes scrapes p's request-duration histogram, both series from
+// one scrape (two scrapes would count requests decided in between in one
+// of them only).
+func serverTimes(t *testing.T, p *rlsProcess) requestTimes {
 	t.Helper()
-	if base.p99 < failP99/2 && base.p999 < failTail/2 {
-		if st.p99 >= failP99 || st.p999 >= failTail {
-			t.Errorf("latency %s: %s, want p99 < %v and p99.9 < %v (with Redis healthy: %s)",
-				when, st.latencies(), failP99, failTail, base.latencies())
+	code, body := p.HTTPGet(t, "/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics: %d", code)
+	}
+	var rt requestTimes
+	var found int
+	for line := range strings.SplitSeq(body, "\n") {
+		for series, v := range map[string]*float64{
+			"ratelimit_request_duration_seconds_count":             &rt.count,
+			`ratelimit_request_duration_seconds_bucket{le="0.02"}`: &rt.fast,
+		} {
+			if rest, ok := strings.CutPrefix(line, series+" "); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+				if err != nil {
+					t.Fatalf("/metrics %s: %v", series, err)
+				}
+				*v = f
+				found++
+			}
+		}
+	}
+	if found != 2 {
+		t.Fatalf("/metrics lacks the request-duration histogram")
+	}
+	return rt
+}
+
+// checkFast checks that the requests p decided between from and to (while
+// Redis failed) took the server under failP99 (Envoy's 20ms timeout) at
+// the 99th percentile, as the server's own histogram says: a client's wall
+// time on a saturated machine measures the machine, not the server. When
+// the server was already slow with Redis healthy (between base0 and base1,
+// 1% or more of its requests at failP99 or over: other jobs starving a
+// small -race machine), only "no slower than 3 times that share" is
+// asserted, and the test says so; that a failing Redis adds no wait is
+// proven regardless by checkNoRedisCalls. Client latencies st and base are
+// logged for the record.
+func checkFast(t *testing.T, when string, base0, base1, from, to requestTimes, st, base loadStats) {
+	t.Helper()
+	slowShare := func(a, b requestTimes) (n, slow float64) {
+		n = b.count - a.count
+		return n, n - (b.fast - a.fast)
+	}
+	n, slow := slowShare(from, to)
+	bn, bslow := slowShare(base0, base1)
+	t.Logf("%s: the server decided %.0f requests, %.0f of them in %v or more (with Redis healthy: %.0f of %.0f); clients saw %s (with Redis healthy: %s)",
+		when, n, slow, failP99, bslow, bn, st.latencies(), base.latencies())
+	if n == 0 {
+		t.Errorf("%s: the server decided no request", when)
+		return
+	}
+	if slow <= 0.01*n {
+		return
+	}
+	if bn > 0 && bslow >= 0.01*bn {
+		t.Logf("busy machine: with Redis healthy %.1f%% of requests already took the server %v or more; asserting only under 3× that", 100*bslow/bn, failP99)
+		if slow/n >= 3*bslow/bn {
+			t.Errorf("%s: %.0f of %.0f requests took the server %v or more, want under 3 × %.1f%% (with Redis healthy)", when, slow, n, failP99, 100*bslow/bn)
 		}
 		return
 	}
-	t.Logf("busy machine: with Redis healthy already %s; asserting only p99 < 3× that p99", base.latencies())
-	if st.p99 >= 3*base.p99 {
-		t.Errorf("latency %s: %s, want p99 < %v (3× the p99 with Redis healthy: %s)",
-			when, st.latencies(), 3*base.p99, base.latencies())
+	t.Errorf("%s: %.0f of %.0f requests took the server %v or more, want under 1%%", when, slow, n, failP99)
+}
+
+// backOnRedis returns how long after ref p logged that Redis answers
+// again, by the log's own time, which does not wait for the test's polling
+// on a saturated machine: its first such line after since (when the fault
+// began), 0 if that came before ref (when the test saw Redis answer: a
+// starved test may see it late).
+func backOnRedis(t *testing.T, p *rlsProcess, since, ref time.Time) time.Duration {
+	t.Helper()
+	for line := range strings.SplitSeq(p.Log(), "\n") {
+		if !strings.Contains(line, `msg="Redis answers again`) {
+			continue
+		}
+		v, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		at, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if at.After(since) {
+			return max(0, at.Sub(ref))
+		}
 	}
+	t.Fatalf("no \"Redis answers again\" line logged after %v", since)
+	return 0
 }
 
 // checkNoRedisCalls checks that no request called Redis since the global

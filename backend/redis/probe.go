@@ -27,12 +27,29 @@ const probeTag = "sluice-probe"
 
 // ping is Limiter.Ping, through client, for buckets laid out as ks, with
 // sha the SHA-1 of token_bucket.lua.
+//
+// The probe waits for Redis until ctx's deadline: the client's read and
+// write timeouts (ParseURL's backstop, 100 ms for a 10 ms --redis-timeout)
+// would cut it short, and a probe that is to tell a stalled Redis from a
+// starved CPU must be more patient than decisions. So it runs on a copy of
+// the client (WithTimeout, the same connection pool) with timeouts as long
+// as ctx's deadline leaves.
 func ping(ctx context.Context, client goredis.UniversalClient, ks keyspace, sha string) error {
+	patient := func(c *goredis.Client) *goredis.Client { return c }
+	if deadline, ok := ctx.Deadline(); ok {
+		if d := time.Until(deadline); d > 0 {
+			patient = func(c *goredis.Client) *goredis.Client { return c.WithTimeout(d) }
+		}
+	}
 	c, ok := client.(*goredis.ClusterClient)
 	if !ok {
+		if single, ok := client.(*goredis.Client); ok {
+			client = patient(single)
+		}
 		return probeScript(ctx, client, sha, probeKey(ks, 0))
 	}
 	return c.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
+		m = patient(m)
 		addr := m.Options().Addr
 		info, err := m.ClusterInfo(ctx).Result()
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,9 +21,19 @@ import (
 	"github.com/sluice-rls/sluice/fallback"
 )
 
-// stallCalls: Redis is taken as stalled, not just slow, once calls have
+// stallCalls: Redis is suspected stalled, not just slow, once calls have
 // timed out for this many --redis-timeout periods with no success between.
 const stallCalls = 3
+
+// A suspected stall switches the node only if a probe with this deadline
+// fails too: confirmCalls × --redis-timeout, at least confirmFloor (the
+// deadline of the probe in fallback). On a starved CPU calls miss 10 ms
+// for a moment, and on a saturated 2-core test machine a probe missed
+// 250 ms now and then; a second is a Redis that is down.
+const (
+	confirmCalls = 10
+	confirmFloor = time.Second
+)
 
 // newRedisGlobal connects the global layer to --redis, wrapped in the
 // fail-open switch: a memory fallback enforcing this node's share, the
@@ -90,6 +101,7 @@ func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg p
 		// A stalled Redis fails every call; a busy one fails a few while
 		// others succeed, and those few must not send the node to fallback.
 		StallAfter: stallCalls * st.RedisTimeout,
+		Confirm:    max(confirmFloor, confirmCalls*st.RedisTimeout),
 		Logger:     log,
 		Metrics:    fallback.NewMetrics(reg, redisbackend.ErrorKinds()),
 		Tracer:     tracer,
