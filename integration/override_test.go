@@ -115,7 +115,7 @@ func TestOverridesAcrossThreeNodes(t *testing.T) {
 		want := "scale ×" + strings.TrimSuffix(strings.TrimSuffix(factor, "0"), ".")
 		start := time.Now()
 		code, body := adminCall(t, origin, "POST", "/overrides", adminToken,
-			`{"domain":"edge","rule":"edge.user_id","kind":"scale","factor":`+factor+`,"reason":"promotion"}`)
+			`{"domain":"edge","rule":"edge.user_id","kind":"scale","factor":`+factor+`,"reason":"promotion","expires_in":"1h"}`)
 		if code != http.StatusOK {
 			t.Fatalf("set on node %d: %d %s", i%3, code, body)
 		}

@@ -23,6 +23,10 @@ const (
 	DefaultResync = 500 * time.Millisecond
 	// DefaultTimeout bounds each store call.
 	DefaultTimeout = time.Second
+	// DefaultMaxLoosenExpiry is how far ahead a loosening override (see
+	// Loosening) may expire: a bypass forgotten over a weekend is a door
+	// left open.
+	DefaultMaxLoosenExpiry = 24 * time.Hour
 )
 
 // ErrNotFound is returned by Remove for an unknown ID.
@@ -50,6 +54,9 @@ type ManagerOptions struct {
 	Resync time.Duration
 	// Timeout bounds each store call (default DefaultTimeout).
 	Timeout time.Duration
+	// MaxLoosenExpiry is the furthest expiry Set accepts for a loosening
+	// override, which must have one (default DefaultMaxLoosenExpiry).
+	MaxLoosenExpiry time.Duration
 }
 
 // state is what a Manager applies: the overrides last read, and their
@@ -92,6 +99,9 @@ func NewManager(opts ManagerOptions) *Manager {
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
+	}
+	if opts.MaxLoosenExpiry <= 0 {
+		opts.MaxLoosenExpiry = DefaultMaxLoosenExpiry
 	}
 	m := &Manager{opts: opts, log: opts.Logger, kick: make(chan struct{}, 1)}
 	if m.log == nil {
@@ -330,8 +340,19 @@ func (m *Manager) Set(ctx context.Context, o Override, author string) (Override,
 	if !o.Expires.IsZero() && !o.Expires.After(o.Created) {
 		return Override{}, fmt.Errorf("expiry %s is not in the future", o.Expires.Format(time.RFC3339))
 	}
-	if err := Validate(o, m.opts.Rules()); err != nil {
+	cfg := m.opts.Rules()
+	if err := Validate(o, cfg); err != nil {
 		return Override{}, err
+	}
+	if Loosening(o, cfg) {
+		maxExp := m.opts.MaxLoosenExpiry
+		switch {
+		case o.Expires.IsZero():
+			return Override{}, fmt.Errorf("%s loosens the limits: it needs an expiry, at most %v ahead (--override-max-expiry)", o.Effect(), maxExp)
+		case o.Expires.Sub(o.Created) > maxExp:
+			return Override{}, fmt.Errorf("expiry %s is %v ahead: %s loosens the limits and may expire at most %v ahead (--override-max-expiry)",
+				o.Expires.UTC().Format(time.RFC3339), o.Expires.Sub(o.Created).Round(time.Second), o.Effect(), maxExp)
+		}
 	}
 	sctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
 	defer cancel()

@@ -32,7 +32,8 @@ const (
 	// tokens. It needs an expiry.
 	KindAllow Kind = "allow"
 	// KindShadow puts the rules in its scope in shadow mode: decided and
-	// counted, answered OK.
+	// counted, answered OK. It loosens as much as allow does: it needs a
+	// domain and an expiry, and protected rules refuse it.
 	KindShadow Kind = "shadow"
 )
 
@@ -180,6 +181,12 @@ func Validate(o Override, cfg *descriptors.Config) error {
 			bad("allow needs a domain: bypassing everything is not an override")
 		}
 	case KindShadow:
+		if o.Expires.IsZero() {
+			bad("shadow needs an expiry: it answers OK whatever the rules decide")
+		}
+		if o.Domain == "" {
+			bad("shadow needs a domain: shadowing everything turns limiting off")
+		}
 	default:
 		bad("unknown kind %q: want scale, limit, block, allow or shadow", o.Kind)
 	}
@@ -219,9 +226,9 @@ func checkRules(o Override, cfg *descriptors.Config) []error {
 	if o.Rule != "" && !found {
 		errs = append(errs, fmt.Errorf("domain %q has no rule %q (see /rlconfig)", o.Domain, o.Rule))
 	}
-	if o.Rule == "" && o.Kind == KindAllow {
-		// A domain-wide bypass skips its protected rules; say so when that
-		// leaves nothing to bypass.
+	if o.Rule == "" && (o.Kind == KindAllow || o.Kind == KindShadow) {
+		// A domain-wide bypass or shadow skips its protected rules; say so
+		// when that leaves nothing to bypass.
 		all := true
 		for _, r := range dom.Rules() {
 			all = all && r.Protected
@@ -241,6 +248,8 @@ func loosens(o Override, r *descriptors.Rule) string {
 	switch o.Kind {
 	case KindAllow:
 		return "cannot be bypassed"
+	case KindShadow:
+		return "cannot be shadowed"
 	case KindScale:
 		if o.Factor > 1 {
 			return "cannot be scaled above 1"
@@ -255,6 +264,40 @@ func loosens(o Override, r *descriptors.Rule) string {
 		}
 	}
 	return ""
+}
+
+// Loosening reports whether o admits more than the rules it covers in cfg
+// would: allow, shadow, a scale above 1, or a limit above the rule's (cfg
+// nil: limits are not compared). Loosening overrides need an expiry no
+// further than the Manager's MaxLoosenExpiry.
+func Loosening(o Override, cfg *descriptors.Config) bool {
+	switch o.Kind {
+	case KindAllow, KindShadow:
+		return true
+	case KindScale:
+		return o.Factor > 1
+	case KindLimit:
+		if cfg == nil {
+			return false
+		}
+		l, err := ParseLimit(o.Limit, o.Burst)
+		if err != nil {
+			return false
+		}
+		dom := cfg.Domain(o.Domain)
+		if dom == nil {
+			return false
+		}
+		for _, r := range dom.Rules() {
+			if r.Path != o.Rule {
+				continue
+			}
+			if cur := r.Global; cur != nil && looser(l, *cur) || r.Global == nil && r.Local != nil && looser(l, *r.Local) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // looser reports whether l admits more than cur: a higher rate or burst.

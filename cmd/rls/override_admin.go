@@ -63,6 +63,8 @@ func startOverrides(ctx context.Context, st flags.Serve, redisOpts *goredis.Univ
 		Audit:  trail.rec,
 		Node:   trail.node,
 		Resync: st.Overrides.Resync,
+		// Set refuses loosening overrides without an expiry within this.
+		MaxLoosenExpiry: st.Overrides.MaxExpiry,
 		// Timeout: override.DefaultTimeout, not --redis-timeout: these
 		// calls are off the request path, and a busy Redis must not make
 		// an operator's set fail.

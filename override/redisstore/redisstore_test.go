@@ -95,7 +95,7 @@ func TestManagersPropagateByNotification(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	set, err := a.Set(ctx, override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 2, Reason: "promo"}, "alice")
+	set, err := a.Set(ctx, override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 2, Reason: "promo", Expires: time.Now().Add(time.Hour)}, "alice")
 	if err != nil {
 		t.Fatalf("Set: %v", err)
 	}
@@ -129,7 +129,7 @@ func TestManagerKeepsLastOverridesWhileRedisIsDown(t *testing.T) {
 		Timeout: 300 * time.Millisecond,
 	})
 	ctx := context.Background()
-	if _, err := m.Set(ctx, override.Override{Domain: "edge", Kind: override.KindShadow, Reason: "drill"}, "alice"); err != nil {
+	if _, err := m.Set(ctx, override.Override{Domain: "edge", Kind: override.KindShadow, Reason: "drill", Expires: time.Now().Add(time.Hour)}, "alice"); err != nil {
 		t.Fatalf("Set: %v", err)
 	}
 	srv.Kill()
@@ -157,7 +157,7 @@ func TestManagerRereadsWithoutNotification(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); m.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	o := override.Override{Domain: "edge", Kind: override.KindShadow, Reason: "r", Author: "a"}
+	o := override.Override{Domain: "edge", Kind: override.KindShadow, Reason: "r", Author: "a", Expires: time.Now().Add(time.Hour)}
 	o.ID = override.NewID(o)
 	v, err := json.Marshal(o)
 	if err != nil {
