@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,9 +64,10 @@ type ManagerOptions struct {
 // state is what a Manager applies: the overrides last read, and their
 // table for one rule set.
 type state struct {
-	list  []Override // as last read, expired ones dropped
-	cfg   *descriptors.Config
-	table *Table // nil: no active override
+	list      []Override // as last read, expired ones dropped
+	malformed []Malformed
+	cfg       *descriptors.Config
+	table     *Table // nil: no active override
 }
 
 // Manager keeps the current overrides of this node: it reads them from the
@@ -142,7 +145,7 @@ func (m *Manager) rebuild(cfg *descriptors.Config) *Table {
 	if st.cfg == cfg {
 		return st.table
 	}
-	next := &state{list: st.list, cfg: cfg, table: Compile(cfg, st.list, m.Now())}
+	next := &state{list: st.list, malformed: st.malformed, cfg: cfg, table: Compile(cfg, st.list, m.Now())}
 	m.logIgnored(st.table, next.table)
 	m.cur.Store(next)
 	return next.table
@@ -152,6 +155,10 @@ func (m *Manager) rebuild(cfg *descriptors.Config) *Table {
 func (m *Manager) List() []Override {
 	return m.Table(m.opts.Rules()).Active()
 }
+
+// Malformed returns the stored entries the last read skipped because they
+// are not valid overrides, sorted by ID.
+func (m *Manager) Malformed() []Malformed { return m.cur.Load().malformed }
 
 // Health reports whether the last read of the store succeeded; when not,
 // the error and since when reads have failed.
@@ -166,15 +173,33 @@ func (m *Manager) Health() (ok bool, since time.Time, err error) {
 // from its first request.
 func (m *Manager) Load(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
-	list, err := m.opts.Store.List(ctx)
+	l, err := m.opts.Store.List(ctx)
 	cancel()
 	m.noteRead(err)
 	if err != nil {
-		m.apply(ctx, m.cur.Load().list, false) // drop what expired meanwhile
+		cur := m.cur.Load()
+		m.apply(ctx, cur.list, cur.malformed, false) // drop what expired meanwhile
 		return fmt.Errorf("reading overrides from %s: %w", m.opts.Store.Name(), err)
 	}
-	m.apply(ctx, list, true)
+	list, malformed := sortOut(l)
+	m.apply(ctx, list, malformed, true)
 	return nil
+}
+
+// sortOut splits a listing into the valid overrides and the malformed
+// entries, those that decode but fail Validate included.
+func sortOut(l Listing) ([]Override, []Malformed) {
+	malformed := slices.Clone(l.Malformed)
+	var list []Override
+	for _, o := range l.Overrides {
+		if err := Validate(o, nil); err != nil {
+			malformed = append(malformed, Malformed{ID: o.ID, Err: strings.ReplaceAll(err.Error(), "\n", "; ")})
+			continue
+		}
+		list = append(list, o)
+	}
+	slices.SortFunc(malformed, func(a, b Malformed) int { return strings.Compare(a.ID, b.ID) })
+	return list, malformed
 }
 
 func (m *Manager) noteRead(err error) {
@@ -241,7 +266,7 @@ func (m *Manager) changed() {
 // dropped (and deleted from the store, the node that deletes one recording
 // its expiry; not while the store is unreachable), every difference from the previous list recorded as
 // applied, the table compiled against the current rules.
-func (m *Manager) apply(ctx context.Context, list []Override, reachable bool) {
+func (m *Manager) apply(ctx context.Context, list []Override, malformed []Malformed, reachable bool) {
 	now := m.Now()
 	var live, expired []Override
 	for _, o := range list {
@@ -254,10 +279,11 @@ func (m *Manager) apply(ctx context.Context, list []Override, reachable bool) {
 	m.mu.Lock()
 	prev := m.cur.Load()
 	cfg := m.opts.Rules()
-	next := &state{list: live, cfg: cfg, table: Compile(cfg, live, now)}
+	next := &state{list: live, malformed: malformed, cfg: cfg, table: Compile(cfg, live, now)}
 	m.cur.Store(next)
 	m.logIgnored(prev.table, next.table)
 	m.mu.Unlock()
+	m.logMalformed(prev.malformed, malformed)
 	m.recordApplied(ctx, prev.list, live, now)
 	for _, o := range expired {
 		if !reachable {
@@ -316,6 +342,16 @@ func (m *Manager) record(ctx context.Context, e audit.Event) {
 	m.opts.Audit.Record(ctx, e)
 }
 
+// logMalformed warns once about each malformed entry next has and prev
+// had not.
+func (m *Manager) logMalformed(prev, next []Malformed) {
+	for _, b := range next {
+		if !slices.Contains(prev, b) {
+			m.log.Warn("malformed override entry skipped: the others apply; remove it with rls override rm", "id", b.ID, "store", m.opts.Store.Name(), "err", b.Err)
+		}
+	}
+}
+
 // logIgnored logs the protected-rule refusals that next has and prev had not.
 func (m *Manager) logIgnored(prev, next *Table) {
 	seen := make(map[string]bool)
@@ -356,10 +392,11 @@ func (m *Manager) Set(ctx context.Context, o Override, author string) (Override,
 	}
 	sctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
 	defer cancel()
-	list, err := m.opts.Store.List(sctx)
+	l, err := m.opts.Store.List(sctx)
 	if err != nil {
 		return Override{}, fmt.Errorf("%w %s: reading: %w", ErrStore, m.opts.Store.Name(), err)
 	}
+	list := l.Overrides
 	var old *Override
 	for i := range list {
 		if list[i].ID == o.ID && list[i].Active(m.Now()) {
@@ -380,25 +417,39 @@ func (m *Manager) Set(ctx context.Context, o Override, author string) (Override,
 func (m *Manager) Remove(ctx context.Context, id, author, reason string) (Override, error) {
 	sctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
 	defer cancel()
-	list, err := m.opts.Store.List(sctx)
+	l, err := m.opts.Store.List(sctx)
 	if err != nil {
 		return Override{}, fmt.Errorf("%w %s: reading: %w", ErrStore, m.opts.Store.Name(), err)
 	}
 	var old *Override
-	for i := range list {
-		if list[i].ID == id {
-			old = &list[i]
+	for i := range l.Overrides {
+		if l.Overrides[i].ID == id {
+			old = &l.Overrides[i]
+		}
+	}
+	// A malformed entry is removed by its field name: it has no scope to
+	// describe, its error says what it was.
+	var bad *Malformed
+	for i := range l.Malformed {
+		if l.Malformed[i].ID == id {
+			bad = &l.Malformed[i]
 		}
 	}
 	removed, err := m.opts.Store.Delete(sctx, id)
 	if err != nil {
 		return Override{}, fmt.Errorf("%w %s: removing: %w", ErrStore, m.opts.Store.Name(), err)
 	}
-	if !removed || old == nil {
+	if !removed || old == nil && bad == nil {
 		return Override{}, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	m.record(ctx, audit.Event{Kind: audit.KindOverrideRemove, Time: m.Now().UTC(), Author: author, Reason: reason, Subject: id,
-		Changes: []audit.Change{{What: old.Scope(), Old: describe(old), New: ""}}})
+	if old == nil {
+		old = &Override{ID: id, Reason: "malformed entry: " + bad.Err}
+		m.record(ctx, audit.Event{Kind: audit.KindOverrideRemove, Time: m.Now().UTC(), Author: author, Reason: reason, Subject: id,
+			Changes: []audit.Change{{What: "malformed entry", Old: bad.Err, New: ""}}})
+	} else {
+		m.record(ctx, audit.Event{Kind: audit.KindOverrideRemove, Time: m.Now().UTC(), Author: author, Reason: reason, Subject: id,
+			Changes: []audit.Change{{What: old.Scope(), Old: describe(old), New: ""}}})
+	}
 	_ = m.Load(ctx)
 	return *old, nil
 }

@@ -323,7 +323,7 @@ func TestManagerExpiry(t *testing.T) {
 	if m.Table(cfg) != nil {
 		t.Fatal("still applied at its expiry")
 	}
-	if l, _ := store.List(ctx); len(l) != 0 {
+	if l, _ := store.List(ctx); len(l.Overrides) != 0 {
 		t.Errorf("store still holds %v after the expiry", l)
 	}
 	if k := kinds(rec.Events()); k[len(k)-1] != audit.KindOverrideExpire && k[len(k)-2] != audit.KindOverrideExpire {
@@ -348,7 +348,7 @@ func TestFileStoreSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := again.List(context.Background()); len(got) != 1 || got[0] != o {
+	if got, _ := again.List(context.Background()); len(got.Overrides) != 1 || got.Overrides[0] != o {
 		t.Errorf("after reopening: %v, want [%v]", got, o)
 	}
 	if err := os.WriteFile(path, []byte("{"), 0o600); err != nil {
@@ -362,7 +362,7 @@ func TestFileStoreSurvivesRestart(t *testing.T) {
 	if err := bad.Put(context.Background(), o); err == nil {
 		t.Error("Put into a missing directory: no error")
 	}
-	if got, _ := bad.List(context.Background()); len(got) != 0 {
+	if got, _ := bad.List(context.Background()); len(got.Overrides) != 0 {
 		t.Errorf("after a failed Put: %v, want nothing stored", got)
 	}
 }

@@ -245,6 +245,9 @@ func printOverrides(w io.Writer, l overrideList) {
 	for _, s := range l.NotApplied {
 		fmt.Fprintln(w, "not applied:", s)
 	}
+	for _, b := range l.Malformed {
+		fmt.Fprintf(w, "malformed, skipped (remove with rls override rm %s): %s\n", b.ID, b.Err)
+	}
 	if !l.StoreHealthy {
 		fmt.Fprintf(w, "store %s unreachable (%s): the node applies the overrides it last read\n", l.Store, l.StoreError)
 	}

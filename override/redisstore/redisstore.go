@@ -77,26 +77,30 @@ func New(opts Options) *Store {
 func (s *Store) Name() string { return "redis" }
 
 // List reads every override from the hash. A field whose JSON does not
-// decode fails the read, naming the field: applying a partial list would
-// silently drop an override.
-func (s *Store) List(ctx context.Context) ([]override.Override, error) {
+// decode, or names another ID, is listed as Malformed, never fails the
+// read: one bad field must not freeze every other override (the Manager
+// counts it, and rls override rm removes it).
+func (s *Store) List(ctx context.Context) (override.Listing, error) {
 	m, err := s.c.HGetAll(ctx, s.key).Result()
 	if err != nil {
-		return nil, fmt.Errorf("HGETALL %s: %w", s.key, err)
+		return override.Listing{}, fmt.Errorf("HGETALL %s: %w", s.key, err)
 	}
-	out := make([]override.Override, 0, len(m))
+	var l override.Listing
 	for id, v := range m {
 		var o override.Override
 		if err := json.Unmarshal([]byte(v), &o); err != nil {
-			return nil, fmt.Errorf("override %s in %s: %w", id, s.key, err)
+			l.Malformed = append(l.Malformed, override.Malformed{ID: id, Err: fmt.Sprintf("field %s of %s: %v", id, s.key, err)})
+			continue
 		}
 		if o.ID != id {
-			return nil, fmt.Errorf("override in field %s of %s has ID %q", id, s.key, o.ID)
+			l.Malformed = append(l.Malformed, override.Malformed{ID: id, Err: fmt.Sprintf("field %s of %s holds ID %q", id, s.key, o.ID)})
+			continue
 		}
-		out = append(out, o)
+		l.Overrides = append(l.Overrides, o)
 	}
-	slices.SortFunc(out, func(a, b override.Override) int { return strings.Compare(a.ID, b.ID) })
-	return out, nil
+	slices.SortFunc(l.Overrides, func(a, b override.Override) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(l.Malformed, func(a, b override.Malformed) int { return strings.Compare(a.ID, b.ID) })
+	return l, nil
 }
 
 // Put writes o into the hash and announces it, in one transaction.

@@ -48,7 +48,7 @@ func TestPutListDelete(t *testing.T) {
 		t.Fatalf("Put: %v", err)
 	}
 	got, err := s.List(ctx)
-	if err != nil || len(got) != 1 || got[0] != o {
+	if err != nil || len(got.Overrides) != 1 || got.Overrides[0] != o {
 		t.Fatalf("List() = %v, %v; want [%v]", got, err, o)
 	}
 	if ok, err := s.Delete(ctx, o.ID); !ok || err != nil {
@@ -57,12 +57,61 @@ func TestPutListDelete(t *testing.T) {
 	if ok, err := s.Delete(ctx, o.ID); ok || err != nil {
 		t.Errorf("second Delete(%s) = %v, %v; want false, nil", o.ID, ok, err)
 	}
-	// A field that is not an override's JSON fails the whole read.
-	if err := srv.Client().HSet(ctx, redisstore.DefaultKey, "x", "{nope").Err(); err != nil {
+}
+
+// TestMalformedFieldFreezesNothing: fields that are not overrides (bad
+// JSON, another ID, an invalid override) are skipped and listed as
+// malformed, never fail the read: a new node applies the valid
+// overrides, set and rm of others work, and rm removes the bad field
+// (on main one bad field made every set and rm fail and a new node apply
+// nothing).
+func TestMalformedFieldFreezesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	cfg := rules(t)
+	good := override.Override{Domain: "edge", Value: "user_id=worm", Kind: override.KindBlock, Reason: "r", Author: "a"}
+	good.ID = override.NewID(good)
+	v, _ := json.Marshal(good)
+	invalid, _ := json.Marshal(override.Override{ID: "c0ffee", Kind: "pause", Reason: "r"})
+	if err := srv.Client().HSet(ctx, redisstore.DefaultKey, good.ID, v, "x", "{nope", "other", v, "c0ffee", invalid).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.List(ctx); err == nil || !strings.Contains(err.Error(), "override x in sluice:overrides") {
-		t.Errorf("List() with a bad field: error %v, want it named", err)
+	s := redisstore.New(redisstore.Options{Client: newClient(t, srv)})
+	l, err := s.List(ctx)
+	if err != nil || len(l.Overrides) != 2 || len(l.Malformed) != 2 || l.Malformed[0].ID != "other" || l.Malformed[1].ID != "x" {
+		t.Fatalf("List() = %+v, %v; want 2 decoded, other and x malformed", l, err)
+	}
+	m := override.NewManager(override.ManagerOptions{Store: s, Rules: func() *descriptors.Config { return cfg }, Resync: time.Hour})
+	if err := m.Load(ctx); err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if tbl := m.Table(cfg); tbl == nil || len(tbl.Active()) != 1 || tbl.Active()[0].ID != good.ID {
+		t.Fatalf("a new node applies %v, want the valid block only", tbl.Active())
+	}
+	var ids []string
+	for _, b := range m.Malformed() {
+		ids = append(ids, b.ID)
+	}
+	if strings.Join(ids, " ") != "c0ffee other x" {
+		t.Errorf("Malformed() = %v, want c0ffee other x", m.Malformed())
+	}
+	set, err := m.Set(ctx, override.Override{Domain: "edge", Kind: override.KindScale, Factor: 0.5, Reason: "drill"}, "alice")
+	if err != nil {
+		t.Fatalf("Set beside malformed fields: %v", err)
+	}
+	if _, err := m.Remove(ctx, set.ID, "alice", "done"); err != nil {
+		t.Fatalf("Remove beside malformed fields: %v", err)
+	}
+	for _, id := range []string{"x", "other", "c0ffee"} {
+		if _, err := m.Remove(ctx, id, "alice", "cleanup"); err != nil {
+			t.Errorf("Remove(%s) of a malformed field: %v", id, err)
+		}
+	}
+	if n := srv.Client().HLen(ctx, redisstore.DefaultKey).Val(); n != 1 {
+		t.Errorf("the hash holds %d fields after the cleanup, want 1 (the block)", n)
+	}
+	if len(m.Malformed()) != 0 {
+		t.Errorf("Malformed() = %v after the cleanup, want none", m.Malformed())
 	}
 }
 
