@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -130,16 +131,28 @@ func (o *overrides) healthLine() string {
 		n, bad, o.mgr.StoreName(), since.UTC().Format(time.RFC3339), err)
 }
 
-// writeRLConfig appends the active overrides, and those a protected rule
-// refuses, to /rlconfig.
+// writeRLConfig appends the overrides to /rlconfig, which the public HTTP
+// port serves unauthenticated: counts by kind only. Blocked values,
+// authors and reasons stay on the admin port's authenticated /overrides.
 func (o *overrides) writeRLConfig(w io.Writer) {
 	t := o.table()
-	for _, ov := range t.Active() {
-		fmt.Fprintln(w, ov.String())
+	var kinds []string
+	for _, k := range override.Kinds() {
+		if n := t.Count(k); n > 0 {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		}
 	}
-	for _, s := range t.Ignored() {
-		fmt.Fprintln(w, "# not applied: "+s)
+	line := fmt.Sprintf("# overrides: %d active", len(t.Active()))
+	if len(kinds) > 0 {
+		line += " (" + strings.Join(kinds, ", ") + ")"
 	}
+	if n := len(t.Ignored()); n > 0 {
+		line += fmt.Sprintf(", %d not applied to protected rules", n)
+	}
+	if n := len(o.mgr.Malformed()); n > 0 {
+		line += fmt.Sprintf(", %d malformed skipped", n)
+	}
+	fmt.Fprintln(w, line+"; the list: rls override list (/overrides on the admin address, authenticated)")
 }
 
 // overrideRequest is the JSON of POST /overrides.

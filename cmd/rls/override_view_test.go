@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rls/sluice/override"
+)
+
+// TestRLConfigShowsOverrideCounts: the public /rlconfig shows the
+// overrides as counts by kind, never a blocked value, an author or a
+// reason; the authenticated admin /overrides lists them in full (on main
+// /rlconfig printed every override line).
+func TestRLConfigShowsOverrideCounts(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	writeTokens(t, tokens, "alice:alice-token-0123456789\n")
+	auth, err := newAdminAuth(tokens, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, o := adminServer(t, auth, nil)
+	ctx := context.Background()
+	for _, ov := range []override.Override{
+		{Domain: "edge", Value: "user_id=AKIA-LEAKED-SECRET", Kind: override.KindBlock, Reason: "leaked key of customer acme"},
+		{Domain: "edge", Value: "user_id=other-secret", Kind: override.KindBlock, Reason: "second leak"},
+		{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 0.5, Reason: "incident 42"},
+	} {
+		if _, err := o.mgr.Set(ctx, ov, "alice"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var draining atomic.Bool
+	pub := httptest.NewServer(newHTTPMux(func() string { return "memory" }, o.rules, prometheus.NewRegistry(), &draining, "127.0.0.1:8082", nil, "", o))
+	defer pub.Close()
+	body := get(t, pub.URL+"/rlconfig", "")
+	for _, secret := range []string{"AKIA-LEAKED-SECRET", "other-secret", "alice", "leaked key", "incident 42"} {
+		if strings.Contains(body, secret) {
+			t.Errorf("public /rlconfig shows %q:\n%s", secret, body)
+		}
+	}
+	if !strings.Contains(body, "# overrides: 3 active (scale 1, block 2); the list: rls override list") {
+		t.Errorf("public /rlconfig:\n%s\nwant the counts by kind", body)
+	}
+	full := get(t, admin.URL+"/overrides", "alice-token-0123456789")
+	for _, want := range []string{"AKIA-LEAKED-SECRET", "leaked key of customer acme", `"author": "alice"`} {
+		if !strings.Contains(full, want) {
+			t.Errorf("admin /overrides lacks %q:\n%s", want, full)
+		}
+	}
+}
+
+func get(t *testing.T, url, token string) string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b.String())
+	}
+	return b.String()
+}
