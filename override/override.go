@@ -124,11 +124,27 @@ func (o Override) Effect() string {
 	return string(o.Kind)
 }
 
-// String is o's /rlconfig line.
+// String is o's one-line description (rls override set and rm print it):
+// the reason quoted, the scope and author quoted when they hold anything
+// but printable text (see Quote).
 func (o Override) String() string {
-	s := fmt.Sprintf("override %s: %s on %s, by %s: %q", o.ID, o.Effect(), o.Scope(), o.Author, o.Reason)
+	s := fmt.Sprintf("override %s: %s on %s, by %s: %q", Quote(o.ID), o.Effect(), Quote(o.Scope()), Quote(o.Author), o.Reason)
 	if !o.Expires.IsZero() {
 		s += ", expires " + o.Expires.UTC().Format(time.RFC3339)
+	}
+	return s
+}
+
+// Quote returns s as it is when it is plain printable text, else quoted
+// as a Go string (strconv.Quote): newlines, ANSI escapes and other control
+// characters, which an override's free text (reason, note, a value) may
+// hold, are shown escaped and never reach a terminal raw. A quote or
+// backslash is quoted too, so a quoted value cannot be faked.
+func Quote(s string) string {
+	for _, r := range s {
+		if !strconv.IsPrint(r) || r == '"' || r == '\\' {
+			return strconv.Quote(s)
+		}
 	}
 	return s
 }

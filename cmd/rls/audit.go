@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-rls/sluice/audit/redisaudit"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
+	"github.com/sluice-rls/sluice/override"
 )
 
 // auditError is an rls audit that could not read the trail (Redis
@@ -120,10 +121,10 @@ func auditLine(e audit.Event) string {
 			continue
 		}
 		b.WriteString(" " + f.k + "=")
-		if strings.ContainsAny(f.v, " \"\t\n") {
+		if strings.Contains(f.v, " ") {
 			b.WriteString(strconv.Quote(f.v))
 		} else {
-			b.WriteString(f.v)
+			b.WriteString(override.Quote(f.v)) // quoted when it holds control characters or escapes
 		}
 	}
 	for i, c := range e.Changes {
@@ -132,7 +133,7 @@ func auditLine(e audit.Event) string {
 		} else {
 			b.WriteString("; ")
 		}
-		b.WriteString(c.What + " " + strconv.Quote(c.Old) + " → " + strconv.Quote(c.New))
+		b.WriteString(override.Quote(c.What) + " " + strconv.Quote(c.Old) + " → " + strconv.Quote(c.New))
 	}
 	return b.String()
 }

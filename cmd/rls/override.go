@@ -239,16 +239,18 @@ func printOverrides(w io.Writer, l overrideList) {
 		if !o.Expires.IsZero() {
 			exp = o.Expires.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", o.ID, o.Effect(), o.Scope(), o.Author, exp, o.Reason)
+		// Reasons, authors and values are anybody's text: escaped, so that
+		// no newline or escape sequence reaches the terminal raw.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", override.Quote(o.ID), o.Effect(), override.Quote(o.Scope()), override.Quote(o.Author), exp, strconv.Quote(o.Reason))
 	}
 	_ = tw.Flush()
 	for _, s := range l.NotApplied {
-		fmt.Fprintln(w, "not applied:", s)
+		fmt.Fprintln(w, "not applied:", override.Quote(s))
 	}
 	for _, b := range l.Malformed {
-		fmt.Fprintf(w, "malformed, skipped (remove with rls override rm %s): %s\n", b.ID, b.Err)
+		fmt.Fprintf(w, "malformed, skipped (remove with rls override rm %s): %s\n", override.Quote(b.ID), override.Quote(b.Err))
 	}
 	if !l.StoreHealthy {
-		fmt.Fprintf(w, "store %s unreachable (%s): the node applies the overrides it last read\n", l.Store, l.StoreError)
+		fmt.Fprintf(w, "store %s unreachable (%s): the node applies the overrides it last read\n", l.Store, override.Quote(l.StoreError))
 	}
 }
