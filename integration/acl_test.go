@@ -24,8 +24,8 @@ descriptors:
 // TestDocumentedACLCoversOverridesAndAudit runs a node as exactly the
 // least-privilege user of docs/redis.md (parsed from the doc, so the doc
 // and the test cannot drift): exact and leased global decisions, node
-// heartbeats, runtime overrides (set, list, rm, the change channel) and
-// the audit stream all work, and Redis refuses it nothing. Under the
+// heartbeats, runtime overrides (set, list, rm, the change channel, the
+// restore after a FLUSHALL) and the audit stream all work, and Redis refuses it nothing. Under the
 // ACL documented before, overrides answered 503 (no HGETALL, HSET, HDEL,
 // MULTI, PUBLISH, SUBSCRIBE, channels) and audit writes failed (no XADD).
 func TestDocumentedACLCoversOverridesAndAudit(t *testing.T) {
@@ -84,12 +84,20 @@ func TestDocumentedACLCoversOverridesAndAudit(t *testing.T) {
 	if code, body := adminCall(t, p, "GET", "/overrides", adminToken, ""); code != http.StatusOK || !strings.Contains(body, set.ID) || !strings.Contains(body, `"store_healthy": true`) {
 		t.Errorf("list as the ACL user: %d %s", code, body)
 	}
+	// Redis loses everything: the node writes its overrides back (the
+	// restore script, as this user).
+	if err := admin.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	pollFor(t, 10*time.Second, "the block restored to sluice:overrides", func() bool {
+		return admin.HExists(ctx, "sluice:overrides", set.ID).Val()
+	})
 	if code, body := adminCall(t, p, "DELETE", "/overrides/"+set.ID, adminToken, ""); code != http.StatusOK {
 		t.Errorf("rm as the ACL user: %d %s", code, body)
 	}
 
 	// The audit stream: set and remove are in it, nothing failed.
-	pollFor(t, 10*time.Second, "override.set and override.remove in sluice:audit", func() bool {
+	pollFor(t, 10*time.Second, "override.restore and override.remove in sluice:audit", func() bool {
 		msgs, err := admin.XRange(ctx, "sluice:audit", "-", "+").Result()
 		if err != nil {
 			return false
@@ -101,7 +109,7 @@ func TestDocumentedACLCoversOverridesAndAudit(t *testing.T) {
 			}
 		}
 		all := strings.Join(kinds, " ")
-		return strings.Contains(all, "override.set") && strings.Contains(all, "override.remove")
+		return strings.Contains(all, "override.restore") && strings.Contains(all, "override.remove")
 	})
 	for _, series := range []string{
 		`ratelimit_audit_stream_events_total{result="failed"}`,

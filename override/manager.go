@@ -66,6 +66,7 @@ type ManagerOptions struct {
 type state struct {
 	list      []Override // as last read, expired ones dropped
 	malformed []Malformed
+	gen       int64 // the highest store generation applied
 	cfg       *descriptors.Config
 	table     *Table // nil: no active override
 }
@@ -145,7 +146,7 @@ func (m *Manager) rebuild(cfg *descriptors.Config) *Table {
 	if st.cfg == cfg {
 		return st.table
 	}
-	next := &state{list: st.list, malformed: st.malformed, cfg: cfg, table: Compile(cfg, st.list, m.Now())}
+	next := &state{list: st.list, malformed: st.malformed, gen: st.gen, cfg: cfg, table: Compile(cfg, st.list, m.Now())}
 	m.logIgnored(st.table, next.table)
 	m.cur.Store(next)
 	return next.table
@@ -172,18 +173,67 @@ func (m *Manager) Health() (ok bool, since time.Time, err error) {
 // it before serving so that a restarted node applies the stored overrides
 // from its first request.
 func (m *Manager) Load(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
-	l, err := m.opts.Store.List(ctx)
+	lctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
+	l, err := m.opts.Store.List(lctx)
 	cancel()
 	m.noteRead(err)
 	if err != nil {
 		cur := m.cur.Load()
-		m.apply(ctx, cur.list, cur.malformed, false) // drop what expired meanwhile
+		m.apply(ctx, cur.list, cur.malformed, cur.gen, false) // drop what expired meanwhile
 		return fmt.Errorf("reading overrides from %s: %w", m.opts.Store.Name(), err)
 	}
+	if cur := m.cur.Load(); l.Generation < cur.gen {
+		if restored, err := m.restore(ctx, l.Generation, cur); err != nil || !restored {
+			// Not restored: another node restored first (read what it
+			// wrote), or Redis failed (try at the next read).
+			lctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
+			l, err = m.opts.Store.List(lctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("reading overrides from %s: %w", m.opts.Store.Name(), err)
+			}
+		} else {
+			l = Listing{Overrides: cur.list, Malformed: cur.malformed, Generation: cur.gen}
+		}
+	}
 	list, malformed := sortOut(l)
-	m.apply(ctx, list, malformed, true)
+	m.apply(ctx, list, malformed, l.Generation, true)
 	return nil
+}
+
+// restore writes the table this node applies (cur) back to a store whose
+// generation (stored) is lower than the one cur was read at: a Redis
+// restarted empty or flushed, or rolled back to an older snapshot. The
+// store writes it only if no node wrote a newer generation meanwhile (the
+// highest generation wins), so a node holding a stale table (one that
+// missed changes while cut off) never overwrites a newer one, and of two
+// nodes restoring at once the one that saw more changes does. Logged and
+// recorded as override.restore.
+func (m *Manager) restore(ctx context.Context, stored int64, cur *state) (bool, error) {
+	r, ok := m.opts.Store.(Restorer)
+	if !ok {
+		return false, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
+	restored, err := r.Restore(rctx, cur.gen, cur.list)
+	cancel()
+	if err != nil {
+		m.log.Warn("override store lost its overrides; restoring them failed, retrying at the next read", "store", m.opts.Store.Name(),
+			"store_generation", stored, "generation", cur.gen, "err", err)
+		return false, err
+	}
+	if !restored {
+		return false, nil
+	}
+	m.log.Warn("override store lost its overrides (a Redis restart or flush): restored the ones this node applied", "store", m.opts.Store.Name(),
+		"store_generation", stored, "generation", cur.gen, "overrides", len(cur.list))
+	changes := make([]audit.Change, 0, len(cur.list))
+	for i := range cur.list {
+		changes = append(changes, audit.Change{What: cur.list[i].Scope(), Old: "", New: describe(&cur.list[i])})
+	}
+	m.record(ctx, audit.Event{Kind: audit.KindOverrideRestore, Time: m.Now().UTC(), Author: "sluice", Subject: m.opts.Store.Name(),
+		Reason: fmt.Sprintf("store lost its overrides: generation %d, this node applied %d", stored, cur.gen), Changes: changes})
+	return true, nil
 }
 
 // sortOut splits a listing into the valid overrides and the malformed
@@ -266,7 +316,7 @@ func (m *Manager) changed() {
 // dropped (and deleted from the store, the node that deletes one recording
 // its expiry; not while the store is unreachable), every difference from the previous list recorded as
 // applied, the table compiled against the current rules.
-func (m *Manager) apply(ctx context.Context, list []Override, malformed []Malformed, reachable bool) {
+func (m *Manager) apply(ctx context.Context, list []Override, malformed []Malformed, gen int64, reachable bool) {
 	now := m.Now()
 	var live, expired []Override
 	for _, o := range list {
@@ -279,7 +329,7 @@ func (m *Manager) apply(ctx context.Context, list []Override, malformed []Malfor
 	m.mu.Lock()
 	prev := m.cur.Load()
 	cfg := m.opts.Rules()
-	next := &state{list: live, malformed: malformed, cfg: cfg, table: Compile(cfg, live, now)}
+	next := &state{list: live, malformed: malformed, gen: max(gen, prev.gen), cfg: cfg, table: Compile(cfg, live, now)}
 	m.cur.Store(next)
 	m.logIgnored(prev.table, next.table)
 	m.mu.Unlock()
@@ -392,7 +442,7 @@ func (m *Manager) Set(ctx context.Context, o Override, author string) (Override,
 	}
 	sctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
 	defer cancel()
-	l, err := m.opts.Store.List(sctx)
+	l, err := m.listForChange(sctx)
 	if err != nil {
 		return Override{}, fmt.Errorf("%w %s: reading: %w", ErrStore, m.opts.Store.Name(), err)
 	}
@@ -412,12 +462,27 @@ func (m *Manager) Set(ctx context.Context, o Override, author string) (Override,
 	return o, nil
 }
 
+// listForChange reads the store before Set or Remove changes it. A store
+// that lost its overrides gets them back first (Load restores them): a
+// change written on the lost store would start its generation anew, below
+// this node's, and the restore would then overwrite it.
+func (m *Manager) listForChange(ctx context.Context) (Listing, error) {
+	l, err := m.opts.Store.List(ctx)
+	if err != nil || l.Generation >= m.cur.Load().gen {
+		return l, err
+	}
+	if err := m.Load(ctx); err != nil {
+		return Listing{}, err
+	}
+	return m.opts.Store.List(ctx)
+}
+
 // Remove deletes the override id from the store and applies that on this
 // node at once; ErrNotFound when there is none. author is recorded.
 func (m *Manager) Remove(ctx context.Context, id, author, reason string) (Override, error) {
 	sctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
 	defer cancel()
-	l, err := m.opts.Store.List(sctx)
+	l, err := m.listForChange(sctx)
 	if err != nil {
 		return Override{}, fmt.Errorf("%w %s: reading: %w", ErrStore, m.opts.Store.Name(), err)
 	}

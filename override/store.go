@@ -26,6 +26,20 @@ type Listing struct {
 	Overrides []Override
 	// Malformed are the entries that do not; one never hides the others.
 	Malformed []Malformed
+	// Generation counts the changes the store has seen: every Put and
+	// Delete adds one, atomically with the change. 0: the store keeps no
+	// count (a FileStore), or lost it with everything else (a Redis
+	// restarted empty or flushed). A generation lower than one a node
+	// applied before means the store lost changes (see Restorer).
+	Generation int64
+}
+
+// Restorer is a Store that can be given back a table it lost.
+type Restorer interface {
+	// Restore replaces the store's overrides with list at generation gen
+	// when, atomically, the store's generation is lower than gen; it
+	// reports whether it did, and tells the other nodes.
+	Restore(ctx context.Context, gen int64, list []Override) (bool, error)
 }
 
 // Store keeps the overrides every node applies. Implementations are safe

@@ -1,16 +1,22 @@
 package redisstore_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/sluice-rls/sluice/audit"
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/internal/audittest"
 	"github.com/sluice-rls/sluice/internal/redistest"
 	"github.com/sluice-rls/sluice/override"
 	"github.com/sluice-rls/sluice/override/redisstore"
@@ -107,8 +113,8 @@ func TestMalformedFieldFreezesNothing(t *testing.T) {
 			t.Errorf("Remove(%s) of a malformed field: %v", id, err)
 		}
 	}
-	if n := srv.Client().HLen(ctx, redisstore.DefaultKey).Val(); n != 1 {
-		t.Errorf("the hash holds %d fields after the cleanup, want 1 (the block)", n)
+	if n := srv.Client().HLen(ctx, redisstore.DefaultKey).Val(); n != 2 {
+		t.Errorf("the hash holds %d fields after the cleanup, want 2 (the block, the generation)", n)
 	}
 	if len(m.Malformed()) != 0 {
 		t.Errorf("Malformed() = %v after the cleanup, want none", m.Malformed())
@@ -225,4 +231,152 @@ func TestManagerRereadsWithoutNotification(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("applied after %v without a notification, want ≤ 1 s (resync %v)", d, override.DefaultResync)
 	}
+}
+
+// TestOverridesSurviveRedisLoss: after FLUSHALL, and after a real restart
+// of a redis-server without persistence, the nodes' overrides are applied
+// still and written back to Redis by one node, with an override.restore
+// audit event and a log line; an operator's removal of every override is
+// not mistaken for a loss; and a node holding a stale table (it missed a
+// removal) does not resurrect the removed override over a newer one. (On
+// main the overrides were gone from Redis and from every node's table.)
+func TestOverridesSurviveRedisLoss(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := rules(t)
+	ctx := context.Background()
+	var logs [2]lockedBuffer
+	recs := [2]*audittest.Recorder{{}, {}}
+	var mgrs [2]*override.Manager
+	for i := range mgrs {
+		mgrs[i] = override.NewManager(override.ManagerOptions{
+			Store: redisstore.New(redisstore.Options{Client: newClient(t, srv)}), Rules: func() *descriptors.Config { return cfg },
+			Resync: time.Hour, Audit: recs[i], Logger: slog.New(slog.NewTextHandler(&logs[i], nil)), Node: fmt.Sprint("n", i),
+		})
+	}
+	a, b := mgrs[0], mgrs[1]
+	block, err := a.Set(ctx, override.Override{Domain: "edge", Value: "user_id=worm", Kind: override.KindBlock, Reason: "leaked key"}, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Set(ctx, override.Override{Domain: "edge", Kind: override.KindScale, Factor: 0.5, Reason: "drill"}, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Load(ctx); err != nil || len(b.List()) != 2 {
+		t.Fatalf("b applies %v (%v), want both overrides", b.List(), err)
+	}
+	stored := func() int {
+		l, err := redisstore.New(redisstore.Options{Client: newClient(t, srv)}).List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l.Overrides)
+	}
+	restores := func() int {
+		n := 0
+		for _, r := range recs {
+			for _, e := range r.Events() {
+				if e.Kind == audit.KindOverrideRestore {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	for round, lose := range []func(){
+		func() {
+			if err := srv.Client().FlushAll(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		srv.Restart,
+	} {
+		before := restores()
+		lose()
+		if n := stored(); n != 0 {
+			t.Fatalf("round %d: Redis still holds %d overrides after the loss", round, n)
+		}
+		// Both nodes read the lost store; one restores, the other adopts.
+		for _, m := range mgrs {
+			if err := m.Load(ctx); err != nil {
+				t.Fatalf("round %d: Load after the loss: %v", round, err)
+			}
+		}
+		for i, m := range mgrs {
+			if got := len(m.List()); got != 2 {
+				t.Errorf("round %d: node %d applies %d overrides after the loss, want 2", round, i, got)
+			}
+		}
+		if n := stored(); n != 2 {
+			t.Errorf("round %d: Redis holds %d overrides after the restore, want 2", round, n)
+		}
+		if got := restores() - before; got != 1 {
+			t.Errorf("round %d: %d override.restore events, want 1 (one node restores)", round, got)
+		}
+	}
+	if !strings.Contains(logs[0].String()+logs[1].String(), "override store lost its overrides") {
+		t.Errorf("no restore log line:\n%s\n%s", logs[0].String(), logs[1].String())
+	}
+
+	// A deliberate removal of everything is not a loss.
+	for _, o := range a.List() {
+		if _, err := a.Remove(ctx, o.ID, "alice", "all done"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := restores()
+	for _, m := range mgrs {
+		if err := m.Load(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, r := stored(), restores()-before; n != 0 || r != 0 || len(b.List()) != 0 {
+		t.Errorf("after rm of every override: %d stored, %d restores, b applies %v; want nothing", n, r, b.List())
+	}
+
+	// A stale node: c read the block, then was cut off while it was
+	// removed (by a); after a flush, c restoring first must not win.
+	c := override.NewManager(override.ManagerOptions{
+		Store: redisstore.New(redisstore.Options{Client: newClient(t, srv)}), Rules: func() *descriptors.Config { return cfg }, Resync: time.Hour,
+	})
+	block, err = a.Set(ctx, override.Override{Domain: "edge", Value: "user_id=worm", Kind: override.KindBlock, Reason: "leaked again"}, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Load(ctx); err != nil || len(c.List()) != 1 {
+		t.Fatalf("c applies %v (%v), want the block", c.List(), err)
+	}
+	if _, err := a.Remove(ctx, block.ID, "alice", "key revoked"); err != nil { // c does not read it
+		t.Fatal(err)
+	}
+	if err := srv.Client().FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Load(ctx); err != nil || len(c.List()) != 1 {
+		t.Fatalf("stale c after the flush applies %v (%v); want its (stale) block, restored", c.List(), err)
+	}
+	for _, m := range []*override.Manager{a, c} {
+		if err := m.Load(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := stored(); n != 0 || len(a.List()) != 0 || len(c.List()) != 0 {
+		t.Errorf("after a (newer) read: %d stored, a applies %v, c applies %v; want the removed block gone everywhere", n, a.List(), c.List())
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
