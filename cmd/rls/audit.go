@@ -50,7 +50,7 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	stream := fs.String("stream", redisaudit.DefaultStream, "key of the audit stream (rls serve --audit-stream)")
 	count := fs.Int("count", 20, "most events printed (0: all the stream holds)")
 	since := fs.Duration("since", 0, "only events of the last `duration`, e.g. 1h (0: all)")
-	kind := fs.String("kind", "", "only events of this kind: reload, override.set, override.remove, override.expire, applied, or a pattern such as override.* (default: all)")
+	kind := fs.String("kind", "", "only events of this kind: reload, override.set, override.remove, override.expire, override.restore, applied, or a pattern such as override.* (default: all)")
 	asJSON := fs.Bool("json", false, "print one JSON object per event")
 	timeout := fs.Duration("timeout", 5*time.Second, "deadline of the whole read")
 	fs.Usage = func() {
