@@ -109,3 +109,34 @@ func TestOverrideListEscapesText(t *testing.T) {
 		t.Errorf("rls audit line %q: raw control characters", line)
 	}
 }
+
+// TestAdminRefusesFarLoosening: POST /overrides refuses an allow expiring
+// in ~2319 and a shadow without an expiry with 400 and a clear error.
+func TestAdminRefusesFarLoosening(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	writeTokens(t, tokens, "alice:alice-token-0123456789\n")
+	auth, err := newAdminAuth(tokens, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := adminServer(t, auth, nil)
+	for _, tt := range []struct{ body, want string }{
+		{`{"domain":"edge","rule":"edge.user_id","kind":"allow","reason":"r","expires_in":"2562047h"}`, "--override-max-expiry"},
+		{`{"domain":"edge","kind":"shadow","reason":"r"}`, "shadow needs an expiry"},
+		{`{"kind":"shadow","reason":"r","expires_in":"1h"}`, "shadow needs a domain"},
+		{`{"domain":"edge","rule":"edge.login","kind":"shadow","reason":"r","expires_in":"1h"}`, "cannot be shadowed"},
+	} {
+		req, _ := http.NewRequest("POST", srv.URL+"/overrides", strings.NewReader(tt.body))
+		req.Header.Set("Authorization", "Bearer alice-token-0123456789")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode < 400 || resp.StatusCode >= 500 || !strings.Contains(b.String(), tt.want) {
+			t.Errorf("POST %s: %d %s, want refused with %q", tt.body, resp.StatusCode, b.String(), tt.want)
+		}
+	}
+}
