@@ -295,12 +295,19 @@ func TestOverridesSurviveRedisLoss(t *testing.T) {
 		if n := stored(); n != 0 {
 			t.Fatalf("round %d: Redis still holds %d overrides after the loss", round, n)
 		}
-		// Both nodes read the lost store; one restores, the other adopts.
+		// Both nodes read the lost store at once; one restores, the other
+		// adopts what it wrote.
+		var wg sync.WaitGroup
 		for _, m := range mgrs {
-			if err := m.Load(ctx); err != nil {
-				t.Fatalf("round %d: Load after the loss: %v", round, err)
-			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := m.Load(ctx); err != nil {
+					t.Errorf("round %d: Load after the loss: %v", round, err)
+				}
+			}()
 		}
+		wg.Wait()
 		for i, m := range mgrs {
 			if got := len(m.List()); got != 2 {
 				t.Errorf("round %d: node %d applies %d overrides after the loss, want 2", round, i, got)
