@@ -16,6 +16,9 @@ const (
 	KindOverrideRemove = "override.remove"
 	// KindOverrideExpire: a runtime override reached its expiry.
 	KindOverrideExpire = "override.expire"
+	// KindOverrideRestore: a node found the override store lost (emptied
+	// by a Redis restart or flush) and wrote back the overrides it applied.
+	KindOverrideRestore = "override.restore"
 	// KindApplied: a node applied a change made elsewhere (Subject names it).
 	KindApplied = "applied"
 )

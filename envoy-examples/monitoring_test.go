@@ -178,6 +178,7 @@ func TestPrometheusRules(t *testing.T) {
 		{"SluiceInvalidRequests", "ratelimit_invalid_requests_total"},
 		{"SluiceMalformedRequests", "ratelimit_malformed_parts_total"},
 		{"SluiceMemoryTableFull", "ratelimit_memory_full_refusals_total"},
+		{"SluiceOverrideMalformed", "ratelimit_override_malformed"},
 		{"SluiceEmergencyChannelUsed", `ratelimit_emergency_requests_total{result="allowed"}`},
 		{"SluiceEmergencySecretGuessing", `ratelimit_emergency_requests_total{result="rejected"}`},
 		{"SluiceEmergencySecretsFileRejected", `ratelimit_emergency_secret_loads_total{result="error"}`},

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-rls/sluice/internal/redistest"
+	"github.com/sluice-rls/sluice/override"
 )
 
 const overrideRulesYAML = `domain: edge
@@ -63,14 +64,32 @@ func waitFor(d time.Duration, cond func() bool) (time.Duration, bool) {
 	}
 }
 
-func rlconfigHas(p *rlsProcess, s string) bool {
-	resp, err := http.Get("http://" + p.HTTPAddr + "/rlconfig")
+// overridesHave reports whether p's authenticated admin /overrides lists
+// an override whose "effect on scope" contains s (/rlconfig, on the public
+// port, shows counts only).
+func overridesHave(p *rlsProcess, s string) bool {
+	req, err := http.NewRequest("GET", "http://"+p.AdminAddr+"/overrides", nil)
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return false
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return strings.Contains(string(b), s)
+	var l struct {
+		Overrides []override.Override `json:"overrides"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
+		return false
+	}
+	for _, o := range l.Overrides {
+		if strings.Contains(o.Effect()+" on "+o.Scope(), s) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestOverridesAcrossThreeNodes: three rls serve nodes on one real
@@ -115,7 +134,7 @@ func TestOverridesAcrossThreeNodes(t *testing.T) {
 		want := "scale ×" + strings.TrimSuffix(strings.TrimSuffix(factor, "0"), ".")
 		start := time.Now()
 		code, body := adminCall(t, origin, "POST", "/overrides", adminToken,
-			`{"domain":"edge","rule":"edge.user_id","kind":"scale","factor":`+factor+`,"reason":"promotion"}`)
+			`{"domain":"edge","rule":"edge.user_id","kind":"scale","factor":`+factor+`,"reason":"promotion","expires_in":"1h"}`)
 		if code != http.StatusOK {
 			t.Fatalf("set on node %d: %d %s", i%3, code, body)
 		}
@@ -128,7 +147,7 @@ func TestOverridesAcrossThreeNodes(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, ok := waitFor(3*time.Second, func() bool { return rlconfigHas(n, want) })
+				_, ok := waitFor(3*time.Second, func() bool { return overridesHave(n, want) })
 				d := time.Since(start)
 				mu.Lock()
 				defer mu.Unlock()
@@ -171,8 +190,8 @@ func TestOverridesAcrossThreeNodes(t *testing.T) {
 		t.Fatalf("node 1 exit: %v", err)
 	}
 	nodes[1] = startRLS(t, args...)
-	if !rlconfigHas(nodes[1], "scale ×2.5") {
-		t.Errorf("restarted node: /rlconfig lacks the scale:\n%s", func() string { _, b := nodes[1].HTTPGet(t, "/rlconfig"); return b }())
+	if !overridesHave(nodes[1], "scale ×2.5") {
+		t.Errorf("restarted node: /overrides lacks the scale:\n%s", func() string { _, b := adminCall(t, nodes[1], "GET", "/overrides", adminToken, ""); return b }())
 	}
 	if got := nodes[1].Check(t, "edge", "user_id=bob").GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); got != 25 {
 		t.Errorf("restarted node: current_limit %d, want 25", got)
@@ -191,12 +210,12 @@ func TestOverridesAcrossThreeNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for j, n := range nodes {
-		if _, ok := waitFor(time.Second, func() bool { return rlconfigHas(n, "shadow on domain edge") }); !ok {
+		if _, ok := waitFor(time.Second, func() bool { return overridesHave(n, "shadow on domain edge") }); !ok {
 			t.Errorf("node %d never applied the shadow", j)
 		}
 	}
 	for j, n := range nodes {
-		if _, ok := waitFor(time.Until(set.Expires)+time.Second, func() bool { return !rlconfigHas(n, "shadow on domain edge") }); !ok {
+		if _, ok := waitFor(time.Until(set.Expires)+time.Second, func() bool { return !overridesHave(n, "shadow on domain edge") }); !ok {
 			t.Errorf("node %d still applies the shadow 1 s after its expiry", j)
 		} else if late := time.Since(set.Expires); late < -50*time.Millisecond {
 			t.Errorf("node %d dropped the shadow %v before its expiry", j, -late)
@@ -215,7 +234,7 @@ func TestOverridesAcrossThreeNodes(t *testing.T) {
 			_, hc := n.HTTPGet(t, "/healthcheck")
 			t.Errorf("node %d with Redis gone: /healthcheck %q and the metric do not say the store is unreachable", j, hc)
 		}
-		if !rlconfigHas(n, "scale ×2.5") || n.Check(t, "edge", "user_id=worm").GetOverallCode() != 2 {
+		if !overridesHave(n, "scale ×2.5") || n.Check(t, "edge", "user_id=worm").GetOverallCode() != 2 {
 			t.Errorf("node %d with Redis gone dropped its overrides", j)
 		}
 	}

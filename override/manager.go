@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +25,10 @@ const (
 	DefaultResync = 500 * time.Millisecond
 	// DefaultTimeout bounds each store call.
 	DefaultTimeout = time.Second
+	// DefaultMaxLoosenExpiry is how far ahead a loosening override (see
+	// Loosening) may expire: a bypass forgotten over a weekend is a door
+	// left open.
+	DefaultMaxLoosenExpiry = 24 * time.Hour
 )
 
 // ErrNotFound is returned by Remove for an unknown ID.
@@ -50,14 +56,19 @@ type ManagerOptions struct {
 	Resync time.Duration
 	// Timeout bounds each store call (default DefaultTimeout).
 	Timeout time.Duration
+	// MaxLoosenExpiry is the furthest expiry Set accepts for a loosening
+	// override, which must have one (default DefaultMaxLoosenExpiry).
+	MaxLoosenExpiry time.Duration
 }
 
 // state is what a Manager applies: the overrides last read, and their
 // table for one rule set.
 type state struct {
-	list  []Override // as last read, expired ones dropped
-	cfg   *descriptors.Config
-	table *Table // nil: no active override
+	list      []Override // as last read, expired ones dropped
+	malformed []Malformed
+	gen       int64 // the highest store generation applied
+	cfg       *descriptors.Config
+	table     *Table // nil: no active override
 }
 
 // Manager keeps the current overrides of this node: it reads them from the
@@ -92,6 +103,9 @@ func NewManager(opts ManagerOptions) *Manager {
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
+	}
+	if opts.MaxLoosenExpiry <= 0 {
+		opts.MaxLoosenExpiry = DefaultMaxLoosenExpiry
 	}
 	m := &Manager{opts: opts, log: opts.Logger, kick: make(chan struct{}, 1)}
 	if m.log == nil {
@@ -132,7 +146,7 @@ func (m *Manager) rebuild(cfg *descriptors.Config) *Table {
 	if st.cfg == cfg {
 		return st.table
 	}
-	next := &state{list: st.list, cfg: cfg, table: Compile(cfg, st.list, m.Now())}
+	next := &state{list: st.list, malformed: st.malformed, gen: st.gen, cfg: cfg, table: Compile(cfg, st.list, m.Now())}
 	m.logIgnored(st.table, next.table)
 	m.cur.Store(next)
 	return next.table
@@ -142,6 +156,10 @@ func (m *Manager) rebuild(cfg *descriptors.Config) *Table {
 func (m *Manager) List() []Override {
 	return m.Table(m.opts.Rules()).Active()
 }
+
+// Malformed returns the stored entries the last read skipped because they
+// are not valid overrides, sorted by ID.
+func (m *Manager) Malformed() []Malformed { return m.cur.Load().malformed }
 
 // Health reports whether the last read of the store succeeded; when not,
 // the error and since when reads have failed.
@@ -155,16 +173,83 @@ func (m *Manager) Health() (ok bool, since time.Time, err error) {
 // it before serving so that a restarted node applies the stored overrides
 // from its first request.
 func (m *Manager) Load(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
-	list, err := m.opts.Store.List(ctx)
+	lctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
+	l, err := m.opts.Store.List(lctx)
 	cancel()
 	m.noteRead(err)
 	if err != nil {
-		m.apply(ctx, m.cur.Load().list, false) // drop what expired meanwhile
+		cur := m.cur.Load()
+		m.apply(ctx, cur.list, cur.malformed, cur.gen, false) // drop what expired meanwhile
 		return fmt.Errorf("reading overrides from %s: %w", m.opts.Store.Name(), err)
 	}
-	m.apply(ctx, list, true)
+	if cur := m.cur.Load(); l.Generation < cur.gen {
+		if restored, err := m.restore(ctx, l.Generation, cur); err != nil || !restored {
+			// Not restored: another node restored first (read what it
+			// wrote), or Redis failed (try at the next read).
+			lctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
+			l, err = m.opts.Store.List(lctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("reading overrides from %s: %w", m.opts.Store.Name(), err)
+			}
+		} else {
+			l = Listing{Overrides: cur.list, Malformed: cur.malformed, Generation: cur.gen}
+		}
+	}
+	list, malformed := sortOut(l)
+	m.apply(ctx, list, malformed, l.Generation, true)
 	return nil
+}
+
+// restore writes the table this node applies (cur) back to a store whose
+// generation (stored) is lower than the one cur was read at: a Redis
+// restarted empty or flushed, or rolled back to an older snapshot. The
+// store writes it only if no node wrote a newer generation meanwhile (the
+// highest generation wins), so a node holding a stale table (one that
+// missed changes while cut off) never overwrites a newer one, and of two
+// nodes restoring at once the one that saw more changes does. Logged and
+// recorded as override.restore.
+func (m *Manager) restore(ctx context.Context, stored int64, cur *state) (bool, error) {
+	r, ok := m.opts.Store.(Restorer)
+	if !ok {
+		return false, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
+	restored, err := r.Restore(rctx, cur.gen, cur.list)
+	cancel()
+	if err != nil {
+		m.log.Warn("override store lost its overrides; restoring them failed, retrying at the next read", "store", m.opts.Store.Name(),
+			"store_generation", stored, "generation", cur.gen, "err", err)
+		return false, err
+	}
+	if !restored {
+		return false, nil
+	}
+	m.log.Warn("override store lost its overrides (a Redis restart or flush): restored the ones this node applied", "store", m.opts.Store.Name(),
+		"store_generation", stored, "generation", cur.gen, "overrides", len(cur.list))
+	changes := make([]audit.Change, 0, len(cur.list))
+	for i := range cur.list {
+		changes = append(changes, audit.Change{What: cur.list[i].Scope(), Old: "", New: describe(&cur.list[i])})
+	}
+	m.record(ctx, audit.Event{Kind: audit.KindOverrideRestore, Time: m.Now().UTC(), Author: "sluice", Subject: m.opts.Store.Name(),
+		Reason: fmt.Sprintf("store lost its overrides: generation %d, this node applied %d", stored, cur.gen), Changes: changes})
+	return true, nil
+}
+
+// sortOut splits a listing into the valid overrides and the malformed
+// entries, those that decode but fail Validate included.
+func sortOut(l Listing) ([]Override, []Malformed) {
+	malformed := slices.Clone(l.Malformed)
+	var list []Override
+	for _, o := range l.Overrides {
+		if err := Validate(o, nil); err != nil {
+			malformed = append(malformed, Malformed{ID: o.ID, Err: strings.ReplaceAll(err.Error(), "\n", "; ")})
+			continue
+		}
+		list = append(list, o)
+	}
+	slices.SortFunc(malformed, func(a, b Malformed) int { return strings.Compare(a.ID, b.ID) })
+	return list, malformed
 }
 
 func (m *Manager) noteRead(err error) {
@@ -231,7 +316,7 @@ func (m *Manager) changed() {
 // dropped (and deleted from the store, the node that deletes one recording
 // its expiry; not while the store is unreachable), every difference from the previous list recorded as
 // applied, the table compiled against the current rules.
-func (m *Manager) apply(ctx context.Context, list []Override, reachable bool) {
+func (m *Manager) apply(ctx context.Context, list []Override, malformed []Malformed, gen int64, reachable bool) {
 	now := m.Now()
 	var live, expired []Override
 	for _, o := range list {
@@ -244,10 +329,11 @@ func (m *Manager) apply(ctx context.Context, list []Override, reachable bool) {
 	m.mu.Lock()
 	prev := m.cur.Load()
 	cfg := m.opts.Rules()
-	next := &state{list: live, cfg: cfg, table: Compile(cfg, live, now)}
+	next := &state{list: live, malformed: malformed, gen: max(gen, prev.gen), cfg: cfg, table: Compile(cfg, live, now)}
 	m.cur.Store(next)
 	m.logIgnored(prev.table, next.table)
 	m.mu.Unlock()
+	m.logMalformed(prev.malformed, malformed)
 	m.recordApplied(ctx, prev.list, live, now)
 	for _, o := range expired {
 		if !reachable {
@@ -306,6 +392,16 @@ func (m *Manager) record(ctx context.Context, e audit.Event) {
 	m.opts.Audit.Record(ctx, e)
 }
 
+// logMalformed warns once about each malformed entry next has and prev
+// had not.
+func (m *Manager) logMalformed(prev, next []Malformed) {
+	for _, b := range next {
+		if !slices.Contains(prev, b) {
+			m.log.Warn("malformed override entry skipped: the others apply; remove it with rls override rm", "id", b.ID, "store", m.opts.Store.Name(), "err", b.Err)
+		}
+	}
+}
+
 // logIgnored logs the protected-rule refusals that next has and prev had not.
 func (m *Manager) logIgnored(prev, next *Table) {
 	seen := make(map[string]bool)
@@ -330,15 +426,27 @@ func (m *Manager) Set(ctx context.Context, o Override, author string) (Override,
 	if !o.Expires.IsZero() && !o.Expires.After(o.Created) {
 		return Override{}, fmt.Errorf("expiry %s is not in the future", o.Expires.Format(time.RFC3339))
 	}
-	if err := Validate(o, m.opts.Rules()); err != nil {
+	cfg := m.opts.Rules()
+	if err := Validate(o, cfg); err != nil {
 		return Override{}, err
+	}
+	if Loosening(o, cfg) {
+		maxExp := m.opts.MaxLoosenExpiry
+		switch {
+		case o.Expires.IsZero():
+			return Override{}, fmt.Errorf("%s loosens the limits: it needs an expiry, at most %v ahead (--override-max-expiry)", o.Effect(), maxExp)
+		case o.Expires.Sub(o.Created) > maxExp:
+			return Override{}, fmt.Errorf("expiry %s is %v ahead: %s loosens the limits and may expire at most %v ahead (--override-max-expiry)",
+				o.Expires.UTC().Format(time.RFC3339), o.Expires.Sub(o.Created).Round(time.Second), o.Effect(), maxExp)
+		}
 	}
 	sctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
 	defer cancel()
-	list, err := m.opts.Store.List(sctx)
+	l, err := m.listForChange(sctx)
 	if err != nil {
 		return Override{}, fmt.Errorf("%w %s: reading: %w", ErrStore, m.opts.Store.Name(), err)
 	}
+	list := l.Overrides
 	var old *Override
 	for i := range list {
 		if list[i].ID == o.ID && list[i].Active(m.Now()) {
@@ -354,30 +462,59 @@ func (m *Manager) Set(ctx context.Context, o Override, author string) (Override,
 	return o, nil
 }
 
+// listForChange reads the store before Set or Remove changes it. A store
+// that lost its overrides gets them back first (Load restores them): a
+// change written on the lost store would start its generation anew, below
+// this node's, and the restore would then overwrite it.
+func (m *Manager) listForChange(ctx context.Context) (Listing, error) {
+	l, err := m.opts.Store.List(ctx)
+	if err != nil || l.Generation >= m.cur.Load().gen {
+		return l, err
+	}
+	if err := m.Load(ctx); err != nil {
+		return Listing{}, err
+	}
+	return m.opts.Store.List(ctx)
+}
+
 // Remove deletes the override id from the store and applies that on this
 // node at once; ErrNotFound when there is none. author is recorded.
 func (m *Manager) Remove(ctx context.Context, id, author, reason string) (Override, error) {
 	sctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
 	defer cancel()
-	list, err := m.opts.Store.List(sctx)
+	l, err := m.listForChange(sctx)
 	if err != nil {
 		return Override{}, fmt.Errorf("%w %s: reading: %w", ErrStore, m.opts.Store.Name(), err)
 	}
 	var old *Override
-	for i := range list {
-		if list[i].ID == id {
-			old = &list[i]
+	for i := range l.Overrides {
+		if l.Overrides[i].ID == id {
+			old = &l.Overrides[i]
+		}
+	}
+	// A malformed entry is removed by its field name: it has no scope to
+	// describe, its error says what it was.
+	var bad *Malformed
+	for i := range l.Malformed {
+		if l.Malformed[i].ID == id {
+			bad = &l.Malformed[i]
 		}
 	}
 	removed, err := m.opts.Store.Delete(sctx, id)
 	if err != nil {
 		return Override{}, fmt.Errorf("%w %s: removing: %w", ErrStore, m.opts.Store.Name(), err)
 	}
-	if !removed || old == nil {
+	if !removed || old == nil && bad == nil {
 		return Override{}, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	m.record(ctx, audit.Event{Kind: audit.KindOverrideRemove, Time: m.Now().UTC(), Author: author, Reason: reason, Subject: id,
-		Changes: []audit.Change{{What: old.Scope(), Old: describe(old), New: ""}}})
+	if old == nil {
+		old = &Override{ID: id, Reason: "malformed entry: " + bad.Err}
+		m.record(ctx, audit.Event{Kind: audit.KindOverrideRemove, Time: m.Now().UTC(), Author: author, Reason: reason, Subject: id,
+			Changes: []audit.Change{{What: "malformed entry", Old: bad.Err, New: ""}}})
+	} else {
+		m.record(ctx, audit.Event{Kind: audit.KindOverrideRemove, Time: m.Now().UTC(), Author: author, Reason: reason, Subject: id,
+			Changes: []audit.Change{{What: old.Scope(), Old: describe(old), New: ""}}})
+	}
 	_ = m.Load(ctx)
 	return *old, nil
 }

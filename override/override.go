@@ -32,7 +32,8 @@ const (
 	// tokens. It needs an expiry.
 	KindAllow Kind = "allow"
 	// KindShadow puts the rules in its scope in shadow mode: decided and
-	// counted, answered OK.
+	// counted, answered OK. It loosens as much as allow does: it needs a
+	// domain and an expiry, and protected rules refuse it.
 	KindShadow Kind = "shadow"
 )
 
@@ -123,11 +124,27 @@ func (o Override) Effect() string {
 	return string(o.Kind)
 }
 
-// String is o's /rlconfig line.
+// String is o's one-line description (rls override set and rm print it):
+// the reason quoted, the scope and author quoted when they hold anything
+// but printable text (see Quote).
 func (o Override) String() string {
-	s := fmt.Sprintf("override %s: %s on %s, by %s: %q", o.ID, o.Effect(), o.Scope(), o.Author, o.Reason)
+	s := fmt.Sprintf("override %s: %s on %s, by %s: %q", Quote(o.ID), o.Effect(), Quote(o.Scope()), Quote(o.Author), o.Reason)
 	if !o.Expires.IsZero() {
 		s += ", expires " + o.Expires.UTC().Format(time.RFC3339)
+	}
+	return s
+}
+
+// Quote returns s as it is when it is plain printable text, else quoted
+// as a Go string (strconv.Quote): newlines, ANSI escapes and other control
+// characters, which an override's free text (reason, note, a value) may
+// hold, are shown escaped and never reach a terminal raw. A quote or
+// backslash is quoted too, so a quoted value cannot be faked.
+func Quote(s string) string {
+	for _, r := range s {
+		if !strconv.IsPrint(r) || r == '"' || r == '\\' {
+			return strconv.Quote(s)
+		}
 	}
 	return s
 }
@@ -180,6 +197,12 @@ func Validate(o Override, cfg *descriptors.Config) error {
 			bad("allow needs a domain: bypassing everything is not an override")
 		}
 	case KindShadow:
+		if o.Expires.IsZero() {
+			bad("shadow needs an expiry: it answers OK whatever the rules decide")
+		}
+		if o.Domain == "" {
+			bad("shadow needs a domain: shadowing everything turns limiting off")
+		}
 	default:
 		bad("unknown kind %q: want scale, limit, block, allow or shadow", o.Kind)
 	}
@@ -219,9 +242,9 @@ func checkRules(o Override, cfg *descriptors.Config) []error {
 	if o.Rule != "" && !found {
 		errs = append(errs, fmt.Errorf("domain %q has no rule %q (see /rlconfig)", o.Domain, o.Rule))
 	}
-	if o.Rule == "" && o.Kind == KindAllow {
-		// A domain-wide bypass skips its protected rules; say so when that
-		// leaves nothing to bypass.
+	if o.Rule == "" && (o.Kind == KindAllow || o.Kind == KindShadow) {
+		// A domain-wide bypass or shadow skips its protected rules; say so
+		// when that leaves nothing to bypass.
 		all := true
 		for _, r := range dom.Rules() {
 			all = all && r.Protected
@@ -241,6 +264,8 @@ func loosens(o Override, r *descriptors.Rule) string {
 	switch o.Kind {
 	case KindAllow:
 		return "cannot be bypassed"
+	case KindShadow:
+		return "cannot be shadowed"
 	case KindScale:
 		if o.Factor > 1 {
 			return "cannot be scaled above 1"
@@ -255,6 +280,40 @@ func loosens(o Override, r *descriptors.Rule) string {
 		}
 	}
 	return ""
+}
+
+// Loosening reports whether o admits more than the rules it covers in cfg
+// would: allow, shadow, a scale above 1, or a limit above the rule's (cfg
+// nil: limits are not compared). Loosening overrides need an expiry no
+// further than the Manager's MaxLoosenExpiry.
+func Loosening(o Override, cfg *descriptors.Config) bool {
+	switch o.Kind {
+	case KindAllow, KindShadow:
+		return true
+	case KindScale:
+		return o.Factor > 1
+	case KindLimit:
+		if cfg == nil {
+			return false
+		}
+		l, err := ParseLimit(o.Limit, o.Burst)
+		if err != nil {
+			return false
+		}
+		dom := cfg.Domain(o.Domain)
+		if dom == nil {
+			return false
+		}
+		for _, r := range dom.Rules() {
+			if r.Path != o.Rule {
+				continue
+			}
+			if cur := r.Global; cur != nil && looser(l, *cur) || r.Global == nil && r.Local != nil && looser(l, *r.Local) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // looser reports whether l admits more than cur: a higher rate or burst.

@@ -66,9 +66,9 @@ func TestValidate(t *testing.T) {
 		{"no reason", override.Override{Kind: override.KindScale, Factor: 2}, "a reason is required"},
 		{"factor 0", override.Override{Kind: override.KindScale, Reason: "r"}, "scale factor must be above 0"},
 		{"factor too large", override.Override{Kind: override.KindScale, Factor: 5000, Reason: "r"}, "at most 1000"},
-		{"rule without domain", override.Override{Rule: "edge.user_id", Kind: override.KindShadow, Reason: "r"}, "needs its domain"},
-		{"unknown domain", override.Override{Domain: "nope", Kind: override.KindShadow, Reason: "r"}, `domain "nope" has no rules`},
-		{"unknown rule", override.Override{Domain: "edge", Rule: "edge.nope", Kind: override.KindShadow, Reason: "r"}, `no rule "edge.nope"`},
+		{"rule without domain", override.Override{Rule: "edge.user_id", Kind: override.KindShadow, Expires: t0, Reason: "r"}, "needs its domain"},
+		{"unknown domain", override.Override{Domain: "nope", Kind: override.KindShadow, Expires: t0, Reason: "r"}, `domain "nope" has no rules`},
+		{"unknown rule", override.Override{Domain: "edge", Rule: "edge.nope", Kind: override.KindShadow, Expires: t0, Reason: "r"}, `no rule "edge.nope"`},
 		{"limit", override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindLimit, Limit: "100/5 minutes", Reason: "r"}, ""},
 		{"limit without rule", override.Override{Domain: "edge", Kind: override.KindLimit, Limit: "1/second", Reason: "r"}, "limit needs a rule"},
 		{"bad limit", override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindLimit, Limit: "10/fortnight", Reason: "r"}, `unknown unit "fortnight"`},
@@ -77,13 +77,16 @@ func TestValidate(t *testing.T) {
 		{"allow without expiry", override.Override{Domain: "edge", Kind: override.KindAllow, Reason: "r"}, "needs an expiry"},
 		{"allow everything", override.Override{Kind: override.KindAllow, Expires: t0, Reason: "r"}, "allow needs a domain"},
 		{"unknown kind", override.Override{Kind: "pause", Reason: "r"}, `unknown kind "pause"`},
-		{"factor on a shadow", override.Override{Kind: override.KindShadow, Factor: 2, Reason: "r"}, "factor is for scale only"},
+		{"factor on a shadow", override.Override{Domain: "edge", Kind: override.KindShadow, Expires: t0, Factor: 2, Reason: "r"}, "factor is for scale only"},
 		{"bypass protected", override.Override{Domain: "edge", Rule: "edge.login", Kind: override.KindAllow, Expires: t0, Reason: "r"}, "protected rule edge.login: cannot be bypassed"},
 		{"scale protected up", override.Override{Domain: "edge", Rule: "edge.login", Kind: override.KindScale, Factor: 1.01, Reason: "r"}, "cannot be scaled above 1"},
 		{"scale protected down", override.Override{Domain: "edge", Rule: "edge.login", Kind: override.KindScale, Factor: 0.5, Reason: "r"}, ""},
 		{"raise protected", override.Override{Domain: "edge", Rule: "edge.login", Kind: override.KindLimit, Limit: "6/minute", Reason: "r"}, "cannot be given a higher limit"},
 		{"lower protected", override.Override{Domain: "edge", Rule: "edge.login", Kind: override.KindLimit, Limit: "4/minute", Reason: "r"}, ""},
-		{"shadow protected", override.Override{Domain: "edge", Rule: "edge.login", Kind: override.KindShadow, Reason: "r"}, ""},
+		{"shadow protected", override.Override{Domain: "edge", Rule: "edge.login", Kind: override.KindShadow, Expires: t0, Reason: "r"}, "protected rule edge.login: cannot be shadowed"},
+		{"shadow a rule", override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindShadow, Expires: t0, Reason: "r"}, ""},
+		{"shadow without expiry", override.Override{Domain: "edge", Kind: override.KindShadow, Reason: "r"}, "shadow needs an expiry"},
+		{"shadow everything", override.Override{Kind: override.KindShadow, Expires: t0, Reason: "r"}, "shadow needs a domain"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -193,7 +196,7 @@ func TestManagerSetRemoveAudit(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(t0)
 	m := override.NewManager(override.ManagerOptions{Store: store, Rules: func() *descriptors.Config { return cfg }, Clock: clock, Audit: rec, Node: "n1"})
 	ctx := context.Background()
-	o, err := m.Set(ctx, override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 1.5, Reason: "promo", Author: "mallory"}, "alice")
+	o, err := m.Set(ctx, override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 1.5, Reason: "promo", Author: "mallory", Expires: t0.Add(time.Hour)}, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +204,7 @@ func TestManagerSetRemoveAudit(t *testing.T) {
 		t.Errorf("Set returned %+v, want author alice (not the client's claim), an ID, created at %v", o, t0)
 	}
 	// The same scope and kind replaces it: old → new in the audit.
-	o2, err := m.Set(ctx, override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 2, Reason: "more"}, "alice")
+	o2, err := m.Set(ctx, override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 2, Reason: "more", Expires: t0.Add(time.Hour)}, "alice")
 	if err != nil || o2.ID != o.ID {
 		t.Fatalf("second Set: %+v, %v; want the same ID %s", o2, err, o.ID)
 	}
@@ -217,11 +220,71 @@ func TestManagerSetRemoveAudit(t *testing.T) {
 	}
 	second := rec.Events()[2]
 	if second.Author != "alice" || second.Reason != "more" || second.Node != "n1" || len(second.Changes) != 1 ||
-		second.Changes[0].Old != "scale ×1.5" || second.Changes[0].New != "scale ×2" {
+		second.Changes[0].Old != "scale ×1.5 until 2026-12-02T02:00:00Z" || second.Changes[0].New != "scale ×2 until 2026-12-02T02:00:00Z" {
 		t.Errorf("second set's event %+v, want alice, more, n1, scale ×1.5 → ×2", second)
 	}
 	if _, err := m.Set(ctx, override.Override{Domain: "edge", Kind: override.KindAllow, Reason: "r", Expires: t0.Add(-time.Second)}, "alice"); err == nil {
 		t.Error("Set with an expiry in the past: no error")
+	}
+}
+
+// TestShadowSkipsProtected: a domain-wide shadow does not shadow the
+// domain's protected rules (it used to: loosens ignored shadow).
+func TestShadowSkipsProtected(t *testing.T) {
+	t.Parallel()
+	cfg := mustRules(t, rulesYAML)
+	dom := cfg.Domain("edge")
+	login := dom.Match([]descriptors.Entry{{Key: "login", Value: "a"}})
+	user := dom.Match([]descriptors.Entry{{Key: "user_id", Value: "a"}})
+	tbl := override.Compile(cfg, []override.Override{{ID: "sh", Domain: "edge", Kind: override.KindShadow, Expires: t0.Add(time.Hour), Reason: "r"}}, t0)
+	if e := tbl.Lookup("edge", login, []descriptors.Entry{{Key: "login", Value: "a"}}); e != nil {
+		t.Errorf("protected login under a domain shadow: %+v, want no effect", e)
+	}
+	if e := tbl.Lookup("edge", user, []descriptors.Entry{{Key: "user_id", Value: "a"}}); e == nil || !e.Shadow {
+		t.Errorf("user_id under a domain shadow: %+v, want shadowed", e)
+	}
+	if ig := tbl.Ignored(); len(ig) != 1 || !strings.Contains(ig[0], "rule edge.login is protected: cannot be shadowed") {
+		t.Errorf("Ignored() = %q, want the shadow on edge.login", ig)
+	}
+}
+
+// TestManagerLoosenExpiry: an override that loosens the limits (allow,
+// shadow, scale above 1, a higher limit) needs an expiry within
+// MaxLoosenExpiry; tightening ones need none.
+func TestManagerLoosenExpiry(t *testing.T) {
+	t.Parallel()
+	cfg := mustRules(t, rulesYAML)
+	store, _ := override.OpenFile("")
+	clock := clockwork.NewFakeClockAt(t0)
+	m := override.NewManager(override.ManagerOptions{Store: store, Rules: func() *descriptors.Config { return cfg }, Clock: clock, MaxLoosenExpiry: 24 * time.Hour})
+	ctx := context.Background()
+	day, far := t0.Add(24*time.Hour), t0.Add(24*time.Hour+time.Second)
+	for _, tt := range []struct {
+		name string
+		o    override.Override
+		want string // "" = accepted
+	}{
+		{"allow in 2319", override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindAllow, Expires: time.Date(2319, 1, 1, 0, 0, 0, 0, time.UTC)}, "may expire at most 24h0m0s ahead"},
+		{"allow a second too far", override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindAllow, Expires: far}, "--override-max-expiry"},
+		{"allow a day", override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindAllow, Expires: day}, ""},
+		{"shadow too far", override.Override{Domain: "edge", Kind: override.KindShadow, Expires: far}, "may expire at most"},
+		{"shadow a day", override.Override{Domain: "edge", Kind: override.KindShadow, Expires: day}, ""},
+		{"scale up forever", override.Override{Domain: "edge", Kind: override.KindScale, Factor: 2}, "needs an expiry"},
+		{"scale up too far", override.Override{Domain: "edge", Kind: override.KindScale, Factor: 2, Expires: far}, "may expire at most"},
+		{"scale down forever", override.Override{Domain: "edge", Kind: override.KindScale, Factor: 0.5}, ""},
+		{"raise a limit forever", override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindLimit, Limit: "11/second", Burst: 20}, "needs an expiry"},
+		{"raise a burst forever", override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindLimit, Limit: "10/second", Burst: 21}, "needs an expiry"},
+		{"lower a limit forever", override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindLimit, Limit: "5/second"}, ""},
+		{"block forever", override.Override{Domain: "edge", Value: "user_id=worm", Kind: override.KindBlock}, ""},
+	} {
+		tt.o.Reason = "r"
+		_, err := m.Set(ctx, tt.o, "alice")
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s: Set = %v, want accepted", tt.name, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s: Set = %v, want an error with %q", tt.name, err, tt.want)
+		}
 	}
 }
 
@@ -260,7 +323,7 @@ func TestManagerExpiry(t *testing.T) {
 	if m.Table(cfg) != nil {
 		t.Fatal("still applied at its expiry")
 	}
-	if l, _ := store.List(ctx); len(l) != 0 {
+	if l, _ := store.List(ctx); len(l.Overrides) != 0 {
 		t.Errorf("store still holds %v after the expiry", l)
 	}
 	if k := kinds(rec.Events()); k[len(k)-1] != audit.KindOverrideExpire && k[len(k)-2] != audit.KindOverrideExpire {
@@ -285,7 +348,7 @@ func TestFileStoreSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := again.List(context.Background()); len(got) != 1 || got[0] != o {
+	if got, _ := again.List(context.Background()); len(got.Overrides) != 1 || got.Overrides[0] != o {
 		t.Errorf("after reopening: %v, want [%v]", got, o)
 	}
 	if err := os.WriteFile(path, []byte("{"), 0o600); err != nil {
@@ -299,7 +362,7 @@ func TestFileStoreSurvivesRestart(t *testing.T) {
 	if err := bad.Put(context.Background(), o); err == nil {
 		t.Error("Put into a missing directory: no error")
 	}
-	if got, _ := bad.List(context.Background()); len(got) != 0 {
+	if got, _ := bad.List(context.Background()); len(got.Overrides) != 0 {
 		t.Errorf("after a failed Put: %v, want nothing stored", got)
 	}
 }
@@ -313,7 +376,7 @@ func TestManagerLogsIgnored(t *testing.T) {
 	cfg := mustRules(t, rulesYAML)
 	store, _ := override.OpenFile("")
 	m := override.NewManager(override.ManagerOptions{Store: store, Rules: func() *descriptors.Config { return cfg }, Logger: log})
-	if _, err := m.Set(context.Background(), override.Override{Domain: "edge", Kind: override.KindScale, Factor: 2, Reason: "r"}, "a"); err != nil {
+	if _, err := m.Set(context.Background(), override.Override{Domain: "edge", Kind: override.KindScale, Factor: 2, Reason: "r", Expires: time.Now().Add(time.Hour)}, "a"); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
@@ -342,7 +405,7 @@ func TestManagerTableForReplacedRules(t *testing.T) {
 	oldCfg, newCfg := mustRules(t, rulesYAML), mustRules(t, rulesYAML)
 	store, _ := override.OpenFile("")
 	m := override.NewManager(override.ManagerOptions{Store: store, Rules: func() *descriptors.Config { return newCfg }})
-	if _, err := m.Set(context.Background(), override.Override{Kind: override.KindScale, Factor: 2, Reason: "r"}, "a"); err != nil {
+	if _, err := m.Set(context.Background(), override.Override{Kind: override.KindScale, Factor: 2, Reason: "r", Expires: time.Now().Add(time.Hour)}, "a"); err != nil {
 		t.Fatal(err)
 	}
 	cur := m.Table(newCfg)

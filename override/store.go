@@ -12,12 +12,43 @@ import (
 	"sync"
 )
 
+// Malformed is a stored entry that is not a valid override (its JSON does
+// not decode, names another ID, or fails Validate): skipped, never applied,
+// counted, and removable by its ID.
+type Malformed struct {
+	ID  string `json:"id"`
+	Err string `json:"error"`
+}
+
+// Listing is what a Store holds.
+type Listing struct {
+	// Overrides are the entries that decode, expired ones included.
+	Overrides []Override
+	// Malformed are the entries that do not; one never hides the others.
+	Malformed []Malformed
+	// Generation counts the changes the store has seen: every Put and
+	// Delete adds one, atomically with the change. 0: the store keeps no
+	// count (a FileStore), or lost it with everything else (a Redis
+	// restarted empty or flushed). A generation lower than one a node
+	// applied before means the store lost changes (see Restorer).
+	Generation int64
+}
+
+// Restorer is a Store that can be given back a table it lost.
+type Restorer interface {
+	// Restore replaces the store's overrides with list at generation gen
+	// when, atomically, the store's generation is lower than gen; it
+	// reports whether it did, and tells the other nodes.
+	Restore(ctx context.Context, gen int64, list []Override) (bool, error)
+}
+
 // Store keeps the overrides every node applies. Implementations are safe
 // for concurrent use: a FileStore for one node, override/redisstore for a
 // fleet sharing a Redis.
 type Store interface {
-	// List returns every stored override, expired ones included.
-	List(ctx context.Context) ([]Override, error)
+	// List returns every stored override, expired ones included, and the
+	// entries that are not overrides.
+	List(ctx context.Context) (Listing, error)
 	// Put stores o, replacing the override with its ID, and tells the
 	// other nodes.
 	Put(ctx context.Context, o Override) error
@@ -81,10 +112,10 @@ func (s *FileStore) Name() string {
 }
 
 // List returns every stored override.
-func (s *FileStore) List(ctx context.Context) ([]Override, error) {
+func (s *FileStore) List(ctx context.Context) (Listing, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.list(), nil
+	return Listing{Overrides: s.list()}, nil
 }
 
 func (s *FileStore) list() []Override {

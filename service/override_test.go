@@ -114,17 +114,17 @@ func TestOverrideEffects(t *testing.T) {
 		limit     uint32 // current_limit.requests_per_unit of the last answer
 	}{
 		{"no override", nil, request("edge", desc("user_id=a")), 20, 10, 10},
-		{"scale a rule ×1.5", []override.Override{{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 1.5}},
+		{"scale a rule ×1.5", []override.Override{{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 1.5, Expires: expires}},
 			request("edge", desc("user_id=a")), 20, 15, 15},
 		{"scale a domain ×0.6", []override.Override{{Domain: "edge", Kind: override.KindScale, Factor: 0.6}},
 			request("edge", desc("user_id=a")), 20, 6, 6},
-		{"scale everything ×3", []override.Override{{Kind: override.KindScale, Factor: 3}},
+		{"scale everything ×3", []override.Override{{Kind: override.KindScale, Factor: 3, Expires: expires}},
 			request("edge", desc("user_id=a")), 40, 30, 30},
 		{"the rule's scale beats the domain's", []override.Override{
 			{Domain: "edge", Kind: override.KindScale, Factor: 0.6},
-			{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 2},
+			{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 2, Expires: expires},
 		}, request("edge", desc("user_id=a")), 40, 20, 20},
-		{"scale a local-only rule", []override.Override{{Domain: "edge", Rule: "edge.local_only", Kind: override.KindScale, Factor: 2}},
+		{"scale a local-only rule", []override.Override{{Domain: "edge", Rule: "edge.local_only", Kind: override.KindScale, Factor: 2, Expires: expires}},
 			request("edge", desc("local_only=x")), 20, 8, 8},
 		{"set a limit", []override.Override{{Domain: "edge", Rule: "edge.user_id", Kind: override.KindLimit, Limit: "3/second"}},
 			request("edge", desc("user_id=a")), 10, 3, 3},
@@ -144,11 +144,11 @@ func TestOverrideEffects(t *testing.T) {
 			request("edge", desc("user_id=a")), 30, 30, 0},
 		{"allow on a domain skips its protected rules", []override.Override{{Domain: "edge", Kind: override.KindAllow, Expires: expires}},
 			request("edge", desc("login=x")), 5, 2, 2},
-		{"shadow answers OK", []override.Override{{Domain: "edge", Rule: "edge.user_id", Kind: override.KindShadow}},
+		{"shadow answers OK", []override.Override{{Domain: "edge", Rule: "edge.user_id", Kind: override.KindShadow, Expires: expires}},
 			request("edge", desc("user_id=a")), 30, 30, 10},
 		{"scale below 1 applies to a protected rule", []override.Override{{Domain: "edge", Kind: override.KindScale, Factor: 0.5}},
 			request("edge", desc("login=x")), 5, 1, 1},
-		{"scale above 1 skips a protected rule", []override.Override{{Domain: "edge", Kind: override.KindScale, Factor: 3}},
+		{"scale above 1 skips a protected rule", []override.Override{{Domain: "edge", Kind: override.KindScale, Factor: 3, Expires: expires}},
 			request("edge", desc("login=x")), 10, 2, 2},
 	}
 	for _, tt := range tests {
@@ -202,7 +202,7 @@ func TestOverrideProtectedRefusedAtSet(t *testing.T) {
 func TestOverrideOnRuleThatBecameProtected(t *testing.T) {
 	t.Parallel()
 	oh := newOverrideHarness(t)
-	oh.set(t, override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 3})
+	oh.set(t, override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 3, Expires: harnessStart.Add(time.Hour)})
 	if got, _ := oh.grpcAdmitted(t, 40, request("edge", desc("user_id=a"))); got != 30 {
 		t.Fatalf("scaled ×3: admitted %d of 40, want 30", got)
 	}
@@ -329,7 +329,7 @@ func TestOverrideScaleKeepsConsumption(t *testing.T) {
 	if got, _ := oh.grpcAdmitted(t, 12, req); got != 10 {
 		t.Fatalf("before the override: admitted %d of 12, want 10", got)
 	}
-	oh.set(t, override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 1.5})
+	oh.set(t, override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 1.5, Expires: harnessStart.Add(time.Hour)})
 	if got, _ := oh.grpcAdmitted(t, 10, req); got != 5 {
 		t.Errorf("after scaling 10/s to 15/s with 10 spent: admitted %d of 10, want exactly 5", got)
 	}

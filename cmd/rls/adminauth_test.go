@@ -75,7 +75,7 @@ func TestOverridesNeedAToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv, o := adminServer(t, auth, nil)
-	body := `{"domain":"edge","rule":"edge.user_id","kind":"scale","factor":2,"reason":"promo"}`
+	body := `{"domain":"edge","rule":"edge.user_id","kind":"scale","factor":2,"reason":"promo","expires_in":"1h"}`
 	for _, tt := range []struct {
 		name, method, path, auth, body string
 		want                           int
@@ -190,7 +190,7 @@ func TestOverridesAuthorFromClientCertificate(t *testing.T) {
 	addr := strings.TrimPrefix(srv.URL, "https://")
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), []string{"override", "set", "--addr", addr, "--tls-ca", pki.CA, "--tls-cert", pki.ClientCert, "--tls-key", pki.ClientKey,
-		"--tls-server-name", pkitest.ServerName, "--domain", "edge", "--shadow", "--reason", "drill"}, &out, &errOut, noEnv)
+		"--tls-server-name", pkitest.ServerName, "--domain", "edge", "--shadow", "--reason", "drill", "--expires", "1h"}, &out, &errOut, noEnv)
 	if err != nil {
 		t.Fatalf("rls override set over mTLS: %v\n%s", err, errOut.String())
 	}

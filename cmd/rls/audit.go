@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-rls/sluice/audit/redisaudit"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
+	"github.com/sluice-rls/sluice/override"
 )
 
 // auditError is an rls audit that could not read the trail (Redis
@@ -49,7 +50,7 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	stream := fs.String("stream", redisaudit.DefaultStream, "key of the audit stream (rls serve --audit-stream)")
 	count := fs.Int("count", 20, "most events printed (0: all the stream holds)")
 	since := fs.Duration("since", 0, "only events of the last `duration`, e.g. 1h (0: all)")
-	kind := fs.String("kind", "", "only events of this kind: reload, override.set, override.remove, override.expire, applied, or a pattern such as override.* (default: all)")
+	kind := fs.String("kind", "", "only events of this kind: reload, override.set, override.remove, override.expire, override.restore, applied, or a pattern such as override.* (default: all)")
 	asJSON := fs.Bool("json", false, "print one JSON object per event")
 	timeout := fs.Duration("timeout", 5*time.Second, "deadline of the whole read")
 	fs.Usage = func() {
@@ -120,10 +121,10 @@ func auditLine(e audit.Event) string {
 			continue
 		}
 		b.WriteString(" " + f.k + "=")
-		if strings.ContainsAny(f.v, " \"\t\n") {
+		if strings.Contains(f.v, " ") {
 			b.WriteString(strconv.Quote(f.v))
 		} else {
-			b.WriteString(f.v)
+			b.WriteString(override.Quote(f.v)) // quoted when it holds control characters or escapes
 		}
 	}
 	for i, c := range e.Changes {
@@ -132,7 +133,7 @@ func auditLine(e audit.Event) string {
 		} else {
 			b.WriteString("; ")
 		}
-		b.WriteString(c.What + " " + strconv.Quote(c.Old) + " → " + strconv.Quote(c.New))
+		b.WriteString(override.Quote(c.What) + " " + strconv.Quote(c.Old) + " → " + strconv.Quote(c.New))
 	}
 	return b.String()
 }

@@ -27,7 +27,9 @@ const overrideUsage = `usage:
 Changes the runtime overrides of a running server through its admin address
 (/overrides): every node sharing its Redis applies them within a second.
 Scope: --domain D, --rule PATH (as /rlconfig names it), --value key=value;
-none: everything (scale and shadow only). Authenticate with --token-file (a
+none: everything (scale only). An override that loosens the limits (--allow,
+--shadow, --scale above 1, a higher --limit) needs --expires, at most the
+server's --override-max-expiry (24h by default) ahead; protected rules refuse it. Authenticate with --token-file (a
 file holding the bearer token, or name:token) or a client certificate
 (--tls-cert, --tls-key). Exit status: 0 done, 1 refused, 2 usage,
 connection or authentication error.
@@ -86,11 +88,11 @@ func overrideCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		})
 		fs.BoolVar(&block, "block", false, "refuse every descriptor carrying --value (limit 0)")
-		fs.BoolVar(&allow, "allow", false, "bypass the rule or domain (needs --expires)")
-		fs.BoolVar(&shadow, "shadow", false, "shadow the rule or domain: decide and count, answer OK")
+		fs.BoolVar(&allow, "allow", false, "bypass the rule or domain (needs --expires, at most the server's --override-max-expiry)")
+		fs.BoolVar(&shadow, "shadow", false, "shadow the rule or domain: decide and count, answer OK (needs --domain and --expires, as --allow)")
 		fs.StringVar(&req.Reason, "reason", "", "why (required; recorded in the audit log)")
 		fs.StringVar(&req.Note, "note", "", "free text stored with the override")
-		fs.DurationVar(&expires, "expires", 0, "stop applying after this long (e.g. 2h; required with --allow)")
+		fs.DurationVar(&expires, "expires", 0, "stop applying after this long (e.g. 2h; required with --allow, --shadow, a --scale above 1 or a higher --limit, at most the server's --override-max-expiry, default 24h)")
 	}
 	if err := fs.Parse(args[1:]); errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -237,13 +239,18 @@ func printOverrides(w io.Writer, l overrideList) {
 		if !o.Expires.IsZero() {
 			exp = o.Expires.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", o.ID, o.Effect(), o.Scope(), o.Author, exp, o.Reason)
+		// Reasons, authors and values are anybody's text: escaped, so that
+		// no newline or escape sequence reaches the terminal raw.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", override.Quote(o.ID), o.Effect(), override.Quote(o.Scope()), override.Quote(o.Author), exp, strconv.Quote(o.Reason))
 	}
 	_ = tw.Flush()
 	for _, s := range l.NotApplied {
-		fmt.Fprintln(w, "not applied:", s)
+		fmt.Fprintln(w, "not applied:", override.Quote(s))
+	}
+	for _, b := range l.Malformed {
+		fmt.Fprintf(w, "malformed, skipped (remove with rls override rm %s): %s\n", override.Quote(b.ID), override.Quote(b.Err))
 	}
 	if !l.StoreHealthy {
-		fmt.Fprintf(w, "store %s unreachable (%s): the node applies the overrides it last read\n", l.Store, l.StoreError)
+		fmt.Fprintf(w, "store %s unreachable (%s): the node applies the overrides it last read\n", l.Store, override.Quote(l.StoreError))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,6 +64,8 @@ func startOverrides(ctx context.Context, st flags.Serve, redisOpts *goredis.Univ
 		Audit:  trail.rec,
 		Node:   trail.node,
 		Resync: st.Overrides.Resync,
+		// Set refuses loosening overrides without an expiry within this.
+		MaxLoosenExpiry: st.Overrides.MaxExpiry,
 		// Timeout: override.DefaultTimeout, not --redis-timeout: these
 		// calls are off the request path, and a busy Redis must not make
 		// an operator's set fail.
@@ -86,8 +89,8 @@ func startOverrides(ctx context.Context, st flags.Serve, redisOpts *goredis.Univ
 	return o, stop, nil
 }
 
-// register adds ratelimit_overrides{kind} and
-// ratelimit_override_store_healthy to reg.
+// register adds ratelimit_overrides{kind}, ratelimit_override_malformed
+// and ratelimit_override_store_healthy to reg.
 func (o *overrides) register(reg prometheus.Registerer) {
 	for _, k := range override.Kinds() {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -96,6 +99,10 @@ func (o *overrides) register(reg prometheus.Registerer) {
 			ConstLabels: prometheus.Labels{"kind": string(k)},
 		}, func() float64 { return float64(o.table().Count(k)) }))
 	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ratelimit_override_malformed",
+		Help: "Entries of the runtime-override store that are not valid overrides, as last read: skipped (the others apply); remove each with rls override rm ID.",
+	}, func() float64 { return float64(len(o.mgr.Malformed())) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ratelimit_override_store_healthy",
 		Help: "1 when the last read of the runtime-override store (Redis, or this node's file) succeeded; 0 while it fails and the node keeps the overrides it last read.",
@@ -112,24 +119,40 @@ func (o *overrides) table() *override.Table { return o.mgr.Table(o.rules.Rules()
 // healthLine is /healthcheck's line about overrides.
 func (o *overrides) healthLine() string {
 	n := len(o.table().Active())
+	bad := ""
+	if k := len(o.mgr.Malformed()); k > 0 {
+		bad = fmt.Sprintf(", %d malformed skipped (rls override list)", k)
+	}
 	ok, since, err := o.mgr.Health()
 	if ok {
-		return fmt.Sprintf("overrides: %d active, store %s", n, o.mgr.StoreName())
+		return fmt.Sprintf("overrides: %d active%s, store %s", n, bad, o.mgr.StoreName())
 	}
-	return fmt.Sprintf("overrides: %d active, store %s unreachable since %s (%v): applying the overrides last read",
-		n, o.mgr.StoreName(), since.UTC().Format(time.RFC3339), err)
+	return fmt.Sprintf("overrides: %d active%s, store %s unreachable since %s (%v): applying the overrides last read",
+		n, bad, o.mgr.StoreName(), since.UTC().Format(time.RFC3339), err)
 }
 
-// writeRLConfig appends the active overrides, and those a protected rule
-// refuses, to /rlconfig.
+// writeRLConfig appends the overrides to /rlconfig, which the public HTTP
+// port serves unauthenticated: counts by kind only. Blocked values,
+// authors and reasons stay on the admin port's authenticated /overrides.
 func (o *overrides) writeRLConfig(w io.Writer) {
 	t := o.table()
-	for _, ov := range t.Active() {
-		fmt.Fprintln(w, ov.String())
+	var kinds []string
+	for _, k := range override.Kinds() {
+		if n := t.Count(k); n > 0 {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		}
 	}
-	for _, s := range t.Ignored() {
-		fmt.Fprintln(w, "# not applied: "+s)
+	line := fmt.Sprintf("# overrides: %d active", len(t.Active()))
+	if len(kinds) > 0 {
+		line += " (" + strings.Join(kinds, ", ") + ")"
 	}
+	if n := len(t.Ignored()); n > 0 {
+		line += fmt.Sprintf(", %d not applied to protected rules", n)
+	}
+	if n := len(o.mgr.Malformed()); n > 0 {
+		line += fmt.Sprintf(", %d malformed skipped", n)
+	}
+	fmt.Fprintln(w, line+"; the list: rls override list (/overrides on the admin address, authenticated)")
 }
 
 // overrideRequest is the JSON of POST /overrides.
@@ -149,11 +172,13 @@ type overrideRequest struct {
 
 // overrideList is the JSON of GET /overrides.
 type overrideList struct {
-	Overrides    []override.Override `json:"overrides"`
-	NotApplied   []string            `json:"not_applied,omitempty"`
-	Store        string              `json:"store"`
-	StoreHealthy bool                `json:"store_healthy"`
-	StoreError   string              `json:"store_error,omitempty"`
+	Overrides  []override.Override `json:"overrides"`
+	NotApplied []string            `json:"not_applied,omitempty"`
+	// Malformed are stored entries that are not overrides: skipped.
+	Malformed    []override.Malformed `json:"malformed,omitempty"`
+	Store        string               `json:"store"`
+	StoreHealthy bool                 `json:"store_healthy"`
+	StoreError   string               `json:"store_error,omitempty"`
 }
 
 // mount serves /overrides on the admin mux: GET lists, POST sets, DELETE
@@ -190,7 +215,7 @@ func (o *overrides) authed(h func(w http.ResponseWriter, r *http.Request, author
 func (o *overrides) list(w http.ResponseWriter, r *http.Request, _ string) {
 	t := o.table()
 	ok, _, err := o.mgr.Health()
-	out := overrideList{Overrides: t.Active(), NotApplied: t.Ignored(), Store: o.mgr.StoreName(), StoreHealthy: ok}
+	out := overrideList{Overrides: t.Active(), NotApplied: t.Ignored(), Malformed: o.mgr.Malformed(), Store: o.mgr.StoreName(), StoreHealthy: ok}
 	if out.Overrides == nil {
 		out.Overrides = []override.Override{}
 	}

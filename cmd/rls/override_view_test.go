@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rls/sluice/audit"
+	"github.com/sluice-rls/sluice/override"
+)
+
+// TestRLConfigShowsOverrideCounts: the public /rlconfig shows the
+// overrides as counts by kind, never a blocked value, an author or a
+// reason; the authenticated admin /overrides lists them in full (on main
+// /rlconfig printed every override line).
+func TestRLConfigShowsOverrideCounts(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	writeTokens(t, tokens, "alice:alice-token-0123456789\n")
+	auth, err := newAdminAuth(tokens, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, o := adminServer(t, auth, nil)
+	ctx := context.Background()
+	for _, ov := range []override.Override{
+		{Domain: "edge", Value: "user_id=AKIA-LEAKED-SECRET", Kind: override.KindBlock, Reason: "leaked key of customer acme"},
+		{Domain: "edge", Value: "user_id=other-secret", Kind: override.KindBlock, Reason: "second leak"},
+		{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 0.5, Reason: "incident 42"},
+	} {
+		if _, err := o.mgr.Set(ctx, ov, "alice"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var draining atomic.Bool
+	pub := httptest.NewServer(newHTTPMux(func() string { return "memory" }, o.rules, prometheus.NewRegistry(), &draining, "127.0.0.1:8082", nil, "", o))
+	defer pub.Close()
+	body := get(t, pub.URL+"/rlconfig", "")
+	for _, secret := range []string{"AKIA-LEAKED-SECRET", "other-secret", "alice", "leaked key", "incident 42"} {
+		if strings.Contains(body, secret) {
+			t.Errorf("public /rlconfig shows %q:\n%s", secret, body)
+		}
+	}
+	if !strings.Contains(body, "# overrides: 3 active (scale 1, block 2); the list: rls override list") {
+		t.Errorf("public /rlconfig:\n%s\nwant the counts by kind", body)
+	}
+	full := get(t, admin.URL+"/overrides", "alice-token-0123456789")
+	for _, want := range []string{"AKIA-LEAKED-SECRET", "leaked key of customer acme", `"author": "alice"`} {
+		if !strings.Contains(full, want) {
+			t.Errorf("admin /overrides lacks %q:\n%s", want, full)
+		}
+	}
+}
+
+func get(t *testing.T, url, token string) string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b.String())
+	}
+	return b.String()
+}
+
+// TestOverrideListEscapesText: rls override list (and set's and rm's
+// line) prints reasons, authors and values escaped: no newline, carriage
+// return or ANSI escape reaches the terminal raw (on main the reason was
+// printed as it came).
+func TestOverrideListEscapesText(t *testing.T) {
+	evil := "ok\n\x1b[2J\x1b[31mFAKE ROW\r"
+	l := overrideList{
+		Overrides: []override.Override{{ID: "abc", Domain: "edge", Value: "user_id=\x1b[1mx", Kind: override.KindBlock, Reason: evil, Author: "eve\x1b]0;t\x07"}},
+		Malformed: []override.Malformed{{ID: "x\x1b[1m", Err: "bad\nline"}},
+		Store:     "redis", StoreHealthy: true,
+	}
+	var out bytes.Buffer
+	printOverrides(&out, l)
+	got := out.String()
+	if strings.ContainsAny(got, "\x1b\r\x07") || strings.Count(got, "\n") != 3 {
+		t.Errorf("rls override list printed raw control characters:\n%q", got)
+	}
+	for _, want := range []string{`"ok\n\x1b[2J\x1b[31mFAKE ROW\r"`, `"eve\x1b]0;t\a"`, `"block"`[1:6], `"bad\nline"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("rls override list:\n%s\nwant %s", got, want)
+		}
+	}
+	if s := l.Overrides[0].String(); strings.ContainsAny(s, "\x1b\r\n\x07") {
+		t.Errorf("Override.String() = %q: raw control characters", s)
+	}
+	line := auditLine(audit.Event{Kind: audit.KindOverrideSet, Author: "eve\x1b[2J", Reason: "r\r", Changes: []audit.Change{{What: "domain edge where user_id=\x1b[1m", Old: "", New: "block"}}})
+	if strings.ContainsAny(line, "\x1b\r") {
+		t.Errorf("rls audit line %q: raw control characters", line)
+	}
+}
+
+// TestAdminRefusesFarLoosening: POST /overrides refuses an allow expiring
+// in ~2319 and a shadow without an expiry with 400 and a clear error.
+func TestAdminRefusesFarLoosening(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	writeTokens(t, tokens, "alice:alice-token-0123456789\n")
+	auth, err := newAdminAuth(tokens, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := adminServer(t, auth, nil)
+	for _, tt := range []struct{ body, want string }{
+		{`{"domain":"edge","rule":"edge.user_id","kind":"allow","reason":"r","expires_in":"2562047h"}`, "--override-max-expiry"},
+		{`{"domain":"edge","kind":"shadow","reason":"r"}`, "shadow needs an expiry"},
+		{`{"kind":"shadow","reason":"r","expires_in":"1h"}`, "shadow needs a domain"},
+		{`{"domain":"edge","rule":"edge.login","kind":"shadow","reason":"r","expires_in":"1h"}`, "cannot be shadowed"},
+	} {
+		req, _ := http.NewRequest("POST", srv.URL+"/overrides", strings.NewReader(tt.body))
+		req.Header.Set("Authorization", "Bearer alice-token-0123456789")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode < 400 || resp.StatusCode >= 500 || !strings.Contains(b.String(), tt.want) {
+			t.Errorf("POST %s: %d %s, want refused with %q", tt.body, resp.StatusCode, b.String(), tt.want)
+		}
+	}
+}
