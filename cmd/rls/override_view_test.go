@@ -24,7 +24,7 @@ import (
 func TestRLConfigShowsOverrideCounts(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	writeTokens(t, tokens, "alice:alice-token-0123456789\n")
-	auth, err := newAdminAuth(tokens, false)
+	auth, err := newAdminAuth(tokens, false, discardLogger(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestOverrideListEscapesText(t *testing.T) {
 func TestAdminRefusesFarLoosening(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	writeTokens(t, tokens, "alice:alice-token-0123456789\n")
-	auth, err := newAdminAuth(tokens, false)
+	auth, err := newAdminAuth(tokens, false, discardLogger(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
