@@ -60,8 +60,8 @@ type Options struct {
 	Reloads *ruleset.ReloadMetrics
 	Metrics *Metrics // nil records nothing
 	// Audit records one audit.KindReload event per applied update: Subject
-	// "<version_info> sha256:<hex>" (the SHA-256 of the update rendered as
-	// rule files, see ruleset.Fingerprint), every changed field; nil
+	// "<version_info> sha256:<hex>" (the SHA-256 of the update's resources,
+	// decoded and encoded deterministically), every changed field; nil
 	// records nothing. AuditNode names this node in the events.
 	Audit     audit.Recorder
 	AuditNode string
@@ -254,9 +254,9 @@ func (s *Source) session(ctx context.Context) error {
 const maxLoggedError = 512
 
 // apply builds the rules of one update and swaps them in, or logs, counts
-// and returns why not; the running rules then stay. An update that
-// renders exactly as the rules in use (the same fingerprint, whatever its
-// version) swaps nothing and writes no audit event.
+// and returns why not; the running rules then stay. An update whose
+// resources are those of the rules in use (the same fingerprint, whatever
+// its version) swaps nothing and writes no audit event.
 func (s *Source) apply(ctx context.Context, resources []*anypb.Any, version string) error {
 	conv, err := convert(resources, s.opts.Limits, s.opts.RuleOptions, s.applied)
 	if err != nil {
