@@ -118,13 +118,17 @@ func convert(resources []*anypb.Any, lim Limits, opts descriptors.Options, same 
 	for i, cfg := range cfgs {
 		files[i] = fileOf(cfg)
 		files[i].Name = resourceName(i, cfg.GetName())
+		cfgs[i] = nil // the File shares its strings; the rest is dropped
 	}
 	if cfg, err := descriptors.New(files, opts); err == nil && len(cfg.Warnings()) == 0 {
 		c.cfg = cfg
 		return c, nil
 	}
-	// Refused or warned about: again, with positions.
+	// Refused or warned about: again, with positions, from the resources.
 	clear(files)
+	if cfgs, err = decode(resources, lim); err != nil {
+		return converted{}, err // decoded once already: not expected
+	}
 	cfg, err := build(resources, cfgs, lim, opts)
 	if err != nil {
 		return converted{}, err

@@ -278,13 +278,14 @@ func (s *Source) apply(ctx context.Context, resources []*anypb.Any, version stri
 	s.applied = &conv.fp
 	cfg := conv.cfg
 	ruleset.LogWarnings(s.opts.Log, cfg) // what the peer loads but sluice finds suspect
-	changes := ruleset.Diff(old, cfg)
-	logChanges(s.opts.Log, changes)
-	s.opts.Log.Info("rules from xDS applied", "version", version, "resources", len(resources), "rule_count", cfg.Len(), "changed", len(changes), "subject", subject)
+	// Only the changes listed are rendered; the rest are counted.
+	changes, counted := ruleset.DiffListing(old, cfg, maxListedChanges)
+	logChanges(s.opts.Log, changes, counted)
+	s.opts.Log.Info("rules from xDS applied", "version", version, "resources", len(resources), "rule_count", cfg.Len(), "changed", counted.Total(), "subject", subject)
 	if s.opts.Audit != nil {
 		s.opts.Audit.Record(ctx, audit.Event{
 			Time: now, Kind: audit.KindReload, Node: s.opts.AuditNode, Reason: "xDS update from " + s.opts.Server,
-			Subject: subject, Changes: auditChanges(changes),
+			Subject: subject, Changes: auditChanges(changes, counted),
 		})
 	}
 	if len(resources) == 0 {
