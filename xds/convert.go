@@ -98,6 +98,30 @@ type converted struct {
 // every error and warning says where in the rendering it is, as it always
 // has. A refused update's error is a *refusal.
 func convert(resources []*anypb.Any, lim Limits, opts descriptors.Options, same *[sha256.Size]byte) (converted, error) {
+	return convertKnown(resources, lim, opts, known{applied: same})
+}
+
+// known is what a Source knows of earlier updates: the fingerprint of the
+// rules in use (applied, nil before the first update), and of the last
+// update refused after its resources were decoded, with why (refused).
+type known struct {
+	applied *[sha256.Size]byte
+	refused *refusedUpdate
+}
+
+// refusedUpdate is an update refused after its resources were decoded:
+// its fingerprint and the refusal.
+type refusedUpdate struct {
+	fp  [sha256.Size]byte
+	err error
+}
+
+// convertKnown is convert, which also returns k.refused's refusal, without
+// building anything, for an update with its fingerprint: a State of the
+// World server sends a refused update again after each NACK. c.fp is set
+// when the update was refused after its fingerprint was computed.
+func convertKnown(resources []*anypb.Any, lim Limits, opts descriptors.Options, k known) (converted, error) {
+	same := k.applied
 	cfgs, err := decode(resources, lim)
 	if err != nil {
 		return converted{}, err
@@ -113,6 +137,9 @@ func convert(resources []*anypb.Any, lim Limits, opts descriptors.Options, same 
 	c := converted{fp: fp.sum()}
 	if same != nil && c.fp == *same {
 		return c, nil
+	}
+	if k.refused != nil && c.fp == k.refused.fp {
+		return c, k.refused.err
 	}
 	files := make([]*descriptors.File, len(cfgs))
 	for i, cfg := range cfgs {
@@ -131,7 +158,7 @@ func convert(resources []*anypb.Any, lim Limits, opts descriptors.Options, same 
 	}
 	cfg, err := build(resources, cfgs, lim, opts)
 	if err != nil {
-		return converted{}, err
+		return c, err
 	}
 	c.cfg = cfg
 	return c, nil

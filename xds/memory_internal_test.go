@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -163,3 +164,53 @@ func BenchmarkLargeUpdate(b *testing.B) {
 }
 
 func getenv(k string) string { return os.Getenv(k) }
+
+// TestRefusedUpdateIsNotBuiltAgain: a refused update sent again (as a
+// State of the World server does after each NACK) gets the same refusal
+// without being built, rendered and parsed again; another update is.
+func TestRefusedUpdateIsNotBuiltAgain(t *testing.T) {
+	res, _ := fleetUpdate(t, 2_000)
+	bad := &rlsconfv3.RateLimitConfig{Name: "bad", Domain: "bad", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 1}}}}
+	a, err := anypb.New(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res = append(res, a)
+	empty, err := descriptors.New(nil, descriptors.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := New(Options{Server: "127.0.0.1:1", Store: ruleset.NewStore(empty), Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyOnce := func(res []*anypb.Any) (string, uint64) {
+		t.Helper()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err := src.apply(context.Background(), res, "v1")
+		runtime.ReadMemStats(&after)
+		if err == nil {
+			t.Fatal("a bad update applied")
+		}
+		return err.Error(), after.TotalAlloc - before.TotalAlloc
+	}
+	first, built := applyOnce(res)
+	if !strings.Contains(first, "xds:bad:3:12: descriptor key is required") {
+		t.Fatalf("refusal %q, want the empty key with its position", first)
+	}
+	again, cost := applyOnce(res)
+	t.Logf("refused: %d bytes allocated the first time, %d sent again", built, cost)
+	if again != first {
+		t.Errorf("sent again: %q, want %q", again, first)
+	}
+	if cost > built/4 {
+		t.Errorf("sent again: %d bytes allocated, the first time %d; want it not built again", cost, built)
+	}
+	if msg, cost := applyOnce(res[1:]); msg != first || cost < built/4 {
+		t.Errorf("another update: %q for %d bytes; want it built again (%d bytes the first time) and refused", msg, cost, built)
+	}
+	if src.opts.Store.Rules().Len() != 0 {
+		t.Error("a refused update's rules were swapped in")
+	}
+}

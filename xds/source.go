@@ -90,6 +90,10 @@ type Source struct {
 	// applied is the fingerprint of the rules in use (nil before the
 	// first update); only Run's goroutine touches it.
 	applied *[sha256.Size]byte
+	// refused is the last update refused after decoding, so that the same
+	// update sent again is refused without being built again; only Run's
+	// goroutine touches it.
+	refused *refusedUpdate
 }
 
 // New checks opts and returns a Source that has not connected yet.
@@ -258,8 +262,11 @@ const maxLoggedError = 512
 // resources are those of the rules in use (the same fingerprint, whatever
 // its version) swaps nothing and writes no audit event.
 func (s *Source) apply(ctx context.Context, resources []*anypb.Any, version string) error {
-	conv, err := convert(resources, s.opts.Limits, s.opts.RuleOptions, s.applied)
+	conv, err := convertKnown(resources, s.opts.Limits, s.opts.RuleOptions, known{applied: s.applied, refused: s.refused})
 	if err != nil {
+		if conv.fp != ([sha256.Size]byte{}) {
+			s.refused = &refusedUpdate{fp: conv.fp, err: err}
+		}
 		s.opts.Reloads.Loaded(false, time.Time{})
 		s.logRejected(version, len(resources), err)
 		return err
