@@ -147,7 +147,9 @@ func convertKnown(resources []*anypb.Any, lim Limits, opts descriptors.Options, 
 		files[i].Name = resourceName(i, cfg.GetName())
 		cfgs[i] = nil // the File shares its strings; the rest is dropped
 	}
-	if cfg, err := descriptors.New(files, opts); err == nil && len(cfg.Warnings()) == 0 {
+	// No warning but the caller's own (opts.LoaderWarnings, which New
+	// passes on): none that would name a position in a resource.
+	if cfg, err := descriptors.New(files, opts); err == nil && len(cfg.Warnings()) == len(opts.LoaderWarnings) {
 		c.cfg = cfg
 		return c, nil
 	}

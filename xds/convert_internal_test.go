@@ -1,6 +1,9 @@
 package xds
 
 import (
+	"fmt"
+	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -216,5 +219,42 @@ func TestBuiltAsRendered(t *testing.T) {
 				t.Errorf("warnings: built %v, rendered %v", conv.cfg.Warnings(), rendered.Warnings())
 			}
 		})
+	}
+}
+
+// TestCallersWarningsKeepTheDirectBuild: warnings the caller passes in
+// (descriptors.Options.LoaderWarnings) do not send a valid update through
+// the rendering: its rules are built directly, and a resource's own
+// warning still gets its position.
+func TestCallersWarningsKeepTheDirectBuild(t *testing.T) {
+	opts := descriptors.Options{LoaderWarnings: []*descriptors.Error{{File: "flags", Reason: "a caller's warning"}}}
+	res, _ := fleetUpdate(t, 10)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	conv, err := convert(res, Limits{}.withDefaults(), opts, nil)
+	runtime.ReadMemStats(&after)
+	if err != nil || len(conv.cfg.Warnings()) != 1 {
+		t.Fatalf("convert: %v, warnings %v; want the caller's one", err, conv.cfg.Warnings())
+	}
+	cfgs, err := decode(res, Limits{}.withDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mid, end runtime.MemStats
+	runtime.ReadMemStats(&mid)
+	if _, err := build(res, cfgs, Limits{}.withDefaults(), opts); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&end)
+	if direct, rendered := after.TotalAlloc-before.TotalAlloc, end.TotalAlloc-mid.TotalAlloc; direct*2 > rendered {
+		t.Errorf("convert allocated %d bytes, rendering alone %d: the update was rendered", direct, rendered)
+	}
+	unlimitedRate := &rlsconfv3.RateLimitConfig{Name: "u", Domain: "u", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{Unlimited: true, RequestsPerUnit: 3}}}}
+	conv, err = convert(anyOf(t, unlimitedRate), Limits{}.withDefaults(), opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := conv.cfg.Warnings(); len(w) != 2 || !regexp.MustCompile(`xds:u:\d+:\d+: `).MatchString(fmt.Sprint(w)) {
+		t.Errorf("warnings %v, want the caller's and the resource's, with its position", w)
 	}
 }
