@@ -38,41 +38,80 @@ func (f FieldChange) String() string { return f.Field + ": " + f.Old + " → " +
 // Diff lists the rules added, removed or changed from old to cur, by domain
 // and path, comparing every field of the rules (see ruleFields).
 func Diff(old, cur *descriptors.Config) []Change {
+	out, _ := DiffListing(old, cur, -1)
+	return out
+}
+
+// Counts sums up the changes from one rule set to another.
+type Counts struct{ Added, Removed, Changed int }
+
+// Total is the number of changes.
+func (c Counts) Total() int { return c.Added + c.Removed + c.Changed }
+
+// String returns e.g. "12 rules added, 0 removed, 3 changed".
+func (c Counts) String() string {
+	return fmt.Sprintf("%d rules added, %d removed, %d changed", c.Added, c.Removed, c.Changed)
+}
+
+// DiffListing is Diff listing only the first max changes (all when max
+// is negative), in Diff's order, and counting them all: a change past max
+// is not rendered, so that diffing a large update costs the listed
+// changes, not its size in text.
+func DiffListing(old, cur *descriptors.Config, max int) ([]Change, Counts) {
 	var rn renderer
-	before := map[string]*descriptors.Rule{}
-	var order []string
+	var n Counts
+	listing := func(out []Change) bool { return max < 0 || len(out) < max }
+	type ruleID struct{ domain, path string }
+	var before map[ruleID]*descriptors.Rule
+	var order []*descriptors.Rule
 	if old != nil {
-		for _, r := range old.Rules() {
-			id := r.Domain + "\x00" + r.Path
-			before[id] = r
-			order = append(order, id)
+		order = old.Rules()
+		before = make(map[ruleID]*descriptors.Rule, len(order))
+		for _, r := range order {
+			before[ruleID{r.Domain, r.Path}] = r
 		}
 	}
 	var out []Change
-	seen := map[string]bool{}
+	seen := 0 // rules of old found in cur
 	for _, r := range cur.Rules() {
-		id := r.Domain + "\x00" + r.Path
-		seen[id] = true
-		prev, ok := before[id]
+		prev, ok := before[ruleID{r.Domain, r.Path}]
 		switch {
 		case !ok:
-			out = append(out, Change{Kind: "added", Rule: r.Path, New: settings(rn.ruleFields(r))})
+			n.Added++
+			if listing(out) {
+				out = append(out, Change{Kind: "added", Rule: r.Path, New: settings(rn.ruleFields(r))})
+			}
 		case rn.sameRule(prev, r):
 			// Most rules of a reload: compared in place, nothing rendered.
 		default:
 			was, now := rn.ruleFields(prev), rn.ruleFields(r)
 			if fc := diffFields(was, now); len(fc) > 0 {
-				out = append(out, Change{Kind: "changed", Rule: r.Path, Old: settings(was), New: settings(now), Fields: fc})
+				n.Changed++
+				if listing(out) {
+					out = append(out, Change{Kind: "changed", Rule: r.Path, Old: settings(was), New: settings(now), Fields: fc})
+				}
+			}
+		}
+		if ok {
+			seen++
+		}
+	}
+	if seen == len(order) {
+		return out, n // nothing removed
+	}
+	inCur := make(map[ruleID]bool, len(cur.Rules()))
+	for _, r := range cur.Rules() {
+		inCur[ruleID{r.Domain, r.Path}] = true
+	}
+	for _, r := range order {
+		if !inCur[ruleID{r.Domain, r.Path}] {
+			n.Removed++
+			if listing(out) {
+				out = append(out, Change{Kind: "removed", Rule: r.Path, Old: settings(rn.ruleFields(r))})
 			}
 		}
 	}
-	for _, id := range order {
-		if !seen[id] {
-			r := before[id]
-			out = append(out, Change{Kind: "removed", Rule: r.Path, Old: settings(rn.ruleFields(r))})
-		}
-	}
-	return out
+	return out, n
 }
 
 // LogChanges logs one line per change: "rule added", "rule removed" (with

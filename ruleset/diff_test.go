@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/sluice-rls/sluice/audit"
 	"github.com/sluice-rls/sluice/descriptors"
@@ -269,5 +270,46 @@ func BenchmarkDiff(b *testing.B) {
 		if n := len(ruleset.Diff(old, cur)); n != 1 {
 			b.Fatalf("%d changes, want 1", n)
 		}
+	}
+}
+
+// TestDiffListing: DiffListing lists Diff's first max changes, the same
+// ones in the same order, and counts every change, each kind apart; a
+// negative max lists them all.
+func TestDiffListing(t *testing.T) {
+	rules := func(from, to int, rpu string) string {
+		var b strings.Builder
+		b.WriteString("domain: d\ndescriptors:\n")
+		for i := from; i < to; i++ {
+			b.WriteString("  - key: k" + strconv.Itoa(i) + "\n    rate_limit: {unit: second, requests_per_unit: " + rpu + "}\n")
+		}
+		return b.String()
+	}
+	old := mustConfig(t, rules(0, 40, "1"))  // k0..k39
+	mid := mustConfig(t, rules(10, 30, "2")) // k0..k9 and k30..k39 removed, k10..k29 changed
+	cur := mustConfig(t, rules(10, 60, "2")) // k0..k9 removed, k10..k39 changed, k40..k59 added
+	all := ruleset.Diff(old, cur)
+	want := ruleset.Counts{Added: 20, Removed: 10, Changed: 30}
+	for _, max := range []int{-1, 0, 1, 25, 69, 70, 71, 1000} {
+		got, n := ruleset.DiffListing(old, cur, max)
+		if n != want {
+			t.Errorf("max %d: counts %+v, want %+v", max, n, want)
+		}
+		wantListed := all
+		if max >= 0 && max < len(all) {
+			wantListed = all[:max]
+		}
+		if diff := cmp.Diff(wantListed, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("max %d: listed changes differ from Diff's first ones:\n%s", max, diff)
+		}
+	}
+	if _, n := ruleset.DiffListing(old, mid, 5); n != (ruleset.Counts{Removed: 20, Changed: 20}) || n.String() != "0 rules added, 20 removed, 20 changed" || n.Total() != 40 {
+		t.Errorf("counts %+v (%s)", n, n)
+	}
+	if _, n := ruleset.DiffListing(nil, old, 0); n != (ruleset.Counts{Added: 40}) {
+		t.Errorf("from nothing: counts %+v, want 40 added", n)
+	}
+	if got, n := ruleset.DiffListing(cur, cur, 10); len(got) != 0 || n.Total() != 0 {
+		t.Errorf("no change: %v, %+v", got, n)
 	}
 }

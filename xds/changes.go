@@ -18,41 +18,23 @@ const maxListedChanges = 100
 // summaryWhat names the audit.Change that sums up the changes not listed.
 const summaryWhat = "(more changes not listed)"
 
-// counts is "N added, N removed, N changed" of changes.
-func counts(changes []ruleset.Change) string {
-	var added, removed, changed int
-	for _, c := range changes {
-		switch c.Kind {
-		case "added":
-			added++
-		case "removed":
-			removed++
-		default:
-			changed++
-		}
+// logChanges logs the listed changes as ruleset.LogChanges does, then,
+// when n counts more, one line counting the rest.
+func logChanges(log *slog.Logger, changes []ruleset.Change, n ruleset.Counts) {
+	ruleset.LogChanges(log, changes)
+	if more := n.Total() - len(changes); more > 0 {
+		log.Info("more rule changes not listed", "listed", len(changes), "not_listed", more, "in_all", n.String())
 	}
-	return fmt.Sprintf("%d rules added, %d removed, %d changed", added, removed, changed)
-}
-
-// logChanges logs the first maxListedChanges changes as
-// ruleset.LogChanges does, then one line counting the rest.
-func logChanges(log *slog.Logger, changes []ruleset.Change) {
-	if len(changes) <= maxListedChanges {
-		ruleset.LogChanges(log, changes)
-		return
-	}
-	ruleset.LogChanges(log, changes[:maxListedChanges])
-	log.Info("more rule changes not listed", "listed", maxListedChanges, "not_listed", len(changes)-maxListedChanges, "in_all", counts(changes))
 }
 
 // auditChanges are the Changes of an update's audit event: every changed
-// field of the first maxListedChanges rule changes (ruleset.AuditChanges),
-// then, when there are more, one Change named summaryWhat whose New counts
-// them all ("12 rules added, 0 removed, 3 changed; 100 listed").
-func auditChanges(changes []ruleset.Change) []audit.Change {
-	if len(changes) <= maxListedChanges {
-		return ruleset.AuditChanges(changes)
+// field of the listed rule changes (ruleset.AuditChanges), then, when n
+// counts more, one Change named summaryWhat whose New counts them all
+// ("12 rules added, 0 removed, 3 changed; 100 listed").
+func auditChanges(changes []ruleset.Change, n ruleset.Counts) []audit.Change {
+	out := ruleset.AuditChanges(changes)
+	if n.Total() > len(changes) {
+		out = append(out, audit.Change{What: summaryWhat, New: fmt.Sprintf("%s; %d listed", n, len(changes))})
 	}
-	out := ruleset.AuditChanges(changes[:maxListedChanges])
-	return append(out, audit.Change{What: summaryWhat, New: fmt.Sprintf("%s; %d listed", counts(changes), maxListedChanges)})
+	return out
 }

@@ -76,8 +76,8 @@ func firstError(err error) error {
 }
 
 // converted is an update turned into a rule set: the rules, unless the
-// update renders exactly as the rules fp names (then nothing was built),
-// and its fingerprint (ruleset.Fingerprint of its rule files).
+// update is the one fp names (then nothing was built), and its
+// fingerprint (see fingerprinter).
 type converted struct {
 	cfg *descriptors.Config
 	fp  [sha256.Size]byte
@@ -85,18 +85,94 @@ type converted struct {
 
 // convert turns the resources of one update into a rule set, checking lim
 // first: the update's size and resource count, then each resource's
-// nesting and the descriptor count, before any resource is rendered as
-// the rule file it stands for (and read by descriptors.Parse, so an
-// update gets the reasons a rule file would). Each rendering is hashed
-// into the update's fingerprint, parsed and dropped: no more than one is
-// held at a time. When the fingerprint is same's, convert stops there and
-// returns no rules: the update changes nothing. A refused update's error
-// is a *refusal.
+// nesting and the descriptor count. The update's fingerprint hashes each
+// decoded resource (fingerprint); when it is same's, convert stops there
+// and returns no rules: the update changes nothing.
+//
+// The rules are built straight from the decoded resources (fileOf), as the
+// rule files they stand for, and validated by descriptors.New, which
+// checks a File built this way as it checks a parsed one. Such a File has
+// no positions, so when New refuses the update or warns about it, convert
+// builds it again the way a rule file is read (build), rendering each
+// resource as a rule file and reading it with descriptors.Parse, so that
+// every error and warning says where in the rendering it is, as it always
+// has. A refused update's error is a *refusal.
 func convert(resources []*anypb.Any, lim Limits, opts descriptors.Options, same *[sha256.Size]byte) (converted, error) {
+	return convertKnown(resources, lim, opts, known{applied: same})
+}
+
+// known is what a Source knows of earlier updates: the fingerprint of the
+// rules in use (applied, nil before the first update), and of the last
+// update refused after its resources were decoded, with why (refused).
+type known struct {
+	applied *[sha256.Size]byte
+	refused *refusedUpdate
+}
+
+// refusedUpdate is an update refused after its resources were decoded:
+// its fingerprint and the refusal.
+type refusedUpdate struct {
+	fp  [sha256.Size]byte
+	err error
+}
+
+// convertKnown is convert, which also returns k.refused's refusal, without
+// building anything, for an update with its fingerprint: a State of the
+// World server sends a refused update again after each NACK. c.fp is set
+// when the update was refused after its fingerprint was computed.
+func convertKnown(resources []*anypb.Any, lim Limits, opts descriptors.Options, k known) (converted, error) {
+	same := k.applied
+	cfgs, err := decode(resources, lim)
+	if err != nil {
+		return converted{}, err
+	}
+	fp := fingerprinter{h: sha256.New()}
+	for i, cfg := range cfgs {
+		if err := fp.add(fullName(i, cfg.GetName()), cfg); err != nil {
+			var ref refusal
+			ref.add(resourceName(i, cfg.GetName()), len(resources[i].GetValue()), err)
+			return converted{}, &ref
+		}
+	}
+	c := converted{fp: fp.sum()}
+	if same != nil && c.fp == *same {
+		return c, nil
+	}
+	if k.refused != nil && c.fp == k.refused.fp {
+		return c, k.refused.err
+	}
+	files := make([]*descriptors.File, len(cfgs))
+	for i, cfg := range cfgs {
+		files[i] = fileOf(cfg)
+		files[i].Name = resourceName(i, cfg.GetName())
+		cfgs[i] = nil // the File shares its strings; the rest is dropped
+	}
+	// No warning but the caller's own (opts.LoaderWarnings, which New
+	// passes on): none that would name a position in a resource.
+	if cfg, err := descriptors.New(files, opts); err == nil && len(cfg.Warnings()) == len(opts.LoaderWarnings) {
+		c.cfg = cfg
+		return c, nil
+	}
+	// Refused or warned about: again, with positions, from the resources.
+	clear(files)
+	if cfgs, err = decode(resources, lim); err != nil {
+		return converted{}, err // decoded once already: not expected
+	}
+	cfg, err := build(resources, cfgs, lim, opts)
+	if err != nil {
+		return c, err
+	}
+	c.cfg = cfg
+	return c, nil
+}
+
+// decode unmarshals the resources of one update, checking lim as it goes
+// (see convert). A refused update's error is a *refusal.
+func decode(resources []*anypb.Any, lim Limits) ([]*rlsconfv3.RateLimitConfig, error) {
 	var ref refusal
 	if err := lim.checkUpdate(resources); err != nil {
 		ref.add("", 0, err)
-		return converted{}, &ref
+		return nil, &ref
 	}
 	cfgs := make([]*rlsconfv3.RateLimitConfig, len(resources))
 	counter := treeCounter{lim: lim}
@@ -125,15 +201,24 @@ func convert(resources []*anypb.Any, lim Limits, opts descriptors.Options, same 
 		cfgs[i] = &cfg
 	}
 	if err := ref.err(); err != nil {
-		return converted{}, err
+		return nil, err
 	}
+	return cfgs, nil
+}
 
-	fp := fingerprinter{h: sha256.New()}
+// build turns decoded resources into a rule set as the rule files they
+// stand for are read: each resource is rendered as a rule file, at most
+// renderFactor × lim.MaxBytes for the update (deep nesting indents every
+// line), read by descriptors.Parse and dropped, so that no more than one
+// rendering is held at a time. Errors and warnings then carry the line
+// and column of the rendering, as a rule file's do. A refused update's
+// error is a *refusal.
+func build(resources []*anypb.Any, cfgs []*rlsconfv3.RateLimitConfig, lim Limits, opts descriptors.Options) (*descriptors.Config, error) {
+	var ref refusal
 	out := &renderBuffer{left: renderFactor * lim.MaxBytes}
 	parsed := make([]*descriptors.File, 0, len(cfgs))
 	sizes := make(map[string]int, len(cfgs)) // by resourceName, for New's errors
 	for i, cfg := range cfgs {
-		cfgs[i] = nil // dropped once rendered
 		name := resourceName(i, cfg.GetName())
 		out.buf.Reset()
 		if err := encode(out, fileOf(cfg)); err != nil {
@@ -143,7 +228,6 @@ func convert(resources []*anypb.Any, lim Limits, opts descriptors.Options, same 
 			ref.add(name, len(resources[i].GetValue()), fmt.Errorf("%s: rendering as a rule file: %w", name, err))
 			break
 		}
-		fp.add(fullName(i, cfg.GetName()), out.buf.Bytes())
 		f, err := descriptors.Parse(name, out.buf.Bytes())
 		if err != nil {
 			ref.add(name, len(resources[i].GetValue()), err)
@@ -153,20 +237,15 @@ func convert(resources []*anypb.Any, lim Limits, opts descriptors.Options, same 
 		sizes[name] = len(resources[i].GetValue())
 	}
 	if err := ref.err(); err != nil {
-		return converted{}, err
-	}
-	c := converted{fp: fp.sum()}
-	if same != nil && c.fp == *same {
-		return c, nil
+		return nil, err
 	}
 	cfg, err := descriptors.New(parsed, opts)
 	if err != nil {
 		name := firstFile(err)
 		ref.add(name, sizes[name], err)
-		return converted{}, &ref
+		return nil, &ref
 	}
-	c.cfg = cfg
-	return c, nil
+	return cfg, nil
 }
 
 // firstFile is the file (resource) the first of New's errors names.
@@ -206,17 +285,29 @@ func (b *renderBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
-// fingerprinter computes ruleset.Fingerprint of rule files one at a time,
-// so that they need not be held together; TestFingerprintMatchesRuleset
-// keeps the two equal.
-type fingerprinter struct{ h hash.Hash }
-
-func (f fingerprinter) add(name string, data []byte) {
-	fmt.Fprintf(f.h, "%d:%s:%d:", len(name), name, len(data))
-	f.h.Write(data)
+// fingerprinter computes the SHA-256 that identifies an update's rules,
+// one resource at a time: for each, its name (as fullName) and its
+// deterministic protobuf encoding, each prefixed with its length. The same
+// resources in the same order have the same fingerprint whatever the
+// version or the encoding's field order on the wire.
+type fingerprinter struct {
+	h   hash.Hash
+	buf []byte
 }
 
-func (f fingerprinter) sum() [sha256.Size]byte {
+func (f *fingerprinter) add(name string, cfg *rlsconfv3.RateLimitConfig) error {
+	var err error
+	// Deterministic: the same fields encode the same way (map entries sorted).
+	f.buf, err = proto.MarshalOptions{Deterministic: true}.MarshalAppend(f.buf[:0], cfg)
+	if err != nil {
+		return fmt.Errorf("%s: encoding for the fingerprint: %w", clip(name), err)
+	}
+	fmt.Fprintf(f.h, "%d:%s:%d:", len(name), name, len(f.buf))
+	f.h.Write(f.buf)
+	return nil
+}
+
+func (f *fingerprinter) sum() [sha256.Size]byte {
 	var s [sha256.Size]byte
 	f.h.Sum(s[:0])
 	return s

@@ -1,6 +1,9 @@
 package xds
 
 import (
+	"fmt"
+	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/ruleset"
 )
 
 func anyOf(t *testing.T, cfgs ...*rlsconfv3.RateLimitConfig) []*anypb.Any {
@@ -172,5 +176,85 @@ func TestConvertWarns(t *testing.T) {
 	}
 	if w := cfg.Warnings(); len(w) != 1 || !strings.HasPrefix(w[0].Error(), "xds:u:") || !strings.Contains(w[0].Reason, "requests_per_unit is ignored: the rate_limit is unlimited") {
 		t.Errorf("Warnings() = %v, want one naming xds:u and the ignored requests_per_unit", w)
+	}
+}
+
+// TestBuiltAsRendered: the rules built straight from the resources are
+// those the resources' renderings as rule files give, field for field
+// (ruleset.Diff finds no change), for every field of the proto and for
+// strings YAML would quote or read as another type.
+func TestBuiltAsRendered(t *testing.T) {
+	odd := []string{"007", "true", "null", "~", "a: b", "#x", "- y", " padded ", "é✓", "tab\there", "line\nbreak", "'q'", `"dq"`, "*", "{x}", "[y]", "&a", "!t", "%p", "@at", "0x1F", "1e3", ".inf"}
+	cfg := &rlsconfv3.RateLimitConfig{Name: "odd", Domain: "odd"}
+	for i, s := range odd {
+		cfg.Descriptors = append(cfg.Descriptors, &rlsconfv3.RateLimitDescriptor{Key: s, Value: s, ShadowMode: i%2 == 0, DetailedMetric: i%3 == 0,
+			RateLimit:   &rlsconfv3.RateLimitPolicy{Name: s, Unit: rlsconfv3.RateLimitUnit(1 + i%4), RequestsPerUnit: uint32(i)},
+			Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: s, RateLimit: &rlsconfv3.RateLimitPolicy{Unlimited: true}}}})
+	}
+	cfg.Descriptors = append(cfg.Descriptors, &rlsconfv3.RateLimitDescriptor{Key: "r", RateLimit: &rlsconfv3.RateLimitPolicy{
+		Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 1, Replaces: []*rlsconfv3.RateLimitReplace{{Name: "007"}, {Name: "a: b"}}}})
+	fleet, _ := fleetUpdate(t, 50)
+	for name, res := range map[string][]*anypb.Any{"odd strings": anyOf(t, cfg), "a fleet": fleet} {
+		t.Run(name, func(t *testing.T) {
+			lim := Limits{}.withDefaults()
+			cfgs, err := decode(res, lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conv, err := convert(res, lim, descriptors.Options{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rendered, err := build(res, cfgs, lim, descriptors.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if conv.cfg.Len() != rendered.Len() || conv.cfg.Len() == 0 {
+				t.Fatalf("%d rules built, %d rendered", conv.cfg.Len(), rendered.Len())
+			}
+			if d := ruleset.Diff(rendered, conv.cfg); len(d) > 0 {
+				t.Errorf("built differs from rendered: %+v", d)
+			}
+			if len(conv.cfg.Warnings()) != 0 || len(rendered.Warnings()) != 0 {
+				t.Errorf("warnings: built %v, rendered %v", conv.cfg.Warnings(), rendered.Warnings())
+			}
+		})
+	}
+}
+
+// TestCallersWarningsKeepTheDirectBuild: warnings the caller passes in
+// (descriptors.Options.LoaderWarnings) do not send a valid update through
+// the rendering: its rules are built directly, and a resource's own
+// warning still gets its position.
+func TestCallersWarningsKeepTheDirectBuild(t *testing.T) {
+	opts := descriptors.Options{LoaderWarnings: []*descriptors.Error{{File: "flags", Reason: "a caller's warning"}}}
+	res, _ := fleetUpdate(t, 10)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	conv, err := convert(res, Limits{}.withDefaults(), opts, nil)
+	runtime.ReadMemStats(&after)
+	if err != nil || len(conv.cfg.Warnings()) != 1 {
+		t.Fatalf("convert: %v, warnings %v; want the caller's one", err, conv.cfg.Warnings())
+	}
+	cfgs, err := decode(res, Limits{}.withDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mid, end runtime.MemStats
+	runtime.ReadMemStats(&mid)
+	if _, err := build(res, cfgs, Limits{}.withDefaults(), opts); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&end)
+	if direct, rendered := after.TotalAlloc-before.TotalAlloc, end.TotalAlloc-mid.TotalAlloc; direct*2 > rendered {
+		t.Errorf("convert allocated %d bytes, rendering alone %d: the update was rendered", direct, rendered)
+	}
+	unlimitedRate := &rlsconfv3.RateLimitConfig{Name: "u", Domain: "u", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{Unlimited: true, RequestsPerUnit: 3}}}}
+	conv, err = convert(anyOf(t, unlimitedRate), Limits{}.withDefaults(), opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := conv.cfg.Warnings(); len(w) != 2 || !regexp.MustCompile(`xds:u:\d+:\d+: `).MatchString(fmt.Sprint(w)) {
+		t.Errorf("warnings %v, want the caller's and the resource's, with its position", w)
 	}
 }

@@ -5,11 +5,13 @@
 // and swaps each update into a ruleset.Store, atomically, like a file
 // reload.
 //
-// Every update goes through the same parsing and validation as a rule
-// file (each resource is rendered as the rule file it stands for and read
-// by descriptors.Parse, then the set by descriptors.New), so a bad update
-// gets the same reasons, is refused with a NACK carrying them, and never
-// replaces the running rules.
+// Every update goes through the same validation as a rule file: each
+// resource becomes the descriptors.File it stands for and the set is
+// validated by descriptors.New. When that refuses the update or warns,
+// each resource is rendered as the rule file it stands for and read by
+// descriptors.Parse, so a bad update gets the same reasons, with the
+// positions a rule file's have, is refused with a NACK carrying them, and
+// never replaces the running rules.
 //
 // Before any of that, an update is held to Limits (resources, bytes,
 // nesting, descriptors), so that a hostile one costs little more than

@@ -4,13 +4,14 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-rls/sluice/descriptors"
-	"github.com/sluice-rls/sluice/ruleset"
 )
 
 // nested is a RateLimitConfig whose descriptors nest levels deep, with a
@@ -82,21 +83,34 @@ func TestLimits(t *testing.T) {
 	}
 }
 
-// TestRenderBudget: a resource under every limit whose rendering as a rule
-// file would pass renderFactor times MaxBytes is refused while rendering,
-// without the rendering growing past that.
+// TestRenderBudget: a resource under every limit is built without being
+// rendered, however deep; one that is refused is rendered for its errors'
+// positions, and when its rendering as a rule file would pass
+// renderFactor times MaxBytes it is refused while rendering, without the
+// rendering growing past that.
 func TestRenderBudget(t *testing.T) {
 	cfg := nested("deepish", 30) // each level indents every line below it
 	res := anyOf(t, cfg)
 	size := len(res[0].GetValue())
-	lim := Limits{MaxBytes: int64(size), MaxDepth: 30}.withDefaults()
+	lim := Limits{MaxBytes: int64(size) + 8, MaxDepth: 30}.withDefaults()
+	if _, err := convert(res, lim, descriptors.Options{}, nil); err != nil {
+		t.Fatalf("a valid deep resource: %v; want it built, not rendered", err)
+	}
+	bad := nested("deepish", 30)
+	leaf := bad.Descriptors[0]
+	for len(leaf.Descriptors) > 0 {
+		leaf = leaf.Descriptors[0]
+	}
+	leaf.Key = "" // refused: a rule with an empty key, at the bottom
+	res = anyOf(t, bad)
 	_, err := convert(res, lim, descriptors.Options{}, nil)
 	if err == nil || !strings.Contains(err.Error(), "renders as more than") {
 		t.Fatalf("error %v, want the render budget", err)
 	}
 	lim.MaxBytes = 1 << 20
-	if _, err := convert(res, lim, descriptors.Options{}, nil); err != nil {
-		t.Fatalf("with room to render: %v", err)
+	_, err = convert(res, lim, descriptors.Options{}, nil)
+	if err == nil || !regexp.MustCompile(`xds:deepish:\d+:\d+: descriptor key is required`).MatchString(err.Error()) {
+		t.Fatalf("with room to render: %v; want the empty key, with its position", err)
 	}
 }
 
@@ -130,37 +144,40 @@ func TestLongNamesAreCut(t *testing.T) {
 	}
 }
 
-// TestFingerprintMatchesRuleset: the fingerprint convert computes one
-// rule file at a time is ruleset.Fingerprint of the same files, and an
-// update equal to it builds nothing.
-func TestFingerprintMatchesRuleset(t *testing.T) {
+// TestFingerprint: an update with the same resources as the rules in use
+// builds nothing, whatever its version; one differing in any field, or in
+// a resource's name or order, has another fingerprint and is built.
+func TestFingerprint(t *testing.T) {
 	cfgs := []*rlsconfv3.RateLimitConfig{wide("a", 2), {Domain: "unnamed", Descriptors: wide("x", 1).Descriptors}}
-	res := anyOf(t, cfgs...)
-	conv, err := convert(res, Limits{}.withDefaults(), descriptors.Options{}, nil)
-	if err != nil || conv.cfg == nil {
-		t.Fatalf("convert: %v", err)
-	}
-	var names []string
-	var data [][]byte
-	for i, c := range cfgs {
-		out := &renderBuffer{left: 1 << 20}
-		if err := encode(out, fileOf(c)); err != nil {
-			t.Fatal(err)
+	fpOf := func(cfgs ...*rlsconfv3.RateLimitConfig) [sha256.Size]byte {
+		t.Helper()
+		conv, err := convert(anyOf(t, cfgs...), Limits{}.withDefaults(), descriptors.Options{}, nil)
+		if err != nil || conv.cfg == nil {
+			t.Fatalf("convert: %v", err)
 		}
-		names = append(names, fullName(i, c.GetName()))
-		data = append(data, out.buf.Bytes())
+		return conv.fp
 	}
-	if want := ruleset.Fingerprint(names, data); conv.fp != want {
-		t.Errorf("fingerprint %x, want ruleset.Fingerprint %x", conv.fp, want)
-	}
-	same := conv.fp
-	again, err := convert(res, Limits{}.withDefaults(), descriptors.Options{}, &same)
+	same := fpOf(cfgs...)
+	again, err := convert(anyOf(t, cfgs...), Limits{}.withDefaults(), descriptors.Options{}, &same)
 	if err != nil || again.cfg != nil || again.fp != same {
 		t.Errorf("the same update again: cfg %v, err %v; want nothing built", again.cfg, err)
 	}
 	other := [sha256.Size]byte{1}
-	if c, _ := convert(res, Limits{}.withDefaults(), descriptors.Options{}, &other); c.cfg == nil {
+	if c, _ := convert(anyOf(t, cfgs...), Limits{}.withDefaults(), descriptors.Options{}, &other); c.cfg == nil {
 		t.Error("an update differing from the rules in use built nothing")
+	}
+	changed := proto.Clone(cfgs[0]).(*rlsconfv3.RateLimitConfig)
+	changed.Descriptors[1].RateLimit.RequestsPerUnit++
+	renamed := proto.Clone(cfgs[0]).(*rlsconfv3.RateLimitConfig)
+	renamed.Name = "b"
+	for name, fp := range map[string][sha256.Size]byte{
+		"a limit changed":    fpOf(changed, cfgs[1]),
+		"a resource renamed": fpOf(renamed, cfgs[1]),
+		"resources swapped":  fpOf(cfgs[1], cfgs[0]),
+	} {
+		if fp == same {
+			t.Errorf("%s: the same fingerprint", name)
+		}
 	}
 }
 

@@ -60,8 +60,8 @@ type Options struct {
 	Reloads *ruleset.ReloadMetrics
 	Metrics *Metrics // nil records nothing
 	// Audit records one audit.KindReload event per applied update: Subject
-	// "<version_info> sha256:<hex>" (the SHA-256 of the update rendered as
-	// rule files, see ruleset.Fingerprint), every changed field; nil
+	// "<version_info> sha256:<hex>" (the SHA-256 of the update's resources,
+	// decoded and encoded deterministically), every changed field; nil
 	// records nothing. AuditNode names this node in the events.
 	Audit     audit.Recorder
 	AuditNode string
@@ -90,6 +90,10 @@ type Source struct {
 	// applied is the fingerprint of the rules in use (nil before the
 	// first update); only Run's goroutine touches it.
 	applied *[sha256.Size]byte
+	// refused is the last update refused after decoding, so that the same
+	// update sent again is refused without being built again; only Run's
+	// goroutine touches it.
+	refused *refusedUpdate
 }
 
 // New checks opts and returns a Source that has not connected yet.
@@ -254,12 +258,15 @@ func (s *Source) session(ctx context.Context) error {
 const maxLoggedError = 512
 
 // apply builds the rules of one update and swaps them in, or logs, counts
-// and returns why not; the running rules then stay. An update that
-// renders exactly as the rules in use (the same fingerprint, whatever its
-// version) swaps nothing and writes no audit event.
+// and returns why not; the running rules then stay. An update whose
+// resources are those of the rules in use (the same fingerprint, whatever
+// its version) swaps nothing and writes no audit event.
 func (s *Source) apply(ctx context.Context, resources []*anypb.Any, version string) error {
-	conv, err := convert(resources, s.opts.Limits, s.opts.RuleOptions, s.applied)
+	conv, err := convertKnown(resources, s.opts.Limits, s.opts.RuleOptions, known{applied: s.applied, refused: s.refused})
 	if err != nil {
+		if conv.fp != ([sha256.Size]byte{}) {
+			s.refused = &refusedUpdate{fp: conv.fp, err: err}
+		}
 		s.opts.Reloads.Loaded(false, time.Time{})
 		s.logRejected(version, len(resources), err)
 		return err
@@ -278,13 +285,14 @@ func (s *Source) apply(ctx context.Context, resources []*anypb.Any, version stri
 	s.applied = &conv.fp
 	cfg := conv.cfg
 	ruleset.LogWarnings(s.opts.Log, cfg) // what the peer loads but sluice finds suspect
-	changes := ruleset.Diff(old, cfg)
-	logChanges(s.opts.Log, changes)
-	s.opts.Log.Info("rules from xDS applied", "version", version, "resources", len(resources), "rule_count", cfg.Len(), "changed", len(changes), "subject", subject)
+	// Only the changes listed are rendered; the rest are counted.
+	changes, counted := ruleset.DiffListing(old, cfg, maxListedChanges)
+	logChanges(s.opts.Log, changes, counted)
+	s.opts.Log.Info("rules from xDS applied", "version", version, "resources", len(resources), "rule_count", cfg.Len(), "changed", counted.Total(), "subject", subject)
 	if s.opts.Audit != nil {
 		s.opts.Audit.Record(ctx, audit.Event{
 			Time: now, Kind: audit.KindReload, Node: s.opts.AuditNode, Reason: "xDS update from " + s.opts.Server,
-			Subject: subject, Changes: auditChanges(changes),
+			Subject: subject, Changes: auditChanges(changes, counted),
 		})
 	}
 	if len(resources) == 0 {
