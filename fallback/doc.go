@@ -8,7 +8,7 @@
 // It owns what belongs to that switch: the failure modes, the evidence rule
 // (errors switch at once; timeouts only when calls have stalled and a
 // generous confirming probe fails too), the probe and its backoff, the
-// share charged with what the node admits through the primary, the Redis
+// share charged with every hit the node sends to the primary, the Redis
 // and fallback metrics (docs/metrics.md) and the fallback's trace span. It
 // knows no backend: the caller passes the primary's error kinds
 // (backend/redis.ErrorKind) and probe (backend/redis.Limiter.Ping).
