@@ -10,6 +10,4 @@
 //
 // Package audit/redisaudit keeps the events in a capped Redis stream as
 // well, which `rls audit` reads.
-//
-// audit imports no other sluice package.
 package audit

@@ -4,8 +4,7 @@
 // switch (package fallback) implement. The service builds Hits from rules
 // and asks Limiters; it never needs to know which backend answers.
 //
-// It is the leaf of sluice's package graph: it imports no other sluice
-// package and nothing outside the standard library, so a backend depends on
+// It is the leaf of sluice's package graph, so that a backend depends on
 // this contract alone, not on the rule-file package.
 //
 // Package buckettest holds the conformance suite: one table of scenarios

@@ -3,9 +3,8 @@
 // descriptors against the tree, and the canonical material of token-bucket
 // keys (bucket.SumKey or a bucket.NodeHasher hashes it).
 //
-// It imports only the bucket contract (for Limit and Key): no gRPC and no
-// Redis client; backends do not import it. Everything it builds is
-// immutable after loading and safe for concurrent use.
+// Everything it builds is immutable after loading and safe for concurrent
+// use.
 //
 // # Loading
 //

@@ -9,6 +9,5 @@
 // compares it in constant time with every digest. Nothing in this package
 // logs a secret, a digest or a line of the file.
 //
-// It imports no other sluice package; cmd/rls wires a File into the
-// service, which knows it only as a service.EmergencySecrets.
+// The service knows a File only as a service.EmergencySecrets.
 package emergency

@@ -2,5 +2,7 @@
 // binary, start it (and real redis-server processes) on free loopback ports,
 // and talk to it over gRPC and HTTP as Envoy and operators do.
 //
-// The tests carry the build tag "integration"; `make test` runs them.
+// The tests carry the build tag "integration"; `make test` runs them. One
+// check runs without it: TestDocLinks (doclinks_test.go) reads README.md and
+// docs/ and fails on a relative link to a missing file or heading.
 package integration

@@ -14,7 +14,8 @@
 //
 // It sees both layers only through the bucket.Limiter contract: it never
 // knows which backend answers, nor whether the fail-open switch (package
-// fallback) stands in front of one; a Decision says who answered. It
-// declares the one interface it consumes besides, RuleSource.
-// A Server is safe for concurrent use.
+// fallback) stands in front of one; a Decision says who answered. What else
+// it reads, it reads through interfaces of its own: the rules (RuleSource),
+// the runtime overrides' compiled table (OverrideSource) and the emergency
+// channel's secrets (EmergencySecrets). A Server is safe for concurrent use.
 package service

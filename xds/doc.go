@@ -17,6 +17,6 @@
 // nesting, descriptors), so that a hostile one costs little more than
 // reading it; NACKs in a row and reconnects back off (see Source.Run).
 //
-// It imports descriptors and ruleset; never service or the backends.
-// Process flags are cmd/rls's (package cmd/rls/flags).
+// Each applied update is recorded as a reload (audit.Recorder); an update
+// that leaves the rules as they are is ACKed and changes nothing.
 package xds

@@ -12,6 +12,4 @@
 // by the caller) writes the queue to Redis, each write under its own
 // timeout. A full queue drops the event and counts it; the structured log
 // (audit.Log, next to the Writer in an audit.Multi) still has it.
-//
-// redisaudit imports audit and go-redis; no other sluice package.
 package redisaudit

@@ -17,9 +17,7 @@
 // leases spent within one), so the fleet's bucket, Redis' plus the leases,
 // never exceeds the burst through a give. The cost is under-admission: tokens parked in
 // one node's lease cannot serve another node for up to one lease period.
-// docs/design.md ("Leased global buckets") gives the proof sketch and the
-// sizing.
-//
-// It imports bucket and backend/redis (for the lease call's types) among
-// sluice packages, never service or config.
+// docs/design.md ("Leased global buckets") describes the layer;
+// docs/decisions/0003-leases-and-parked-tokens.md gives the proof sketch and
+// the reasons for the sizing.
 package lease

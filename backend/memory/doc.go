@@ -37,8 +37,8 @@
 // A bucket is 40 bytes (its TAT and the Limit it was last written under,
 // which a changed limit converts from) and its key 16 more; with the map's
 // slack a full table costs 128 bytes a bucket of live heap
-// (BenchmarkBucketMemory: 134 MB for DefaultMaxBuckets; 112 bytes before
-// buckets recorded their Limit), and a process holding it grows to about
+// (BenchmarkBucketMemory: 134 MB for DefaultMaxBuckets), and a process
+// holding it grows to about
 // twice that between collections. Options.MaxBuckets bounds their number. Go maps do
 // not shrink, so memory stays at its high-water mark, which MaxBuckets
 // bounds.
@@ -57,7 +57,4 @@
 // over up to 64 mutex-guarded shards by key hash; a call locks the shards its
 // hits need in ascending order, decides, and unlocks, with no allocation and
 // no I/O.
-//
-// Of sluice it imports only the bucket contract (integration/layout_test.go
-// pins that).
 package memory

@@ -33,7 +33,5 @@
 // errors (errors.go), spans (trace.go), --redis parsing (url.go) and the
 // node registry (nodes.go).
 //
-// The package imports the bucket contract, go-redis, clockwork and the
-// OpenTelemetry trace API; of sluice, nothing but the contract. A
-// Limiter is safe for concurrent use.
+// A Limiter is safe for concurrent use.
 package redis

@@ -28,9 +28,6 @@
 //
 // Where the backends answer differently, the suite asserts what they
 // share: see the scenario comments, anyDuration and anyRemaining.
-//
-// The package imports only bucket among sluice packages, so that every
-// backend's tests can import it.
 package buckettest
 
 import (

@@ -1,9 +1,11 @@
 // Package redisstore keeps runtime overrides in Redis for a fleet of
 // nodes: a hash (field: override ID, value: its JSON), a pub/sub channel
 // announcing each change, and override.Manager's periodic re-read as the
-// safety net for lost notifications.
-//
-// redisstore imports override and go-redis, nothing else of sluice.
+// safety net for lost notifications. A change increments a generation in
+// the same hash, so a node that finds the stored generation behind the one
+// it applied (Redis restarted empty, flushed, restored from an old
+// snapshot) writes its overrides back (Restore) without overwriting a
+// newer set.
 package redisstore
 
 import (
