@@ -20,7 +20,7 @@ import (
 	"github.com/sluice-rls/sluice/audit"
 	"github.com/sluice-rls/sluice/audit/redisaudit"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/cmd/rls/flags"
+	"github.com/sluice-rls/sluice/node"
 	"github.com/sluice-rls/sluice/override"
 )
 
@@ -155,7 +155,7 @@ type auditTrail struct {
 
 // newAuditTrail builds the recorders of the audit trail. The stream's
 // writer queues events until startStream gives it the Redis client.
-func newAuditTrail(st flags.Serve, log *slog.Logger, reg prometheus.Registerer) auditTrail {
+func newAuditTrail(st node.Options, log *slog.Logger, reg prometheus.Registerer) auditTrail {
 	t := auditTrail{node: nodeName()}
 	multi := audit.Multi{audit.Log{Logger: log}}
 	if st.Redis != "" && st.Audit.Stream != "" {

@@ -12,9 +12,10 @@ import (
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/sluice-rls/sluice/internal/logtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluice-rls/sluice/internal/logtest"
 )
 
 func TestUnixPath(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/sluice-rls/sluice/cmd/rls/flags"
+	"github.com/sluice-rls/sluice/node"
 	"github.com/sluice-rls/sluice/override"
 	"github.com/sluice-rls/sluice/override/redisstore"
 	"github.com/sluice-rls/sluice/ruleset"
@@ -37,7 +37,7 @@ type overrides struct {
 // memory), reads it once so that a restarted node applies its overrides
 // from the first request, and runs the Manager until ctx is done; stop
 // waits for it.
-func startOverrides(ctx context.Context, st flags.Serve, redisOpts *goredis.UniversalOptions, rules *ruleset.Store, trail auditTrail, log *slog.Logger, reg prometheus.Registerer) (*overrides, func(), error) {
+func startOverrides(ctx context.Context, st node.Options, redisOpts *goredis.UniversalOptions, rules *ruleset.Store, trail auditTrail, log *slog.Logger, reg prometheus.Registerer) (*overrides, func(), error) {
 	auth, err := newAdminAuth(st.Overrides.AdminTokenFile, st.AdminTLSClientCA != "", log, reg)
 	if err != nil {
 		return nil, nil, err

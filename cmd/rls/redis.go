@@ -17,8 +17,8 @@ import (
 	"github.com/sluice-rls/sluice/backend/lease"
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/fallback"
+	"github.com/sluice-rls/sluice/node"
 )
 
 // stallCalls: Redis is suspected stalled, not just slow, once calls have
@@ -40,7 +40,7 @@ const (
 // node registry that gives N, and the probe.
 // It also returns the client, for the audit stream, and its options, for
 // the runtime overrides' own client (pub/sub holds a connection).
-func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (*fallback.Limiter, goredis.UniversalClient, *goredis.UniversalOptions, func(), error) {
+func newRedisGlobal(ctx context.Context, st node.Options, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (*fallback.Limiter, goredis.UniversalClient, *goredis.UniversalOptions, func(), error) {
 	opts, err := redisbackend.ParseURL(st.Redis, st.RedisTimeout)
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("--redis: %w", err)
@@ -127,7 +127,7 @@ const (
 	nodesFromFlag     = "flag"     // --fallback-nodes pins N
 	nodesFromRegistry = "registry" // the live count from heartbeats
 	nodesFromInitial  = "initial"  // --fallback-nodes-initial, before the registry
-	nodesFromDefault  = "default"  // flags.DefaultFallbackNodesInitial, before the registry
+	nodesFromDefault  = "default"  // node.DefaultFallbackNodesInitial, before the registry
 )
 
 // nodeCounter is the node registry as fallbackNodes reads it.
@@ -139,7 +139,7 @@ type nodeCounter interface {
 // fallbackNodes chooses N, the node count of the fallback share rate/N:
 // --fallback-nodes when set; otherwise the registry's live count once a
 // heartbeat has succeeded; before that --fallback-nodes-initial, or
-// flags.DefaultFallbackNodesInitial. N is never 1 merely because Redis was never reached.
+// node.DefaultFallbackNodesInitial. N is never 1 merely because Redis was never reached.
 type fallbackNodes struct {
 	pinned, initial int
 	registry        nodeCounter
@@ -155,7 +155,7 @@ func (f fallbackNodes) count() (int, string) {
 	case f.initial > 0:
 		return f.initial, nodesFromInitial
 	default:
-		return flags.DefaultFallbackNodesInitial, nodesFromDefault
+		return node.DefaultFallbackNodesInitial, nodesFromDefault
 	}
 }
 

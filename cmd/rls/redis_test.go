@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/internal/redistest"
+	"github.com/sluice-rls/sluice/node"
 )
 
 // TestFallbackNodes: N is never 1 just because the node has not reached
@@ -28,7 +28,7 @@ func TestFallbackNodes(t *testing.T) {
 		after           int    // N once two nodes have beaten
 		afterSource     string
 	}{
-		{"default", 0, 0, flags.DefaultFallbackNodesInitial, "default", 2, "registry"},
+		{"default", 0, 0, node.DefaultFallbackNodesInitial, "default", 2, "registry"},
 		{"initial", 0, 12, 12, "initial", 2, "registry"},
 		{"pinned", 3, 12, 3, "flag", 3, "flag"},
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/fallback"
+	"github.com/sluice-rls/sluice/node"
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
 	"github.com/sluice-rls/sluice/tracing"
@@ -44,15 +45,16 @@ const healthServiceName = "ratelimit"
 
 // serve runs the service until ctx is done, then drains and returns nil.
 func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
-	st, err := flags.ParseServe(args, getenv, stderr)
+	parsed, err := flags.ParseServe(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	log := newLogger(st.LogLevel, st.LogFormat, stderr)
-	for _, n := range st.PeerNotes {
+	st := parsed.Options
+	log := newLogger(parsed.LogLevel, parsed.LogFormat, stderr)
+	for _, n := range parsed.PeerNotes {
 		log.Log(ctx, n.Level, n.Msg, n.Args...)
 	}
 	if embeddedRules(st) {
@@ -303,7 +305,7 @@ const (
 // handshake (TLS and HTTP/2 preface), time without calls, and keepalive
 // pings (clients pinging faster than --grpc-keepalive-min-time get GOAWAY).
 // None of them touches a call in flight.
-func grpcConnLimits(st flags.Serve) []grpc.ServerOption {
+func grpcConnLimits(st node.Options) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ConnectionTimeout(st.GRPCHandshakeTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
@@ -323,7 +325,7 @@ func grpcConnLimits(st flags.Serve) []grpc.ServerOption {
 // newHTTPServer returns a server for the HTTP or admin listener with the
 // --http-*-timeout limits, logging its errors (accept failures, TLS
 // handshakes) through log.
-func newHTTPServer(h http.Handler, st flags.Serve, log *slog.Logger) *http.Server {
+func newHTTPServer(h http.Handler, st node.Options, log *slog.Logger) *http.Server {
 	return &http.Server{
 		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		Handler:     h,
@@ -410,7 +412,7 @@ func (g globalLayer) state() string {
 // newGlobal builds the global layer: Redis behind the fail-open switch
 // when --redis is set, else a memory backend holding global rules on this
 // node.
-func newGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (globalLayer, error) {
+func newGlobal(ctx context.Context, st node.Options, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (globalLayer, error) {
 	if st.Redis == "" {
 		m := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
 		go m.Run(ctx, memory.DefaultEvictEvery)
@@ -456,7 +458,7 @@ func ruleSource(path string) string {
 
 // embeddedRules reports whether serve runs the embedded example rules:
 // neither --config nor --xds-server.
-func embeddedRules(st flags.Serve) bool { return st.Config == "" && st.XDS.Server == "" }
+func embeddedRules(st node.Options) bool { return st.Config == "" && st.XDS.Server == "" }
 
 // registerEmbeddedRules exports ratelimit_config_embedded: 1 while the
 // embedded example rules are served (no --config), 0 otherwise.

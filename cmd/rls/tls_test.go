@@ -23,10 +23,10 @@ import (
 	"google.golang.org/grpc/peer"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/internal/logtest"
 	"github.com/sluice-rls/sluice/internal/pkitest"
 	"github.com/sluice-rls/sluice/internal/redistest"
+	"github.com/sluice-rls/sluice/node"
 )
 
 // secretVolume lays out TLS files as the kubelet does for a Secret volume:
@@ -146,7 +146,7 @@ func TestServerTLSReloadsOnChange(t *testing.T) {
 	vol.publish(first.Cert, first.Key, p.CA)
 	clock := clockwork.NewFakeClock()
 	reg := prometheus.NewRegistry()
-	st := flags.Serve{TLSCert: vol.path("tls.crt"), TLSKey: vol.path("tls.key"), TLSClientCA: vol.path("ca.crt")}
+	st := node.Options{TLSCert: vol.path("tls.crt"), TLSKey: vol.path("tls.key"), TLSClientCA: vol.path("ca.crt")}
 	s, err := newServerTLS(st, clock, discardLogger(), reg)
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +236,7 @@ func TestServerTLSNewClientCA(t *testing.T) {
 	vol := newSecretVolume(t)
 	vol.publish(p.ServerCert, p.ServerKey, p.CA)
 	clock := clockwork.NewFakeClock()
-	st := flags.Serve{TLSCert: vol.path("tls.crt"), TLSKey: vol.path("tls.key"), TLSClientCA: vol.path("ca.crt")}
+	st := node.Options{TLSCert: vol.path("tls.crt"), TLSKey: vol.path("tls.key"), TLSClientCA: vol.path("ca.crt")}
 	s, err := newServerTLS(st, clock, discardLogger(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -259,7 +259,7 @@ func TestServerTLSNewClientCA(t *testing.T) {
 // of the names; the CA's signature alone no longer suffices.
 func TestClientSAN(t *testing.T) {
 	p := pkitest.New(t)
-	st := flags.Serve{TLSCert: p.ServerCert, TLSKey: p.ServerKey, TLSClientCA: p.CA,
+	st := node.Options{TLSCert: p.ServerCert, TLSKey: p.ServerKey, TLSClientCA: p.CA,
 		TLSClientSAN: "envoy.edge.svc.cluster.local, spiffe://cluster.local/ns/edge/sa/envoy,10.0.0.7"}
 	var logs logtest.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/node"
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/xds"
 )
@@ -25,7 +25,7 @@ import (
 // xDS update: every request is allowed meanwhile (as envoyproxy/ratelimit
 // with FORCE_START_WITHOUT_INITIAL_CONFIG, which Envoy Gateway sets), and
 // /healthcheck and gRPC health say not ready (gateHealth).
-func initialRules(st flags.Serve) (*descriptors.Config, error) {
+func initialRules(st node.Options) (*descriptors.Config, error) {
 	if st.XDS.Server != "" {
 		return descriptors.New(nil, ruleOptions(st.Rules))
 	}
@@ -37,7 +37,7 @@ func initialRules(st flags.Serve) (*descriptors.Config, error) {
 }
 
 // rulesName names where the rules come from in the "serving" log line.
-func rulesName(st flags.Serve) string {
+func rulesName(st node.Options) string {
 	if st.XDS.Server != "" {
 		return "xds://" + st.XDS.Server
 	}
@@ -46,7 +46,7 @@ func rulesName(st flags.Serve) string {
 
 // startXDS runs the xDS source of --xds-server into store until ctx is
 // done; stop cancels it and waits for it to end.
-func startXDS(ctx context.Context, st flags.Serve, store *ruleset.Store, log *slog.Logger, reg prometheus.Registerer, reloads *ruleset.ReloadMetrics, trail auditTrail) (src *xds.Source, stop func(), err error) {
+func startXDS(ctx context.Context, st node.Options, store *ruleset.Store, log *slog.Logger, reg prometheus.Registerer, reloads *ruleset.ReloadMetrics, trail auditTrail) (src *xds.Source, stop func(), err error) {
 	creds, err := xdsCredentials(st.XDS)
 	if err != nil {
 		return nil, nil, err
@@ -92,7 +92,7 @@ func startXDS(ctx context.Context, st flags.Serve, store *ruleset.Store, log *sl
 // xdsCredentials are the transport credentials to the management server:
 // TLS when --xds-tls-ca is set (with a client certificate when
 // --xds-tls-cert is), plaintext otherwise.
-func xdsCredentials(x flags.XDS) (credentials.TransportCredentials, error) {
+func xdsCredentials(x node.XDS) (credentials.TransportCredentials, error) {
 	if x.TLSCA == "" {
 		return insecure.NewCredentials(), nil
 	}
