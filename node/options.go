@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -138,6 +139,10 @@ type Options struct {
 	TracingSampleRatio float64
 	TracingInsecure    bool
 	Audit              Audit // the audit trail's Redis stream
+
+	// Not flags: what the caller gives the node.
+	Logger *slog.Logger // where the node logs; nil: nowhere
+	Build  Build        // the running binary, for ratelimit_build_info, traces and the "serving" line
 }
 
 // MaxTopRefused bounds --top-refused: each counter may hold a value of up

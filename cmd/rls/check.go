@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluice-rls/sluice/node"
 	"github.com/sluice-rls/sluice/service"
 )
 
@@ -144,7 +145,7 @@ func (f checkTLSFlags) credentials() (credentials.TransportCredentials, error) {
 func (f checkTLSFlags) config() (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.serverName}
 	if f.ca != "" {
-		pool, err := loadCertPool(f.ca)
+		pool, err := node.LoadCertPool(f.ca)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-ca: %w", err)
 		}

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"fmt"
@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/sluice-rls/sluice/node"
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
 	"github.com/sluice-rls/sluice/xds"
@@ -74,7 +73,7 @@ func newHTTPMux(globalState func() string, store *ruleset.Store, reg *prometheus
 // and (with --json-negative-hits) returns tokens; /usage and /usage/top,
 // which read buckets and the values refused most (values may be personal
 // data); and, when enabled, /debug/pprof/.
-func newAdminMux(srv *service.Server, st node.Options) *http.ServeMux {
+func newAdminMux(srv *service.Server, st Options) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/json", srv.JSONHandler(service.JSONOptions{AllowNegativeHits: st.JSONNegativeHits}))
 	mux.Handle("/usage", srv.UsageHandler())

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -18,7 +18,6 @@ import (
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/fallback"
-	"github.com/sluice-rls/sluice/node"
 )
 
 // stallCalls: Redis is suspected stalled, not just slow, once calls have
@@ -40,13 +39,13 @@ const (
 // node registry that gives N, and the probe.
 // It also returns the client, for the audit stream, and its options, for
 // the runtime overrides' own client (pub/sub holds a connection).
-func newRedisGlobal(ctx context.Context, st node.Options, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (*fallback.Limiter, goredis.UniversalClient, *goredis.UniversalOptions, func(), error) {
+func newRedisGlobal(ctx context.Context, st Options, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (*fallback.Limiter, goredis.UniversalClient, *goredis.UniversalOptions, func(), error) {
 	opts, err := redisbackend.ParseURL(st.Redis, st.RedisTimeout)
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("--redis: %w", err)
 	}
 	if st.RedisCA != "" {
-		if err := trustCA(opts, st.RedisCA); err != nil {
+		if err := TrustCA(opts, st.RedisCA); err != nil {
 			return nil, nil, nil, nil, err
 		}
 	}
@@ -127,7 +126,7 @@ const (
 	nodesFromFlag     = "flag"     // --fallback-nodes pins N
 	nodesFromRegistry = "registry" // the live count from heartbeats
 	nodesFromInitial  = "initial"  // --fallback-nodes-initial, before the registry
-	nodesFromDefault  = "default"  // node.DefaultFallbackNodesInitial, before the registry
+	nodesFromDefault  = "default"  // DefaultFallbackNodesInitial, before the registry
 )
 
 // nodeCounter is the node registry as fallbackNodes reads it.
@@ -139,7 +138,7 @@ type nodeCounter interface {
 // fallbackNodes chooses N, the node count of the fallback share rate/N:
 // --fallback-nodes when set; otherwise the registry's live count once a
 // heartbeat has succeeded; before that --fallback-nodes-initial, or
-// node.DefaultFallbackNodesInitial. N is never 1 merely because Redis was never reached.
+// DefaultFallbackNodesInitial. N is never 1 merely because Redis was never reached.
 type fallbackNodes struct {
 	pinned, initial int
 	registry        nodeCounter
@@ -155,7 +154,7 @@ func (f fallbackNodes) count() (int, string) {
 	case f.initial > 0:
 		return f.initial, nodesFromInitial
 	default:
-		return node.DefaultFallbackNodesInitial, nodesFromDefault
+		return DefaultFallbackNodesInitial, nodesFromDefault
 	}
 }
 
@@ -189,9 +188,9 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.Debug("go-redis: " + fmt.Sprintf(format, v...))
 }
 
-// trustCA makes a rediss:// connection verify Redis' certificate against
+// TrustCA makes a rediss:// connection verify Redis' certificate against
 // the PEM bundle in file instead of the system roots.
-func trustCA(opts *goredis.UniversalOptions, file string) error {
+func TrustCA(opts *goredis.UniversalOptions, file string) error {
 	if opts.TLSConfig == nil {
 		return fmt.Errorf("--redis-ca needs a TLS URL (rediss:// or sentinels://)")
 	}
