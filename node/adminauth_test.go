@@ -19,24 +19,15 @@ import (
 	"github.com/sluice-rls/sluice/ruleset"
 )
 
-const adminRules = `domain: edge
-descriptors:
-  - key: user_id
-    rate_limit: {unit: second, requests_per_unit: 10}
-  - key: login
-    protected: true
-    rate_limit: {unit: minute, requests_per_unit: 5}
-`
+// adminRules has a rule overrides may loosen and a protected one; the
+// override CLI's tests in cmd/rls serve it too.
+const adminRules = "testdata/admin-rules.yaml"
 
 // adminServer serves /overrides of a memory-only Manager with auth on an
 // httptest server (TLS requiring client certificates when tlsCfg is set).
 func adminServer(t *testing.T, auth *adminAuth, tlsCfg *tls.Config) (*httptest.Server, *overrides) {
 	t.Helper()
-	f, err := descriptors.Parse("r.yaml", []byte(adminRules))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := descriptors.New([]*descriptors.File{f}, descriptors.Options{})
+	cfg, err := ruleset.LoadPaths([]string{adminRules}, descriptors.Options{}, ruleset.DefaultMaxRuleBytes)
 	if err != nil {
 		t.Fatal(err)
 	}

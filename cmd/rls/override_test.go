@@ -18,21 +18,13 @@ import (
 )
 
 // overrideRules has a rule overrides may loosen and a protected one.
-const overrideRules = `domain: edge
-descriptors:
-  - key: user_id
-    rate_limit: {unit: second, requests_per_unit: 10}
-  - key: login
-    protected: true
-    rate_limit: {unit: minute, requests_per_unit: 5}
-`
+const overrideRules = "../../node/testdata/admin-rules.yaml"
 
 // serveAdmin runs rls serve with overrideRules and an admin address on a
 // free loopback port, with extra flags; it returns the admin address.
 func serveAdmin(t *testing.T, extra ...string) string {
 	t.Helper()
-	rules := writeRuleFile(t, t.TempDir(), "rules.yaml", overrideRules)
-	rls := serveInProcess(t, noEnv, append(loopback("--config", rules, "--admin-addr", "127.0.0.1:0"), extra...)...)
+	rls := serveInProcess(t, noEnv, append(loopback("--config", overrideRules, "--admin-addr", "127.0.0.1:0"), extra...)...)
 	addr, _ := rls.Serving()["admin_addr"].(string)
 	return addr
 }
