@@ -2,12 +2,15 @@ package node
 
 import (
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
@@ -90,4 +93,28 @@ func newAdminMux(srv *service.Server, st Options) *http.ServeMux {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// newHTTPServer returns a server for the HTTP or admin listener with the
+// --http-*-timeout limits, logging its errors (accept failures, TLS
+// handshakes) through log.
+func newHTTPServer(h http.Handler, st Options, log *slog.Logger) *http.Server {
+	return &http.Server{
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Handler:     h,
+		ReadTimeout: st.HTTPReadTimeout, // also the header timeout
+		// pprof's profile and trace add their duration to it.
+		WriteTimeout: st.HTTPWriteTimeout,
+		IdleTimeout:  st.HTTPIdleTimeout,
+	}
+}
+
+// limitConns caps the connections open at once on lis (0: no cap): the
+// others wait in the kernel's accept backlog, holding no descriptor of
+// this process.
+func limitConns(lis net.Listener, n int) net.Listener {
+	if n <= 0 {
+		return lis
+	}
+	return netutil.LimitListener(lis, n)
 }

@@ -89,3 +89,15 @@ func removeStaleSocket(path string) error {
 	}
 	return nil
 }
+
+// isLoopback reports whether addr is reachable from this host alone: a
+// TCP address on a loopback IP, or a unix socket.
+func isLoopback(addr net.Addr) bool {
+	switch a := addr.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	return false
+}

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -18,17 +17,12 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	goredis "github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluice-rls/sluice/backend/memory"
 	"github.com/sluice-rls/sluice/bucket"
-	"github.com/sluice-rls/sluice/fallback"
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
 	"github.com/sluice-rls/sluice/tracing"
@@ -298,140 +292,6 @@ func (n *Node) Run(ctx context.Context) error {
 	return nil
 }
 
-// Server-side keepalive: a connection without any frame for
-// keepaliveTime is pinged, and closed if the ping is not answered within
-// keepaliveTimeout, so connections of vanished clients do not linger.
-const (
-	keepaliveTime    = time.Minute
-	keepaliveTimeout = 20 * time.Second
-)
-
-// grpcConnLimits bounds what a connection may hold on the gRPC port: the
-// handshake (TLS and HTTP/2 preface), time without calls, and keepalive
-// pings (clients pinging faster than --grpc-keepalive-min-time get GOAWAY).
-// None of them touches a call in flight.
-func grpcConnLimits(st Options) []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.ConnectionTimeout(st.GRPCHandshakeTimeout),
-		grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionIdle:     st.GRPCMaxConnIdle,     // 0: never
-			MaxConnectionAge:      st.GRPCMaxConnAge,      // 0: never (grpc-go's default)
-			MaxConnectionAgeGrace: st.GRPCMaxConnAgeGrace, // 0: no bound
-			Time:                  keepaliveTime,
-			Timeout:               keepaliveTimeout,
-		}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
-			MinTime:             st.GRPCKeepaliveMinTime,
-			PermitWithoutStream: true,
-		}),
-	}
-}
-
-// newHTTPServer returns a server for the HTTP or admin listener with the
-// --http-*-timeout limits, logging its errors (accept failures, TLS
-// handshakes) through log.
-func newHTTPServer(h http.Handler, st Options, log *slog.Logger) *http.Server {
-	return &http.Server{
-		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		Handler:     h,
-		ReadTimeout: st.HTTPReadTimeout, // also the header timeout
-		// pprof's profile and trace add their duration to it.
-		WriteTimeout: st.HTTPWriteTimeout,
-		IdleTimeout:  st.HTTPIdleTimeout,
-	}
-}
-
-// limitConns caps the connections open at once on lis (0: no cap): the
-// others wait in the kernel's accept backlog, holding no descriptor of
-// this process.
-func limitConns(lis net.Listener, n int) net.Listener {
-	if n <= 0 {
-		return lis
-	}
-	return netutil.LimitListener(lis, n)
-}
-
-// reloadOn reloads the rules on every signal from hup until ctx is done.
-func reloadOn(ctx context.Context, hup <-chan os.Signal, r *ruleset.Reloader) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-			r.Log.Info("SIGHUP: reloading rules")
-			_ = r.Reload() // logged and counted by Reload
-		}
-	}
-}
-
-// streamWorkers sizes gRPC's worker pool: callers block on Redis, so it
-// needs about as many workers as concurrent calls; beyond the pool, gRPC
-// starts a goroutine per call as it would without one.
-func streamWorkers() uint32 { return uint32(64 * runtime.GOMAXPROCS(0)) }
-
-// stopGRPC lets in-flight calls finish for up to timeout, then cuts the rest.
-func stopGRPC(s *grpc.Server, timeout time.Duration) {
-	done := make(chan struct{})
-	go func() {
-		s.GracefulStop()
-		close(done)
-	}()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		s.Stop()
-		<-done
-	}
-}
-
-// globalLayer is the cluster-wide layer as serve wires it.
-type globalLayer struct {
-	limiter bucket.Limiter
-	sw      *fallback.Limiter       // the fail-open switch in front of Redis; nil without Redis
-	redis   goredis.UniversalClient // nil without Redis
-	close   func()
-	// redisOpts are the Redis client's options, for runtime overrides;
-	// nil without Redis.
-	redisOpts *goredis.UniversalOptions
-}
-
-// backend names the global layer's backend in the "serving" log line.
-func (g globalLayer) backend() string {
-	if g.sw != nil {
-		return "redis"
-	}
-	return "memory"
-}
-
-// state says who answers global rules, for /healthcheck: "memory" without
-// Redis, "redis", or "fallback (<mode>)" while Redis is failing.
-func (g globalLayer) state() string {
-	if g.sw != nil {
-		return g.sw.State()
-	}
-	return "memory"
-}
-
-// newGlobal builds the global layer: Redis behind the fail-open switch
-// when --redis is set, else a memory backend holding global rules on this
-// node.
-func newGlobal(ctx context.Context, st Options, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (globalLayer, error) {
-	if st.Redis == "" {
-		m := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
-		go m.Run(ctx, memory.DefaultEvictEvery)
-		registerBucketGauge(reg, "global", m.Len)
-		registerFullRefusals(reg, "global", m.FullRefusals)
-		return globalLayer{limiter: m, close: func() {}}, nil
-	}
-	sw, client, opts, closeAll, err := newRedisGlobal(ctx, st, log, reg, tracer)
-	if err != nil {
-		return globalLayer{}, err
-	}
-	return globalLayer{limiter: sw, sw: sw, redis: client, close: closeAll, redisOpts: opts}, nil
-}
-
 // shutdownTracing flushes the spans not yet exported, for up to timeout,
 // and stops the exporter (nil: tracing off, nothing to do).
 func shutdownTracing(p *tracing.Provider, timeout time.Duration, log *slog.Logger) {
@@ -440,40 +300,4 @@ func shutdownTracing(p *tracing.Provider, timeout time.Duration, log *slog.Logge
 	if err := p.Shutdown(ctx); err != nil {
 		log.Warn("tracing: spans not flushed", "err", err)
 	}
-}
-
-// isLoopback reports whether addr is reachable from this host alone: a
-// TCP address on a loopback IP, or a unix socket.
-func isLoopback(addr net.Addr) bool {
-	switch a := addr.(type) {
-	case *net.TCPAddr:
-		return a.IP.IsLoopback()
-	case *net.UnixAddr:
-		return true
-	}
-	return false
-}
-
-func ruleSource(path string) string {
-	if path == "" {
-		return ruleset.DefaultRulesName
-	}
-	return path
-}
-
-// embeddedRules reports whether serve runs the embedded example rules:
-// neither --config nor --xds-server.
-func embeddedRules(st Options) bool { return st.Config == "" && st.XDS.Server == "" }
-
-// registerEmbeddedRules exports ratelimit_config_embedded: 1 while the
-// embedded example rules are served (no --config), 0 otherwise.
-func registerEmbeddedRules(reg prometheus.Registerer, embedded bool) {
-	g := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "ratelimit_config_embedded",
-		Help: "1 while rls serve runs its embedded example rules because no --config was given, 0 otherwise.",
-	})
-	if embedded {
-		g.Set(1)
-	}
-	reg.MustRegister(g)
 }

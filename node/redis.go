@@ -36,22 +36,22 @@ const (
 
 // newRedisGlobal connects the global layer to --redis, wrapped in the
 // fail-open switch: a memory fallback enforcing this node's share, the
-// node registry that gives N, and the probe.
-// It also returns the client, for the audit stream, and its options, for
-// the runtime overrides' own client (pub/sub holds a connection).
-func newRedisGlobal(ctx context.Context, st Options, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (*fallback.Limiter, goredis.UniversalClient, *goredis.UniversalOptions, func(), error) {
+// node registry that gives N, and the probe. The layer keeps the client,
+// for the audit stream, and its options, for the runtime overrides' own
+// client (pub/sub holds a connection).
+func newRedisGlobal(ctx context.Context, st Options, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (globalLayer, error) {
 	opts, err := redisbackend.ParseURL(st.Redis, st.RedisTimeout)
 	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("--redis: %w", err)
+		return globalLayer{}, fmt.Errorf("--redis: %w", err)
 	}
 	if st.RedisCA != "" {
 		if err := TrustCA(opts, st.RedisCA); err != nil {
-			return nil, nil, nil, nil, err
+			return globalLayer{}, err
 		}
 	}
 	if st.RedisTLSCert != "" {
 		if err := useRedisClientCert(opts, st, clockwork.NewRealClock(), log, reg); err != nil {
-			return nil, nil, nil, nil, err
+			return globalLayer{}, err
 		}
 	}
 	// go-redis logs through a package-level logger; route it to ours so its
@@ -118,7 +118,7 @@ func newRedisGlobal(ctx context.Context, st Options, log *slog.Logger, reg prome
 		lim.Close() // fails what is queued, waits for calls in flight
 		_ = client.Close()
 	}
-	return sw, client, opts, closeAll, nil
+	return globalLayer{limiter: sw, sw: sw, redis: client, close: closeAll, redisOpts: opts}, nil
 }
 
 // Sources of N, the values of ratelimit_fallback_nodes' source label.
