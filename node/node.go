@@ -35,8 +35,27 @@ const healthServiceName = "ratelimit"
 
 // Node is one sluice node: built by New from its Options, served by Run.
 type Node struct {
-	opts Options
-	log  *slog.Logger
+	opts  Options
+	log   *slog.Logger
+	ready chan struct{} // closed when the listeners serve; addrs set before
+	addrs Addrs
+}
+
+// Addrs are the addresses a node listens on: what its listen options
+// (host:port or unix:path, port 0 included) became.
+type Addrs struct {
+	GRPC, HTTP net.Addr
+	Admin      net.Addr // nil: no admin listener
+}
+
+// Ready is closed once Run serves on its listeners: Addrs is valid from
+// then on. It is never closed when Run fails before.
+func (n *Node) Ready() <-chan struct{} { return n.ready }
+
+// Addrs returns the listeners' addresses, once Ready is closed.
+func (n *Node) Addrs() Addrs {
+	<-n.ready
+	return n.addrs
 }
 
 // New checks opts and returns the node they describe; Run serves it.
@@ -48,12 +67,13 @@ func New(opts Options) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Node{opts: opts, log: log}, nil
+	return &Node{opts: opts, log: log, ready: make(chan struct{})}, nil
 }
 
 // Run serves the node until ctx is done, then drains (health
 // NOT_SERVING, in-flight calls finish within DrainTimeout) and returns
-// nil; an error if the node cannot start or a listener fails.
+// nil; an error if the node cannot start or a listener fails. Run a node
+// once.
 func (n *Node) Run(ctx context.Context) error {
 	st, log := n.opts, n.log
 	if embeddedRules(st) {
@@ -260,6 +280,11 @@ func (n *Node) Run(ctx context.Context) error {
 				"admin_addr", adminAddr)
 		}
 	}
+	n.addrs = Addrs{GRPC: grpcLis.Addr(), HTTP: httpLis.Addr()}
+	if adminLis != nil {
+		n.addrs.Admin = adminLis.Addr()
+	}
+	close(n.ready)
 	log.Info("serving",
 		"grpc_addr", grpcLis.Addr().String(),
 		"http_addr", httpLis.Addr().String(),

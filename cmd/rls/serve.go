@@ -14,12 +14,22 @@ import (
 // serve runs `rls serve`: a node from the flags, until ctx is done, then
 // drains and returns nil.
 func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) error {
+	n, err := newNode(ctx, args, stderr, getenv)
+	if n == nil || err != nil {
+		return err
+	}
+	return n.Run(ctx)
+}
+
+// newNode parses `rls serve`'s flags and returns the node they describe,
+// logging to stderr; nil and no error for -h.
+func newNode(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) (*node.Node, error) {
 	st, err := flags.ParseServe(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	log := newLogger(st.LogLevel, st.LogFormat, stderr)
 	for _, n := range st.PeerNotes {
@@ -28,9 +38,5 @@ func serve(ctx context.Context, args []string, stderr io.Writer, getenv func(str
 	opts := st.Options
 	opts.Logger = log
 	opts.Build = currentBuild()
-	n, err := node.New(opts)
-	if err != nil {
-		return err
-	}
-	return n.Run(ctx)
+	return node.New(opts)
 }
