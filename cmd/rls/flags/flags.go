@@ -3,7 +3,9 @@
 // and its checks. Defaults that belong to another package (request-size
 // limits, the Redis deadline, the bucket cap, the rule-bytes cap) are read
 // from that package, never copied; enums are the owning package's types,
-// parsed through encoding.TextUnmarshaler (flag.TextVar).
+// parsed through encoding.TextUnmarshaler (flag.TextVar). The flags of
+// `rls serve` are registered onto the fields of node.Options, which owns
+// their checks (Options.Validate); Serve adds what the command alone uses.
 //
 // It is a package of its own, not part of main, so that the example tests
 // in envoy-examples can parse the examples' command lines exactly as `rls
