@@ -1,5 +1,3 @@
-//go:build integration
-
 package integration
 
 import (
@@ -16,8 +14,10 @@ const mod = "github.com/sluice-rls/sluice/"
 
 // allowedImports pins the arrows of the package graph the README's layout
 // table describes: for each package, the sluice packages it may import
-// (tests aside). Main wires everything; its flags read the defaults of the
-// packages that own them; the service sees the bucket
+// (tests aside). The node assembles everything a running node needs, and
+// nothing but cmd/ imports it; cmd/rls parses flags into node.Options and
+// runs the client commands; its flags read the defaults of the packages
+// that own them; the service sees the bucket
 // contract and the rules, never a backend or the fail-open switch; the
 // fail-open switch sees the contract, never a backend; backends and rules
 // see only the contract; the contract sees nothing.
@@ -38,8 +38,9 @@ var allowedImports = map[string][]string{
 	"emergency":           {},
 	"audit":               {},
 	"audit/redisaudit":    {"audit"},
-	"cmd/rls":             {"audit", "audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "bucket", "cmd/rls/flags", "descriptors", "emergency", "fallback", "override", "override/redisstore", "ruleset", "service", "tracing", "xds"},
-	"cmd/rls/flags":       {"audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "bucket", "fallback", "override", "ruleset", "service", "xds"},
+	"node":                {"audit", "audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "bucket", "descriptors", "emergency", "fallback", "override", "override/redisstore", "ruleset", "service", "tracing", "xds"},
+	"cmd/rls":             {"audit", "audit/redisaudit", "backend/redis", "cmd/rls/flags", "node", "override", "service"},
+	"cmd/rls/flags":       {"audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "fallback", "node", "override", "ruleset", "service", "xds"},
 	"cmd/rlsbench":        {},
 }
 

@@ -49,10 +49,10 @@ func TestAdminClientCertificatesHaveTheirOwnCA(t *testing.T) {
 	line := s.Serving()
 	admin, grpcAddr := line["admin_addr"].(string), line["grpc_addr"].(string)
 
-	if _, err := serverSerial(t, dialTLS(t, grpcAddr, envoy, envoy.Client)); err != nil {
+	if _, err := pkitest.ServerSerial(t, envoy.DialGRPC(t, grpcAddr, envoy.Client)); err != nil {
 		t.Errorf("Envoy's certificate on gRPC: %v, want accepted", err)
 	}
-	if _, err := serverSerial(t, dialTLS(t, grpcAddr, envoy, alice)); err == nil {
+	if _, err := pkitest.ServerSerial(t, envoy.DialGRPC(t, grpcAddr, alice)); err == nil {
 		t.Error("the operator's certificate on gRPC: accepted, want refused")
 	}
 	if code, body, err := adminGet(t, admin, envoy, envoy.Client); err == nil {

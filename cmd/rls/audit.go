@@ -7,20 +7,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rls/sluice/audit"
 	"github.com/sluice-rls/sluice/audit/redisaudit"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/cmd/rls/flags"
+	"github.com/sluice-rls/sluice/node"
 	"github.com/sluice-rls/sluice/override"
 )
 
@@ -78,7 +75,7 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		return auditError{fmt.Errorf("--redis: %w", err)}
 	}
 	if *ca != "" {
-		if err := trustCA(opts, *ca); err != nil {
+		if err := node.TrustCA(opts, *ca); err != nil {
 			return auditError{err}
 		}
 	}
@@ -136,57 +133,4 @@ func auditLine(e audit.Event) string {
 		b.WriteString(override.Quote(c.What) + " " + strconv.Quote(c.Old) + " → " + strconv.Quote(c.New))
 	}
 	return b.String()
-}
-
-// nodeName names this node in audit events as the Redis node registry
-// does: host name and process ID.
-func nodeName() string {
-	host, _ := os.Hostname()
-	return host + ":" + strconv.Itoa(os.Getpid())
-}
-
-// auditTrail is where serve records audit events: the log always, and the
-// Redis stream of --audit-stream with --redis.
-type auditTrail struct {
-	rec    audit.Recorder
-	node   string
-	stream *redisaudit.Writer // nil: no stream
-}
-
-// newAuditTrail builds the recorders of the audit trail. The stream's
-// writer queues events until startStream gives it the Redis client.
-func newAuditTrail(st flags.Serve, log *slog.Logger, reg prometheus.Registerer) auditTrail {
-	t := auditTrail{node: nodeName()}
-	multi := audit.Multi{audit.Log{Logger: log}}
-	if st.Redis != "" && st.Audit.Stream != "" {
-		t.stream = redisaudit.New(redisaudit.Options{
-			Stream:  st.Audit.Stream,
-			MaxLen:  st.Audit.MaxLen,
-			Timeout: max(st.RedisTimeout, redisaudit.DefaultTimeout),
-			Log:     log,
-			Metrics: redisaudit.NewMetrics(reg),
-		})
-		multi = append(multi, t.stream)
-	}
-	t.rec = multi
-	return t
-}
-
-// startStream writes the stream's queued and future events through client
-// until stop, which waits for the writer to end (at most about two write
-// timeouts); call it before closing client. No stream: a no-op.
-func (t auditTrail) startStream(client redisaudit.Adder) (stop func()) {
-	if t.stream == nil || client == nil {
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t.stream.Run(ctx, client)
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
 }

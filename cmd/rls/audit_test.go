@@ -67,15 +67,15 @@ func TestServeAuditsReloadsToRedis(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(ev.Subject) || ev.Node != nodeName() || !strings.HasPrefix(ev.Reason, "rule files changed") {
-		t.Errorf("event %+v: want a SHA-256 subject, node %s, reason rule files changed", ev, nodeName())
+	if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(ev.Subject) || ev.Node != thisNode() || !strings.HasPrefix(ev.Reason, "rule files changed") {
+		t.Errorf("event %+v: want a SHA-256 subject, node %s, reason rule files changed", ev, thisNode())
 	}
 	want := []audit.Change{{What: "d.k_v*: levels[0].share_threshold", Old: "false", New: "true"}}
 	if diff := cmp.Diff(want, ev.Changes); diff != "" {
 		t.Errorf("changes: -want +got\n%s", diff)
 	}
 	out, _, err := rlsAudit("--redis", url, "--stream", "test:audit")
-	wantLine := `reload node=` + nodeName() + ` reason="rule files changed: ` + dir + `" subject=` + ev.Subject + ` changes: d.k_v*: levels[0].share_threshold "false" → "true"`
+	wantLine := `reload node=` + thisNode() + ` reason="rule files changed: ` + dir + `" subject=` + ev.Subject + ` changes: d.k_v*: levels[0].share_threshold "false" → "true"`
 	if err != nil || !strings.Contains(out, wantLine) {
 		t.Errorf("rls audit: %v\n%s\nwant a line holding\n%s", err, out, wantLine)
 	}
@@ -225,4 +225,11 @@ func TestAuditThroughSentinel(t *testing.T) {
 	if n, err := master.Client().XLen(context.Background(), redisaudit.DefaultStream).Result(); err != nil || n != 1 {
 		t.Errorf("the master holds %d entries (%v), want the one written through the sentinel", n, err)
 	}
+}
+
+// thisNode is how a node in this process names itself in audit events:
+// the host name and the process ID.
+func thisNode() string {
+	host, _ := os.Hostname()
+	return host + ":" + strconv.Itoa(os.Getpid())
 }

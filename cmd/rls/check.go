@@ -10,11 +10,13 @@ import (
 	"strings"
 	"time"
 
-	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluice-rls/sluice/node"
+	"github.com/sluice-rls/sluice/service"
 )
 
 // errOverLimit is check's answer OVER_LIMIT, already printed: exit 1.
@@ -64,7 +66,7 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	req := &rlsv3.RateLimitRequest{Domain: *domain, HitsAddend: uint32(*hits)}
 	for _, arg := range fs.Args() {
-		d, err := parseDescriptor(arg)
+		d, err := service.ParseDescriptor(arg)
 		if err != nil {
 			fmt.Fprintln(stderr, "rls check:", err)
 			return errUsage
@@ -143,7 +145,7 @@ func (f checkTLSFlags) credentials() (credentials.TransportCredentials, error) {
 func (f checkTLSFlags) config() (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.serverName}
 	if f.ca != "" {
-		pool, err := loadCertPool(f.ca)
+		pool, err := node.LoadCertPool(f.ca)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-ca: %w", err)
 		}
@@ -157,19 +159,6 @@ func (f checkTLSFlags) config() (*tls.Config, error) {
 		cfg.Certificates = []tls.Certificate{pair}
 	}
 	return cfg, nil
-}
-
-// parseDescriptor turns "k=v,k2=v2" into a descriptor.
-func parseDescriptor(arg string) (*commonv3.RateLimitDescriptor, error) {
-	d := &commonv3.RateLimitDescriptor{}
-	for _, pair := range strings.Split(arg, ",") {
-		k, v, ok := strings.Cut(pair, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("descriptor %q: want KEY=VALUE[,KEY=VALUE]", arg)
-		}
-		d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: k, Value: v})
-	}
-	return d, nil
 }
 
 func printResponse(w io.Writer, args []string, resp *rlsv3.RateLimitResponse) {

@@ -98,8 +98,8 @@ func TestSilentHTTP2ConnectionClosedTLS(t *testing.T) {
 	s := serveInProcess(t, noEnv, loopback("--grpc-first-call-timeout", "2s",
 		"--tls-cert", p.ServerCert, "--tls-key", p.ServerKey, "--tls-client-ca", p.CA)...)
 	addr := s.Addr()
-	conn := dialTLS(t, addr, p, p.Client)
-	if _, err := serverSerial(t, conn); err != nil {
+	conn := p.DialGRPC(t, addr, p.Client)
+	if _, err := pkitest.ServerSerial(t, conn); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, &tls.Config{
@@ -117,7 +117,7 @@ func TestSilentHTTP2ConnectionClosedTLS(t *testing.T) {
 	if held < 0 {
 		t.Fatal("a TLS connection that sent the preface and SETTINGS and then nothing is still open after 10 s")
 	}
-	if _, err := serverSerial(t, conn); err != nil {
+	if _, err := pkitest.ServerSerial(t, conn); err != nil {
 		t.Errorf("a TLS call on the connection that made one before, past the bound: %v", err)
 	}
 }

@@ -13,13 +13,16 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluice-rls/sluice/internal/logtest"
+	"github.com/sluice-rls/sluice/node"
 )
 
-// inProcess is one `rls serve` run in the test's own process, through run
-// as main calls it; Log holds what it writes to stdout and stderr.
+// inProcess is one `rls serve` run in the test's own process: the node
+// its flags describe, run until Stop; Log holds what it writes to stdout
+// and stderr.
 type inProcess struct {
 	t       *testing.T
 	Log     *logtest.Buffer
+	node    *node.Node // nil when the flags were refused
 	cancel  context.CancelFunc
 	done    chan error
 	stopped bool
@@ -42,7 +45,13 @@ func serveInProcess(t *testing.T, getenv func(string) string, args ...string) *i
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &inProcess{t: t, Log: &logtest.Buffer{}, cancel: cancel, done: make(chan error, 1)}
-	go func() { s.done <- run(ctx, append([]string{"serve"}, args...), s.Log, s.Log, getenv) }()
+	n, err := newNode(ctx, args, s.Log, getenv)
+	if n == nil || err != nil {
+		s.done <- err
+	} else {
+		s.node = n
+		go func() { s.done <- n.Run(ctx) }()
+	}
 	t.Cleanup(func() {
 		if s.stopped {
 			return
@@ -63,10 +72,20 @@ func (s *inProcess) Serving() map[string]any {
 	return servingLine(s.t, s.Log)
 }
 
-// Addr waits for serve's "serving" line and returns its gRPC address.
+// Addr waits until the node serves and returns its gRPC address.
 func (s *inProcess) Addr() string {
 	s.t.Helper()
-	return grpcAddr(s.t, s.Log)
+	if s.node != nil {
+		select {
+		case <-s.node.Ready():
+			return s.node.Addrs().GRPC.String()
+		case err := <-s.done:
+			s.done <- err // for Stop
+		case <-time.After(10 * time.Second):
+		}
+	}
+	s.t.Fatalf("not serving:\n%s", s.Log.String())
+	return ""
 }
 
 // Client dials Addr in plaintext; the connection closes at the test's end.
@@ -119,16 +138,6 @@ func servingLine(t *testing.T, log *logtest.Buffer) map[string]any {
 	}
 	t.Fatalf("no serving line:\n%s", log.String())
 	return nil
-}
-
-// grpcAddr waits for serve's "serving" line and returns its grpc_addr.
-func grpcAddr(t *testing.T, log *logtest.Buffer) string {
-	t.Helper()
-	a, ok := servingLine(t, log)["grpc_addr"].(string)
-	if !ok {
-		t.Fatalf("serving line without grpc_addr:\n%s", log.String())
-	}
-	return a
 }
 
 // edgeRequest is a request of one descriptor of one entry, key=value, in

@@ -4,16 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/goleak"
 
-	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -65,22 +61,6 @@ func TestRunErrors(t *testing.T) {
 				t.Errorf("usage error exits %d, want 2", exitCode(err))
 			}
 		})
-	}
-}
-
-func TestTrustCA(t *testing.T) {
-	dir := t.TempDir()
-	bad := filepath.Join(dir, "bad.pem")
-	if err := os.WriteFile(bad, []byte("not a certificate"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	plain, _ := redisbackend.ParseURL("redis://127.0.0.1:6379/0", time.Second)
-	if err := trustCA(plain, bad); err == nil || !strings.Contains(err.Error(), "TLS URL") {
-		t.Errorf("trustCA on redis://: %v, want an error asking for a TLS URL", err)
-	}
-	tlsOpts, _ := redisbackend.ParseURL("rediss://127.0.0.1:6379/0", time.Second)
-	if err := trustCA(tlsOpts, bad); err == nil || !strings.Contains(err.Error(), "no PEM") {
-		t.Errorf("trustCA with a bad bundle: %v", err)
 	}
 }
 

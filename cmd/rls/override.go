@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sluice-rls/sluice/node"
 	"github.com/sluice-rls/sluice/override"
 )
 
@@ -69,7 +70,7 @@ func overrideCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	var c overrideCLI
 	c.register(fs)
-	var req overrideRequest
+	var req node.OverrideRequest
 	var block, allow, shadow bool
 	var scale float64
 	var expires time.Duration
@@ -109,7 +110,7 @@ func overrideCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			fs.Usage()
 			return errUsage
 		}
-		var out overrideList
+		var out node.OverrideList
 		if err := c.call(ctx, http.MethodGet, "/overrides", nil, &out); err != nil {
 			return err
 		}
@@ -231,7 +232,7 @@ func readClientToken(path string) (string, error) {
 }
 
 // printOverrides prints rls override list's table.
-func printOverrides(w io.Writer, l overrideList) {
+func printOverrides(w io.Writer, l node.OverrideList) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tEFFECT\tSCOPE\tAUTHOR\tEXPIRES\tREASON")
 	for _, o := range l.Overrides {

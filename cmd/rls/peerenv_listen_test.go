@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
+	"github.com/sluice-rls/sluice/node"
 )
 
 // TestPeerEnvGRPCUDSListens: envoyproxy/ratelimit's GRPC_UDS becomes a
@@ -20,9 +21,9 @@ func TestPeerEnvGRPCUDSListens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := listen(s.GRPCAddr)
+	lis, err := node.Listen(s.GRPCAddr)
 	if err != nil {
-		t.Fatalf("listen(%q): %v", s.GRPCAddr, err)
+		t.Fatalf("Listen(%q): %v", s.GRPCAddr, err)
 	}
 	defer lis.Close()
 	if lis.Addr().Network() != "unix" || lis.Addr().String() != path {

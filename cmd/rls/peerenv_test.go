@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestServePeerEnvAndEmbeddedRules runs rls serve configured only by
@@ -67,23 +65,5 @@ func TestServePeerEnvAndEmbeddedRules(t *testing.T) {
 	}
 	if !strings.Contains(string(body), "\nratelimit_config_embedded 1\n") {
 		t.Errorf("/metrics lacks ratelimit_config_embedded 1")
-	}
-}
-
-func TestEmbeddedRulesGauge(t *testing.T) {
-	for _, embedded := range []bool{true, false} {
-		reg := prometheus.NewRegistry()
-		registerEmbeddedRules(reg, embedded)
-		want := 0.0
-		if embedded {
-			want = 1
-		}
-		mfs, err := reg.Gather()
-		if err != nil || len(mfs) != 1 || mfs[0].GetName() != "ratelimit_config_embedded" {
-			t.Fatalf("gathered %v, %v", mfs, err)
-		}
-		if got := mfs[0].GetMetric()[0].GetGauge().GetValue(); got != want {
-			t.Errorf("embedded %v: gauge %v, want %v", embedded, got, want)
-		}
 	}
 }

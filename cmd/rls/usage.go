@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-rls/sluice/node"
 	"github.com/sluice-rls/sluice/service"
 )
 
@@ -159,7 +160,7 @@ func fetch(ctx context.Context, client *http.Client, u string) ([]byte, error) {
 func (f checkTLSFlags) httpClient(addr string) (*http.Client, string, error) {
 	tr := &http.Transport{}
 	host := addr
-	if path, ok, err := unixPath(addr); err != nil {
+	if path, ok, err := node.UnixPath(addr); err != nil {
 		return nil, "", fmt.Errorf("--addr: %w", err)
 	} else if ok {
 		var d net.Dialer

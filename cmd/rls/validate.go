@@ -22,7 +22,7 @@ func validate(args []string, stdout, stderr io.Writer, getenv func(string) strin
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	cfg, err := loadRules(v.Rules, v.Paths...)
+	cfg, err := v.Rules.Load(v.Paths...)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return errors.New("invalid rule files")

@@ -3,6 +3,8 @@ package main
 import (
 	"runtime"
 	"runtime/debug"
+
+	"github.com/sluice-rls/sluice/node"
 )
 
 // Set at link time by `make build` and the Dockerfile:
@@ -13,23 +15,11 @@ var (
 	buildCommit  string
 )
 
-// buildInfo is what `rls version` prints and ratelimit_build_info exports.
-type buildInfo struct {
-	Version   string // the release tag, e.g. v1.2.3
-	Commit    string // the VCS revision the binary was built from
-	GoVersion string // the Go toolchain, e.g. go1.26.8
-}
-
-// String is the line `rls version` prints.
-func (b buildInfo) String() string {
-	return "rls " + b.Version + " (commit " + b.Commit + ", " + b.GoVersion + ")"
-}
-
 // currentBuild returns the link-time version and commit; without them, the
 // module version or VCS revision the go command recorded.
-func currentBuild() buildInfo {
+func currentBuild() node.Build {
 	info, _ := debug.ReadBuildInfo()
-	return buildInfo{
+	return node.Build{
 		Version:   versionOf(info),
 		Commit:    commitOf(info),
 		GoVersion: runtime.Version(),

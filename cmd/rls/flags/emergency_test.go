@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
+	"github.com/sluice-rls/sluice/node"
 )
 
 // TestServeEmergencyFlags: the channel is off by default; its two flags
@@ -15,12 +16,12 @@ func TestServeEmergencyFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Emergency != (flags.Emergency{}) {
+	if st.Emergency != (node.Emergency{}) {
 		t.Errorf("emergency defaults %+v, want the channel off", st.Emergency)
 	}
 	st, err = flags.ParseServe([]string{"--emergency-key", "emergency"},
 		envOf(map[string]string{"RLS_EMERGENCY_SECRET_FILE": "/etc/sluice/emergency/digests"}), io.Discard)
-	if err != nil || st.Emergency != (flags.Emergency{Key: "emergency", SecretFile: "/etc/sluice/emergency/digests"}) {
+	if err != nil || st.Emergency != (node.Emergency{Key: "emergency", SecretFile: "/etc/sluice/emergency/digests"}) {
 		t.Errorf("--emergency-key with RLS_EMERGENCY_SECRET_FILE: %+v, %v", st.Emergency, err)
 	}
 	for _, c := range []struct {

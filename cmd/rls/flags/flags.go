@@ -3,7 +3,9 @@
 // and its checks. Defaults that belong to another package (request-size
 // limits, the Redis deadline, the bucket cap, the rule-bytes cap) are read
 // from that package, never copied; enums are the owning package's types,
-// parsed through encoding.TextUnmarshaler (flag.TextVar).
+// parsed through encoding.TextUnmarshaler (flag.TextVar). The flags of
+// `rls serve` are registered onto the fields of node.Options, which owns
+// their checks (Options.Validate); Serve adds what the command alone uses.
 //
 // It is a package of its own, not part of main, so that the example tests
 // in envoy-examples can parse the examples' command lines exactly as `rls
@@ -19,150 +21,33 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/net/http/httpguts"
-
 	"github.com/sluice-rls/sluice/backend/lease"
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/fallback"
+	"github.com/sluice-rls/sluice/node"
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
 )
 
-// DefaultFallbackNodesInitial is N for the fallback share while a node has
-// not read the node registry and --fallback-nodes-initial is not set. A
-// node that never reached Redis (started during an outage, or with a wrong
-// password) does not know the fleet; assuming it is alone (N = 1) let every
-// such node admit the whole global rate. With 10, up to ten such nodes
-// together stay within the rate; a smaller fleet admits less until it
-// reaches Redis.
-const DefaultFallbackNodesInitial = 10
-
-// DefaultTracingSampleRatio is the default of --tracing-sample-ratio.
-const DefaultTracingSampleRatio = 0.01
-
-// Rules are the flags that say which rules to load and how. `rls serve`
-// and `rls validate` register the very same ones (Rules.register), so that
-// validate accepts exactly what serve would load.
-type Rules struct {
-	Config       string // rule file or directory; empty: serve loads the embedded example
-	MergeDomains bool   // rule files sharing a domain are merged instead of refused
-	MaxRuleBytes int64  // most bytes read from all rule files of one load together
-	// GrayKey is the descriptor key whose value true marks a gray request;
-	// serve removes its entries before matching, and a load warns about
-	// rules keyed on it. Empty: no gray marker.
-	GrayKey string
-}
-
-func (r *Rules) register(fs *flag.FlagSet) {
+// registerRules registers the rule-loading flags onto r.
+func registerRules(fs *flag.FlagSet, r *node.Rules) {
 	fs.StringVar(&r.Config, "config", "", "rule file or directory of *.yaml (rls serve without it: the embedded example rules)")
 	fs.BoolVar(&r.MergeDomains, "merge-domains", false, "merge rule files that share a domain instead of rejecting them")
 	fs.Int64Var(&r.MaxRuleBytes, "max-rule-bytes", ruleset.DefaultMaxRuleBytes, "most bytes read from all rule files together in one load; a larger rule set is refused")
 	fs.StringVar(&r.GrayKey, "gray-key", service.DefaultGrayKey, "descriptor key whose value true marks a gray (canary) request, which gets doubled local limits; empty: no gray marker")
 }
 
-func (r Rules) validate() error {
-	if r.MaxRuleBytes < 1 {
-		return fmt.Errorf("--max-rule-bytes must be ≥ 1, not %d", r.MaxRuleBytes)
-	}
-	return nil
-}
-
-// Serve are the flags of `rls serve`. Every flag has an environment
-// variable RLS_<FLAG> (dashes become underscores, upper case); a flag given
-// on the command line wins over its variable.
+// Serve are the flags of `rls serve`: the node's options, and what the
+// command itself uses (the logger's level and format, the refusal of the
+// embedded rules in Kubernetes, envoyproxy/ratelimit's variables). Every
+// flag has an environment variable RLS_<FLAG> (dashes become underscores,
+// upper case); a flag given on the command line wins over its variable.
 type Serve struct {
-	GRPCAddr string
-	HTTPAddr string
-	Rules        // --config, --merge-domains, --max-rule-bytes, --gray-key
-	XDS      XDS // --xds-*: the rules from an xDS management server instead of files
-	// Overrides: --admin-token-file, --override-file, --override-resync.
-	Overrides Overrides
+	node.Options
 
-	// The admin listener: /json and /debug/pprof/, which spend tokens or
-	// expose internals. Loopback by default; TLS (and mTLS) as gRPC when
-	// --tls-cert is set. Empty: not served.
-	AdminAddr        string
-	JSONNegativeHits bool // accept is_negative_hits on /json (refills buckets)
-
-	// Connection limits, so that slow or idle clients cannot hold the
-	// descriptors new gRPC calls need. 0 turns an HTTP limit off.
-	HTTPReadTimeout      time.Duration // a whole request, headers and body
-	HTTPWriteTimeout     time.Duration // a response (pprof profiles get their duration on top)
-	HTTPIdleTimeout      time.Duration // a keep-alive connection between requests
-	HTTPMaxConns         int           // open connections per HTTP listener (HTTP and admin)
-	GRPCHandshakeTimeout time.Duration // TLS and HTTP/2 preface of a new connection
-	GRPCMaxConnIdle      time.Duration // a connection without a call for this long gets GOAWAY; 0: never
-	GRPCMaxConnAge       time.Duration // a connection this old gets GOAWAY, so clients rebalance; 0: never
-	GRPCMaxConnAgeGrace  time.Duration // calls in flight at --grpc-max-conn-age may finish within this
-	GRPCKeepaliveMinTime time.Duration // clients pinging more often are disconnected
-	GRPCMaxConns         int           // open connections on the gRPC listener; more wait in the backlog (0: no cap)
-	GRPCFirstCallTimeout time.Duration // a connection that starts no call within this is closed (0: never)
-
-	Redis        string
-	RedisCA      string // PEM bundle trusted for rediss:// (default: the system roots)
-	RedisTLSCert string // client certificate (PEM) presented to a TLS Redis
-	RedisTLSKey  string // its private key (PEM)
-	RedisTimeout time.Duration
-	RedisFailure fallback.Mode
-	// Consistency is the global buckets' consistency when a rule does not
-	// set one (rate_limit.consistency).
-	Consistency bucket.Consistency
-	// LeasePeriod is how long a node keeps unused leased tokens.
-	LeasePeriod   time.Duration
-	FallbackNodes int
-	// FallbackNodesInitial is N until the node has read the node registry
-	// (0: DefaultFallbackNodesInitial).
-	FallbackNodesInitial int
-
-	Emergency Emergency // --emergency-key, --emergency-secret-file
-
-	Shadow           bool
-	QuotaMode        bool // every rule a quota (envoyproxy/ratelimit's quota mode)
-	ResponseMetadata bool // the response's dynamic_metadata, as the peer's RESPONSE_DYNAMIC_METADATA
-	RateLimitHeaders bool
-	// Names of the draft-03 headers of --ratelimit-headers.
-	HeaderLimit, HeaderRemaining, HeaderReset string
-	// RefusalDetails adds retry-after, x-ratelimit-* and the JSON body to
-	// refusals; off, a refusal is answered as envoyproxy/ratelimit's.
-	RefusalDetails bool
-
-	MaxDescriptors int
-	MaxEntries     int
-	MaxValueBytes  int
-	MaxBuckets     int
-	// MaxMetricValues caps the rule labels carrying request values.
-	MaxMetricValues int
-
-	LogLevel    slog.Level
-	LogFormat   LogFormat
-	LogRefusals int
-	// TopRefused is the counters per rule and minute of the top-K of
-	// refused values (GET /usage/top); 0: off.
-	TopRefused int
-	Pprof      bool
-
-	TLSCert     string
-	TLSKey      string
-	TLSClientCA string
-	// TLSClientSAN is a comma-separated list: with mTLS, a client
-	// certificate must carry one of these names (DNS, IP or URI SAN).
-	TLSClientSAN string
-	// AdminTLSClientCA and AdminTLSClientSAN are the admin listener's
-	// own: operators' client certificates, never Envoy's.
-	AdminTLSClientCA  string
-	AdminTLSClientSAN string
-
-	DrainTimeout time.Duration
-
-	// OpenTelemetry tracing over OTLP/gRPC: off while TracingEndpoint is
-	// empty. TracingSampleRatio samples root traces; a request Envoy sent
-	// with a sampled traceparent is always traced.
-	TracingEndpoint    string
-	TracingSampleRatio float64
-	TracingInsecure    bool
-
+	LogLevel  slog.Level
+	LogFormat LogFormat
 	// ExampleRules lets rls serve run without --config in Kubernetes,
 	// serving the embedded example rules.
 	ExampleRules bool
@@ -170,12 +55,7 @@ type Serve struct {
 	// variables; PeerNotes are the lines to log about them at start.
 	PeerEnv   PeerEnvMode
 	PeerNotes []PeerNote
-	Audit     Audit // the audit trail's Redis stream
 }
-
-// maxTopRefused bounds --top-refused: each counter may hold a value of up
-// to --max-value-bytes, for every tracked rule and minute.
-const maxTopRefused = 256
 
 // ParseServe parses the flags of `rls serve` from args, taking defaults from
 // the environment through getenv. Every error is also printed to out (the
@@ -204,11 +84,11 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.IntVar(&s.GRPCMaxConns, "grpc-max-conns", 4096, "gRPC: most open connections on the listener; more wait in the kernel's backlog (0: no cap). Envoy opens about one connection per worker thread to each replica, so 4096 is ~500 Envoys of 8 workers; each connection is a file descriptor, keep the cap below the process' limit")
 	fs.DurationVar(&s.GRPCFirstCallTimeout, "grpc-first-call-timeout", 5*time.Second, "gRPC: close a new connection that starts no call within this (after TLS and the HTTP/2 preface); Envoy sends its first call at once (0: never, for clients that connect ahead of calls)")
 	fs.DurationVar(&s.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", 10*time.Second, "gRPC: clients may send keepalive pings this often, with or without calls; faster ones are disconnected")
-	s.Rules.register(fs)
-	s.XDS.register(fs)
-	s.Emergency.register(fs)
-	s.Audit.register(fs)
-	s.Overrides.register(fs)
+	registerRules(fs, &s.Rules)
+	registerXDS(fs, &s.XDS)
+	registerEmergency(fs, &s.Emergency)
+	registerAudit(fs, &s.Audit)
+	registerOverrides(fs, &s.Overrides)
 	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, unix:///path/redis.sock, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
 	fs.StringVar(&s.RedisCA, "redis-ca", "", "CA bundle (PEM) to verify Redis' TLS certificate with rediss:// (default: the system roots)")
 	fs.StringVar(&s.RedisTLSCert, "redis-tls-cert", "", "client certificate (PEM) presented to Redis over TLS (Redis' tls-auth-clients); read again when the file changes")
@@ -218,7 +98,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.TextVar(&s.Consistency, "consistency", lease.DefaultConsistency, "`mode` of global buckets whose rule sets no consistency: exact (Redis decides every request) or leased (nodes decide from tokens leased from Redis; docs/design.md)")
 	fs.DurationVar(&s.LeasePeriod, "lease-period", lease.DefaultPeriod, "how long a node keeps unused tokens leased from a global bucket before giving them back; a lease is at most what the limit refills in this time")
 	fs.IntVar(&s.FallbackNodes, "fallback-nodes", 0, "node count N for the fallback share rate/N (0: live count from Redis heartbeats)")
-	fs.IntVar(&s.FallbackNodesInitial, "fallback-nodes-initial", 0, fmt.Sprintf("N for the fallback share until this node has read the node registry, e.g. the most replicas (0: %d)", DefaultFallbackNodesInitial))
+	fs.IntVar(&s.FallbackNodesInitial, "fallback-nodes-initial", 0, fmt.Sprintf("N for the fallback share until this node has read the node registry, e.g. the most replicas (0: %d)", node.DefaultFallbackNodesInitial))
 	fs.BoolVar(&s.Shadow, "shadow", false, "shadow mode for every rule: decide and count, always answer OK")
 	fs.BoolVar(&s.QuotaMode, "quota-mode", false, "quota mode for every rule: a request is refused only when all its limited descriptors are (as a rule's quota_mode)")
 	fs.BoolVar(&s.ResponseMetadata, "response-metadata", false, "set the response's dynamic metadata: domain, descriptors, hits_addend and the metadata of the rules answered OK")
@@ -235,7 +115,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.TextVar(&s.LogLevel, "log-level", slog.LevelInfo, "least `level` logged: debug | info | warn | error")
 	fs.TextVar(&s.LogFormat, "log-format", LogText, "log line `format`: "+formatList())
 	fs.IntVar(&s.LogRefusals, "log-refusals", 100, "log one refused request in N, with domain, rule and descriptor values (0: none)")
-	fs.IntVar(&s.TopRefused, "top-refused", service.DefaultTopRefused, fmt.Sprintf("keep the values refused most per rule over the last %d minutes, this many per rule and minute, for /usage/top on the admin address; values may be personal data (0: off, at most %d)", service.TopRefusedMinutes, maxTopRefused))
+	fs.IntVar(&s.TopRefused, "top-refused", service.DefaultTopRefused, fmt.Sprintf("keep the values refused most per rule over the last %d minutes, this many per rule and minute, for /usage/top on the admin address; values may be personal data (0: off, at most %d)", service.TopRefusedMinutes, node.MaxTopRefused))
 	fs.BoolVar(&s.Pprof, "pprof", false, "serve /debug/pprof/ on the admin address (--admin-addr)")
 	fs.StringVar(&s.TLSCert, "tls-cert", "", "gRPC (and admin) server certificate (PEM); enables TLS; read again when the files change")
 	fs.StringVar(&s.TLSKey, "tls-key", "", "gRPC server private key (PEM)")
@@ -245,7 +125,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.StringVar(&s.AdminTLSClientSAN, "admin-tls-client-san", "", "with --admin-tls-client-ca, comma-separated names an operator's certificate must carry one of, as --tls-client-san (default: any certificate that CA signed)")
 	fs.DurationVar(&s.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
 	fs.StringVar(&s.TracingEndpoint, "tracing-endpoint", "", "OpenTelemetry collector (OTLP/gRPC) host:port to send traces to (default: tracing off)")
-	fs.Float64Var(&s.TracingSampleRatio, "tracing-sample-ratio", DefaultTracingSampleRatio, "share of requests traced when Envoy sent no trace context, in [0, 1]; Envoy's sampling decision wins when it sent one")
+	fs.Float64Var(&s.TracingSampleRatio, "tracing-sample-ratio", node.DefaultTracingSampleRatio, "share of requests traced when Envoy sent no trace context, in [0, 1]; Envoy's sampling decision wins when it sent one")
 	fs.BoolVar(&s.TracingInsecure, "tracing-insecure", false, "send traces without TLS (plaintext gRPC) to --tracing-endpoint")
 	fs.BoolVar(&s.ExampleRules, "example-rules", false, "without --config, serve the embedded example rules even in Kubernetes (KUBERNETES_SERVICE_HOST set), where rls serve refuses to otherwise")
 	fs.TextVar(&s.PeerEnv, "peer-env", PeerEnvMap, "`mode` for envoyproxy/ratelimit's environment variables (REDIS_URL, RUNTIME_ROOT, ...): map (use those that mean the same as a flag, refuse the others) | refuse (refuse to start while any is set) | ignore (log a warning for each)")
@@ -257,7 +137,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	if fs.NArg() > 0 {
 		err = fmt.Errorf("serve takes no arguments, got %q", fs.Args())
 	} else if s.PeerNotes, err = applyPeerEnv(fs, s.PeerEnv, getenv, explicitFlags(fs, getenv)); err == nil {
-		err = s.validate()
+		err = s.Validate()
 	}
 	if err == nil && s.Config == "" && s.XDS.Server == "" && !s.ExampleRules && getenv("KUBERNETES_SERVICE_HOST") != "" {
 		err = errExampleRulesInKubernetes
@@ -285,7 +165,7 @@ func explicitFlags(fs *flag.FlagSet, getenv func(string) string) map[string]bool
 
 // Validate are the flags and arguments of `rls validate`.
 type Validate struct {
-	Rules // the same loading flags as rls serve
+	node.Rules // the same loading flags as rls serve
 	// Strict makes warnings failures: what envoyproxy/ratelimit loads but
 	// sluice finds suspect (descriptors.Config.Warnings), for CI.
 	Strict bool
@@ -322,14 +202,14 @@ func ParseValidate(args []string, getenv func(string) string, out io.Writer) (Va
 		fmt.Fprint(out, validateUsage)
 		fs.PrintDefaults()
 	}
-	v.Rules.register(fs)
+	registerRules(fs, &v.Rules)
 	fs.BoolVar(&v.Strict, "strict", false, "fail (exit 1) on warnings too, not only on errors: for CI")
 	if err := parse(fs, args, getenv); err != nil {
 		return v, err
 	}
 	configFlag := false // --config on the command line, not from RLS_CONFIG
 	fs.Visit(func(f *flag.Flag) { configFlag = configFlag || f.Name == "config" })
-	err := v.validate()
+	err := v.Rules.Validate()
 	switch {
 	case err != nil:
 	case fs.NArg() > 0 && configFlag:
@@ -375,77 +255,6 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 // RLS_REDIS_TIMEOUT.
 func EnvName(flagName string) string {
 	return "RLS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-func (s Serve) validate() error {
-	if err := s.Rules.validate(); err != nil {
-		return err
-	}
-	if err := s.XDS.validate(s.Config); err != nil {
-		return err
-	}
-	if err := s.Emergency.validate(s.GrayKey); err != nil {
-		return err
-	}
-	if err := s.Audit.validate(); err != nil {
-		return err
-	}
-	if err := s.Overrides.validate(s.Redis); err != nil {
-		return err
-	}
-	if s.RedisTimeout <= 0 {
-		return fmt.Errorf("--redis-timeout must be positive, not %v", s.RedisTimeout)
-	}
-	for _, h := range []struct{ flag, name string }{
-		{"--ratelimit-header-limit", s.HeaderLimit},
-		{"--ratelimit-header-remaining", s.HeaderRemaining},
-		{"--ratelimit-header-reset", s.HeaderReset},
-	} {
-		if !httpguts.ValidHeaderFieldName(h.name) {
-			return fmt.Errorf("%s: %q is not a valid HTTP header name", h.flag, h.name)
-		}
-	}
-	if (s.TLSCert == "") != (s.TLSKey == "") {
-		return fmt.Errorf("--tls-cert and --tls-key go together")
-	}
-	if s.TLSClientCA != "" && s.TLSCert == "" {
-		return fmt.Errorf("--tls-client-ca needs --tls-cert and --tls-key")
-	}
-	if s.TLSClientSAN != "" && (s.TLSClientCA == "" || strings.Trim(s.TLSClientSAN, ", ") == "") {
-		return fmt.Errorf("--tls-client-san needs --tls-client-ca and at least one name")
-	}
-	if s.AdminTLSClientCA != "" && s.TLSCert == "" {
-		return fmt.Errorf("--admin-tls-client-ca needs --tls-cert and --tls-key (the admin address serves TLS with that certificate)")
-	}
-	if s.AdminTLSClientCA != "" && s.AdminAddr == "" {
-		return fmt.Errorf("--admin-tls-client-ca needs --admin-addr")
-	}
-	if s.AdminTLSClientSAN != "" && (s.AdminTLSClientCA == "" || strings.Trim(s.AdminTLSClientSAN, ", ") == "") {
-		return fmt.Errorf("--admin-tls-client-san needs --admin-tls-client-ca and at least one name")
-	}
-	if (s.RedisTLSCert == "") != (s.RedisTLSKey == "") {
-		return fmt.Errorf("--redis-tls-cert and --redis-tls-key go together")
-	}
-	if s.RedisTLSCert != "" && s.Redis == "" {
-		return fmt.Errorf("--redis-tls-cert needs --redis")
-	}
-	if s.HTTPReadTimeout < 0 || s.HTTPWriteTimeout < 0 || s.HTTPIdleTimeout < 0 || s.HTTPMaxConns < 0 || s.GRPCMaxConnIdle < 0 || s.GRPCKeepaliveMinTime < 0 || s.GRPCMaxConnAge < 0 || s.GRPCMaxConnAgeGrace < 0 || s.GRPCMaxConns < 0 || s.GRPCFirstCallTimeout < 0 {
-		return fmt.Errorf("--http-*-timeout, --http-max-conns, --grpc-max-conns, --grpc-first-call-timeout, --grpc-max-conn-idle, --grpc-max-conn-age(-grace) and --grpc-keepalive-min-time must be ≥ 0")
-	}
-	if s.GRPCHandshakeTimeout <= 0 {
-		return fmt.Errorf("--grpc-handshake-timeout must be positive, not %v", s.GRPCHandshakeTimeout)
-	}
-	if !(s.TracingSampleRatio >= 0 && s.TracingSampleRatio <= 1) {
-		return fmt.Errorf("--tracing-sample-ratio must be in [0, 1], not %v", s.TracingSampleRatio)
-	}
-	if s.TopRefused < 0 || s.TopRefused > maxTopRefused {
-		return fmt.Errorf("--top-refused must be in [0, %d], not %d", maxTopRefused, s.TopRefused)
-	}
-	if s.FallbackNodes < 0 || s.FallbackNodesInitial < 0 || s.MaxDescriptors < 1 || s.MaxEntries < 1 || s.MaxValueBytes < 1 || s.MaxBuckets < 1 ||
-		s.MaxMetricValues < 1 || s.LogRefusals < 0 {
-		return fmt.Errorf("--fallback-nodes, --fallback-nodes-initial and --log-refusals must be ≥ 0 and --max-* flags ≥ 1")
-	}
-	return nil
 }
 
 // modeList is the --redis-failure values for the help text.

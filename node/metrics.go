@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,7 +27,7 @@ func registerFullRefusals(reg prometheus.Registerer, name string, count func() u
 
 // registerBuildInfo exports ratelimit_build_info{version,commit,goversion},
 // always 1: the build of the running binary, for joins and dashboards.
-func registerBuildInfo(reg prometheus.Registerer, b buildInfo) {
+func registerBuildInfo(reg prometheus.Registerer, b Build) {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "ratelimit_build_info",
 		Help: "Build of the running rls binary (always 1): release version, VCS commit and Go version.",

@@ -1,8 +1,6 @@
-package main
+package node
 
 import (
-	"bytes"
-	"context"
 	"crypto/tls"
 	"io"
 	"log/slog"
@@ -17,29 +15,19 @@ import (
 
 	"github.com/sluice-rls/sluice/descriptors"
 	"github.com/sluice-rls/sluice/internal/logtest"
-	"github.com/sluice-rls/sluice/internal/pkitest"
 	"github.com/sluice-rls/sluice/override"
 	"github.com/sluice-rls/sluice/ruleset"
 )
 
-const adminRules = `domain: edge
-descriptors:
-  - key: user_id
-    rate_limit: {unit: second, requests_per_unit: 10}
-  - key: login
-    protected: true
-    rate_limit: {unit: minute, requests_per_unit: 5}
-`
+// adminRules has a rule overrides may loosen and a protected one; the
+// override CLI's tests in cmd/rls serve it too.
+const adminRules = "testdata/admin-rules.yaml"
 
 // adminServer serves /overrides of a memory-only Manager with auth on an
 // httptest server (TLS requiring client certificates when tlsCfg is set).
 func adminServer(t *testing.T, auth *adminAuth, tlsCfg *tls.Config) (*httptest.Server, *overrides) {
 	t.Helper()
-	f, err := descriptors.Parse("r.yaml", []byte(adminRules))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := descriptors.New([]*descriptors.File{f}, descriptors.Options{})
+	cfg, err := ruleset.LoadPaths([]string{adminRules}, descriptors.Options{}, ruleset.DefaultMaxRuleBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,32 +109,6 @@ func TestOverridesNeedAToken(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
-
-	// The CLI, in-process, with carol's token.
-	ctok := filepath.Join(dir, "carol")
-	writeTokens(t, ctok, "carol-token-0123456789abc\n")
-	addr := strings.TrimPrefix(srv.URL, "http://")
-	var out, errOut bytes.Buffer
-	if err := run(context.Background(), []string{"override", "rm", "--addr", addr, "--token-file", ctok, "--reason", "promo over", l[0].ID}, &out, &errOut, noEnv); err != nil {
-		t.Fatalf("rls override rm: %v\n%s", err, errOut.String())
-	}
-	out.Reset()
-	err = run(context.Background(), []string{"override", "set", "--addr", addr, "--token-file", ctok, "--domain", "edge", "--value", "api_key=leaked", "--block", "--reason", "worm"}, &out, &errOut, noEnv)
-	if err != nil || !strings.Contains(out.String(), "block on domain edge where api_key=leaked, by carol") {
-		t.Errorf("rls override set --block: %v, printed %q", err, out.String())
-	}
-	err = run(context.Background(), []string{"override", "set", "--addr", addr, "--token-file", ctok, "--domain", "edge", "--rule", "edge.login", "--scale", "2", "--reason", "r"}, &out, &errOut, noEnv)
-	if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), "protected rule edge.login: cannot be scaled above 1") {
-		t.Errorf("rls override set --scale 2 on a protected rule: %v (exit %d), want refused, exit 1", err, exitCode(err))
-	}
-	out.Reset()
-	if err := run(context.Background(), []string{"override", "list", "--addr", addr, "--token-file", ctok}, &out, &errOut, noEnv); err != nil ||
-		!strings.Contains(out.String(), "api_key=leaked") {
-		t.Errorf("rls override list: %v, printed %q", err, out.String())
-	}
-	if err := run(context.Background(), []string{"override", "list", "--addr", addr}, &out, &errOut, noEnv); err == nil || exitCode(err) != 2 {
-		t.Errorf("rls override list without a token: %v, want exit 2", err)
-	}
 }
 
 func TestTokenFileErrors(t *testing.T) {
@@ -178,24 +140,6 @@ func TestOverridesOffWithoutAuth(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(msg), "--admin-token-file") {
 		t.Errorf("GET /overrides without auth configured: %d %s, want 404 saying how to turn it on", resp.StatusCode, msg)
-	}
-}
-
-// TestOverridesAuthorFromClientCertificate: with mTLS and no token file,
-// the verified client certificate authenticates, its subject the author.
-func TestOverridesAuthorFromClientCertificate(t *testing.T) {
-	pki := pkitest.New(t)
-	auth, _ := newAdminAuth("", true, discardLogger(), prometheus.NewRegistry())
-	srv, o := adminServer(t, auth, &tls.Config{Certificates: []tls.Certificate{pki.Server}, ClientCAs: pki.Roots, ClientAuth: tls.RequireAndVerifyClientCert})
-	addr := strings.TrimPrefix(srv.URL, "https://")
-	var out, errOut bytes.Buffer
-	err := run(context.Background(), []string{"override", "set", "--addr", addr, "--tls-ca", pki.CA, "--tls-cert", pki.ClientCert, "--tls-key", pki.ClientKey,
-		"--tls-server-name", pkitest.ServerName, "--domain", "edge", "--shadow", "--reason", "drill", "--expires", "1h"}, &out, &errOut, noEnv)
-	if err != nil {
-		t.Fatalf("rls override set over mTLS: %v\n%s", err, errOut.String())
-	}
-	if l := o.mgr.List(); len(l) != 1 || l[0].Author != "envoy" {
-		t.Errorf("List() = %v, want one override by envoy (the certificate's CN)", l)
 	}
 }
 

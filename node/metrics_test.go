@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"slices"
@@ -73,5 +73,34 @@ func TestDecisionHistogramBuckets(t *testing.T) {
 	}
 	if !slices.Contains(bounds, 0.01) || bounds[len(bounds)-1] < 0.05 {
 		t.Errorf("bounds %v: want 0.01 (the alert's threshold) and a top bound of at least 50 ms", bounds)
+	}
+}
+
+func TestRegisterBuildInfo(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	registerBuildInfo(reg, Build{Version: "v1.2.3", Commit: "0123abcd", GoVersion: "go1.26.8"})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mfs) != 1 || mfs[0].GetName() != "ratelimit_build_info" || mfs[0].GetType().String() != "GAUGE" || len(mfs[0].GetMetric()) != 1 {
+		t.Fatalf("gathered %v, want one ratelimit_build_info gauge", mfs)
+	}
+	m := mfs[0].GetMetric()[0]
+	labels := map[string]string{}
+	for _, l := range m.GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	want := map[string]string{"version": "v1.2.3", "commit": "0123abcd", "goversion": "go1.26.8"}
+	if len(labels) != len(want) {
+		t.Errorf("labels %v, want %v", labels, want)
+	}
+	for k, v := range want {
+		if labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, labels[k], v)
+		}
+	}
+	if v := m.GetGauge().GetValue(); v != 1 {
+		t.Errorf("ratelimit_build_info = %v, want 1", v)
 	}
 }

@@ -1,7 +1,8 @@
-package main
+package node
 
 import (
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 )
 
 // http2Preface is the length of the client connection preface
@@ -185,4 +187,55 @@ func (c *firstCallConn) follow(b []byte) {
 func (c *firstCallConn) Close() error {
 	c.timer.Stop()
 	return c.Conn.Close()
+}
+
+// Server-side keepalive: a connection without any frame for
+// keepaliveTime is pinged, and closed if the ping is not answered within
+// keepaliveTimeout, so connections of vanished clients do not linger.
+const (
+	keepaliveTime    = time.Minute
+	keepaliveTimeout = 20 * time.Second
+)
+
+// grpcConnLimits bounds what a connection may hold on the gRPC port: the
+// handshake (TLS and HTTP/2 preface), time without calls, and keepalive
+// pings (clients pinging faster than --grpc-keepalive-min-time get GOAWAY).
+// None of them touches a call in flight.
+func grpcConnLimits(st Options) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ConnectionTimeout(st.GRPCHandshakeTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     st.GRPCMaxConnIdle,     // 0: never
+			MaxConnectionAge:      st.GRPCMaxConnAge,      // 0: never (grpc-go's default)
+			MaxConnectionAgeGrace: st.GRPCMaxConnAgeGrace, // 0: no bound
+			Time:                  keepaliveTime,
+			Timeout:               keepaliveTimeout,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             st.GRPCKeepaliveMinTime,
+			PermitWithoutStream: true,
+		}),
+	}
+}
+
+// streamWorkers sizes gRPC's worker pool: callers block on Redis, so it
+// needs about as many workers as concurrent calls; beyond the pool, gRPC
+// starts a goroutine per call as it would without one.
+func streamWorkers() uint32 { return uint32(64 * runtime.GOMAXPROCS(0)) }
+
+// stopGRPC lets in-flight calls finish for up to timeout, then cuts the rest.
+func stopGRPC(s *grpc.Server, timeout time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		s.GracefulStop()
+		close(done)
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.Stop()
+		<-done
+	}
 }

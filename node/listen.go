@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"errors"
@@ -16,10 +16,10 @@ import (
 // volume holding the socket.
 const socketMode fs.FileMode = 0o660
 
-// unixPath returns the socket path of a unix: address, in grpc-go's target
+// UnixPath returns the socket path of a unix: address, in grpc-go's target
 // syntax: unix:path (relative or absolute) or unix:///absolute/path. ok is
 // false for any other address (host:port).
-func unixPath(addr string) (path string, ok bool, err error) {
+func UnixPath(addr string) (path string, ok bool, err error) {
 	rest, ok := strings.CutPrefix(addr, "unix:")
 	if !ok {
 		return "", false, nil
@@ -37,13 +37,13 @@ func unixPath(addr string) (path string, ok bool, err error) {
 	return rest, true, nil
 }
 
-// listen opens a TCP listener on host:port, or a unix socket for unix:path
+// Listen opens a TCP listener on host:port, or a unix socket for unix:path
 // or unix:///path. A socket file left at the path by a process that died
 // is removed first; anything else there (a regular file, a socket another
 // process serves on) is an error, never deleted. The socket gets
 // socketMode, and closing the listener removes it.
-func listen(addr string) (net.Listener, error) {
-	path, ok, err := unixPath(addr)
+func Listen(addr string) (net.Listener, error) {
+	path, ok, err := UnixPath(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -88,4 +88,16 @@ func removeStaleSocket(path string) error {
 		return fmt.Errorf("removing stale socket: %w", err)
 	}
 	return nil
+}
+
+// isLoopback reports whether addr is reachable from this host alone: a
+// TCP address on a loopback IP, or a unix socket.
+func isLoopback(addr net.Addr) bool {
+	switch a := addr.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	return false
 }

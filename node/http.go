@@ -1,15 +1,17 @@
-package main
+package node
 
 import (
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 
-	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
 	"github.com/sluice-rls/sluice/xds"
@@ -74,7 +76,7 @@ func newHTTPMux(globalState func() string, store *ruleset.Store, reg *prometheus
 // and (with --json-negative-hits) returns tokens; /usage and /usage/top,
 // which read buckets and the values refused most (values may be personal
 // data); and, when enabled, /debug/pprof/.
-func newAdminMux(srv *service.Server, st flags.Serve) *http.ServeMux {
+func newAdminMux(srv *service.Server, st Options) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/json", srv.JSONHandler(service.JSONOptions{AllowNegativeHits: st.JSONNegativeHits}))
 	mux.Handle("/usage", srv.UsageHandler())
@@ -91,4 +93,28 @@ func newAdminMux(srv *service.Server, st flags.Serve) *http.ServeMux {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// newHTTPServer returns a server for the HTTP or admin listener with the
+// --http-*-timeout limits, logging its errors (accept failures, TLS
+// handshakes) through log.
+func newHTTPServer(h http.Handler, st Options, log *slog.Logger) *http.Server {
+	return &http.Server{
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Handler:     h,
+		ReadTimeout: st.HTTPReadTimeout, // also the header timeout
+		// pprof's profile and trace add their duration to it.
+		WriteTimeout: st.HTTPWriteTimeout,
+		IdleTimeout:  st.HTTPIdleTimeout,
+	}
+}
+
+// limitConns caps the connections open at once on lis (0: no cap): the
+// others wait in the kernel's accept backlog, holding no descriptor of
+// this process.
+func limitConns(lis net.Listener, n int) net.Listener {
+	if n <= 0 {
+		return lis
+	}
+	return netutil.LimitListener(lis, n)
 }

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/emergency"
 	"github.com/sluice-rls/sluice/service"
 )
@@ -16,7 +15,7 @@ import (
 // changes, until ctx is done. Nil when the channel is off. A file that
 // cannot be read or parsed at start is an error: the channel an operator
 // asked for does not silently start without its secrets.
-func startEmergency(ctx context.Context, st flags.Emergency, log *slog.Logger, reg prometheus.Registerer) (service.EmergencySecrets, error) {
+func startEmergency(ctx context.Context, st Emergency, log *slog.Logger, reg prometheus.Registerer) (service.EmergencySecrets, error) {
 	if st.Key == "" {
 		return nil, nil
 	}

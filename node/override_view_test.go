@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"bytes"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rls/sluice/audit"
 	"github.com/sluice-rls/sluice/override"
 )
 
@@ -77,37 +76,6 @@ func get(t *testing.T, url, token string) string {
 		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b.String())
 	}
 	return b.String()
-}
-
-// TestOverrideListEscapesText: rls override list (and set's and rm's
-// line) prints reasons, authors and values escaped: no newline, carriage
-// return or ANSI escape reaches the terminal raw (on main the reason was
-// printed as it came).
-func TestOverrideListEscapesText(t *testing.T) {
-	evil := "ok\n\x1b[2J\x1b[31mFAKE ROW\r"
-	l := overrideList{
-		Overrides: []override.Override{{ID: "abc", Domain: "edge", Value: "user_id=\x1b[1mx", Kind: override.KindBlock, Reason: evil, Author: "eve\x1b]0;t\x07"}},
-		Malformed: []override.Malformed{{ID: "x\x1b[1m", Err: "bad\nline"}},
-		Store:     "redis", StoreHealthy: true,
-	}
-	var out bytes.Buffer
-	printOverrides(&out, l)
-	got := out.String()
-	if strings.ContainsAny(got, "\x1b\r\x07") || strings.Count(got, "\n") != 3 {
-		t.Errorf("rls override list printed raw control characters:\n%q", got)
-	}
-	for _, want := range []string{`"ok\n\x1b[2J\x1b[31mFAKE ROW\r"`, `"eve\x1b]0;t\a"`, `"block"`[1:6], `"bad\nline"`} {
-		if !strings.Contains(got, want) {
-			t.Errorf("rls override list:\n%s\nwant %s", got, want)
-		}
-	}
-	if s := l.Overrides[0].String(); strings.ContainsAny(s, "\x1b\r\n\x07") {
-		t.Errorf("Override.String() = %q: raw control characters", s)
-	}
-	line := auditLine(audit.Event{Kind: audit.KindOverrideSet, Author: "eve\x1b[2J", Reason: "r\r", Changes: []audit.Change{{What: "domain edge where user_id=\x1b[1m", Old: "", New: "block"}}})
-	if strings.ContainsAny(line, "\x1b\r") {
-		t.Errorf("rls audit line %q: raw control characters", line)
-	}
 }
 
 // TestAdminRefusesFarLoosening: POST /overrides refuses an allow expiring

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -17,7 +17,6 @@ import (
 	"github.com/sluice-rls/sluice/backend/lease"
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/fallback"
 )
 
@@ -37,22 +36,22 @@ const (
 
 // newRedisGlobal connects the global layer to --redis, wrapped in the
 // fail-open switch: a memory fallback enforcing this node's share, the
-// node registry that gives N, and the probe.
-// It also returns the client, for the audit stream, and its options, for
-// the runtime overrides' own client (pub/sub holds a connection).
-func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (*fallback.Limiter, goredis.UniversalClient, *goredis.UniversalOptions, func(), error) {
+// node registry that gives N, and the probe. The layer keeps the client,
+// for the audit stream, and its options, for the runtime overrides' own
+// client (pub/sub holds a connection).
+func newRedisGlobal(ctx context.Context, st Options, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (globalLayer, error) {
 	opts, err := redisbackend.ParseURL(st.Redis, st.RedisTimeout)
 	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("--redis: %w", err)
+		return globalLayer{}, fmt.Errorf("--redis: %w", err)
 	}
 	if st.RedisCA != "" {
-		if err := trustCA(opts, st.RedisCA); err != nil {
-			return nil, nil, nil, nil, err
+		if err := TrustCA(opts, st.RedisCA); err != nil {
+			return globalLayer{}, err
 		}
 	}
 	if st.RedisTLSCert != "" {
 		if err := useRedisClientCert(opts, st, clockwork.NewRealClock(), log, reg); err != nil {
-			return nil, nil, nil, nil, err
+			return globalLayer{}, err
 		}
 	}
 	// go-redis logs through a package-level logger; route it to ours so its
@@ -119,7 +118,7 @@ func newRedisGlobal(ctx context.Context, st flags.Serve, log *slog.Logger, reg p
 		lim.Close() // fails what is queued, waits for calls in flight
 		_ = client.Close()
 	}
-	return sw, client, opts, closeAll, nil
+	return globalLayer{limiter: sw, sw: sw, redis: client, close: closeAll, redisOpts: opts}, nil
 }
 
 // Sources of N, the values of ratelimit_fallback_nodes' source label.
@@ -127,7 +126,7 @@ const (
 	nodesFromFlag     = "flag"     // --fallback-nodes pins N
 	nodesFromRegistry = "registry" // the live count from heartbeats
 	nodesFromInitial  = "initial"  // --fallback-nodes-initial, before the registry
-	nodesFromDefault  = "default"  // flags.DefaultFallbackNodesInitial, before the registry
+	nodesFromDefault  = "default"  // DefaultFallbackNodesInitial, before the registry
 )
 
 // nodeCounter is the node registry as fallbackNodes reads it.
@@ -139,7 +138,7 @@ type nodeCounter interface {
 // fallbackNodes chooses N, the node count of the fallback share rate/N:
 // --fallback-nodes when set; otherwise the registry's live count once a
 // heartbeat has succeeded; before that --fallback-nodes-initial, or
-// flags.DefaultFallbackNodesInitial. N is never 1 merely because Redis was never reached.
+// DefaultFallbackNodesInitial. N is never 1 merely because Redis was never reached.
 type fallbackNodes struct {
 	pinned, initial int
 	registry        nodeCounter
@@ -155,7 +154,7 @@ func (f fallbackNodes) count() (int, string) {
 	case f.initial > 0:
 		return f.initial, nodesFromInitial
 	default:
-		return flags.DefaultFallbackNodesInitial, nodesFromDefault
+		return DefaultFallbackNodesInitial, nodesFromDefault
 	}
 }
 
@@ -189,9 +188,9 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.Debug("go-redis: " + fmt.Sprintf(format, v...))
 }
 
-// trustCA makes a rediss:// connection verify Redis' certificate against
+// TrustCA makes a rediss:// connection verify Redis' certificate against
 // the PEM bundle in file instead of the system roots.
-func trustCA(opts *goredis.UniversalOptions, file string) error {
+func TrustCA(opts *goredis.UniversalOptions, file string) error {
 	if opts.TLSConfig == nil {
 		return fmt.Errorf("--redis-ca needs a TLS URL (rediss:// or sentinels://)")
 	}

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"crypto/tls"
@@ -181,7 +181,7 @@ func (c *certFiles) read() (*certMaterial, error) {
 	}
 	m := &certMaterial{pair: pair}
 	if c.caFile != "" {
-		if m.pool, err = loadCertPool(c.caFile); err != nil {
+		if m.pool, err = LoadCertPool(c.caFile); err != nil {
 			return nil, fmt.Errorf("%s TLS client CA: %w", c.name, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"crypto/tls"
@@ -16,8 +16,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-
-	"github.com/sluice-rls/sluice/cmd/rls/flags"
 )
 
 // serverTLS is the server side of one listener's TLS: --tls-cert and
@@ -36,7 +34,7 @@ type serverTLS struct {
 
 // newServerTLS reads the server's TLS files; nil, nil when --tls-cert is
 // not set (plaintext).
-func newServerTLS(st flags.Serve, clock clockwork.Clock, log *slog.Logger, reg prometheus.Registerer) (*serverTLS, error) {
+func newServerTLS(st Options, clock clockwork.Clock, log *slog.Logger, reg prometheus.Registerer) (*serverTLS, error) {
 	if st.TLSCert == "" {
 		return nil, nil
 	}
@@ -55,7 +53,7 @@ func newServerTLS(st flags.Serve, clock clockwork.Clock, log *slog.Logger, reg p
 // on their own (ratelimit_tls_* certificate="admin"). Without
 // --admin-tls-client-ca the admin listener asks for no client certificate:
 // gRPC's --tls-client-ca is never used there.
-func newAdminTLS(st flags.Serve, grpcTLS *serverTLS, clock clockwork.Clock, log *slog.Logger, reg prometheus.Registerer) (*serverTLS, error) {
+func newAdminTLS(st Options, grpcTLS *serverTLS, clock clockwork.Clock, log *slog.Logger, reg prometheus.Registerer) (*serverTLS, error) {
 	if grpcTLS == nil {
 		return nil, nil
 	}
@@ -164,7 +162,7 @@ func transportCredentials(s *serverTLS) credentials.TransportCredentials {
 // useRedisClientCert makes a TLS Redis connection present the key pair of
 // --redis-tls-cert and --redis-tls-key (Redis' tls-auth-clients). The files
 // are read again when they change, for the connections opened after.
-func useRedisClientCert(opts *goredis.UniversalOptions, st flags.Serve, clock clockwork.Clock, log *slog.Logger, reg prometheus.Registerer) error {
+func useRedisClientCert(opts *goredis.UniversalOptions, st Options, clock clockwork.Clock, log *slog.Logger, reg prometheus.Registerer) error {
 	if opts.TLSConfig == nil {
 		return fmt.Errorf("--redis-tls-cert needs a TLS URL (rediss:// or sentinels://)")
 	}
@@ -180,8 +178,8 @@ func useRedisClientCert(opts *goredis.UniversalOptions, st flags.Serve, clock cl
 	return nil
 }
 
-// loadCertPool reads a PEM bundle of CA certificates.
-func loadCertPool(path string) (*x509.CertPool, error) {
+// LoadCertPool reads a PEM bundle of CA certificates.
+func LoadCertPool(path string) (*x509.CertPool, error) {
 	pem, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

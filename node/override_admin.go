@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/override"
 	"github.com/sluice-rls/sluice/override/redisstore"
 	"github.com/sluice-rls/sluice/ruleset"
@@ -37,7 +36,7 @@ type overrides struct {
 // memory), reads it once so that a restarted node applies its overrides
 // from the first request, and runs the Manager until ctx is done; stop
 // waits for it.
-func startOverrides(ctx context.Context, st flags.Serve, redisOpts *goredis.UniversalOptions, rules *ruleset.Store, trail auditTrail, log *slog.Logger, reg prometheus.Registerer) (*overrides, func(), error) {
+func startOverrides(ctx context.Context, st Options, redisOpts *goredis.UniversalOptions, rules *ruleset.Store, trail auditTrail, log *slog.Logger, reg prometheus.Registerer) (*overrides, func(), error) {
 	auth, err := newAdminAuth(st.Overrides.AdminTokenFile, st.AdminTLSClientCA != "", log, reg)
 	if err != nil {
 		return nil, nil, err
@@ -155,8 +154,8 @@ func (o *overrides) writeRLConfig(w io.Writer) {
 	fmt.Fprintln(w, line+"; the list: rls override list (/overrides on the admin address, authenticated)")
 }
 
-// overrideRequest is the JSON of POST /overrides.
-type overrideRequest struct {
+// OverrideRequest is the JSON of POST /overrides.
+type OverrideRequest struct {
 	Domain string  `json:"domain"`
 	Rule   string  `json:"rule"`
 	Value  string  `json:"value"`
@@ -170,8 +169,8 @@ type overrideRequest struct {
 	ExpiresIn string `json:"expires_in"`
 }
 
-// overrideList is the JSON of GET /overrides.
-type overrideList struct {
+// OverrideList is the JSON of GET /overrides.
+type OverrideList struct {
 	Overrides  []override.Override `json:"overrides"`
 	NotApplied []string            `json:"not_applied,omitempty"`
 	// Malformed are stored entries that are not overrides: skipped.
@@ -215,7 +214,7 @@ func (o *overrides) authed(h func(w http.ResponseWriter, r *http.Request, author
 func (o *overrides) list(w http.ResponseWriter, r *http.Request, _ string) {
 	t := o.table()
 	ok, _, err := o.mgr.Health()
-	out := overrideList{Overrides: t.Active(), NotApplied: t.Ignored(), Malformed: o.mgr.Malformed(), Store: o.mgr.StoreName(), StoreHealthy: ok}
+	out := OverrideList{Overrides: t.Active(), NotApplied: t.Ignored(), Malformed: o.mgr.Malformed(), Store: o.mgr.StoreName(), StoreHealthy: ok}
 	if out.Overrides == nil {
 		out.Overrides = []override.Override{}
 	}
@@ -226,7 +225,7 @@ func (o *overrides) list(w http.ResponseWriter, r *http.Request, _ string) {
 }
 
 func (o *overrides) set(w http.ResponseWriter, r *http.Request, author string) {
-	var req overrideRequest
+	var req OverrideRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxOverrideBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {

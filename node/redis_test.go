@@ -1,14 +1,16 @@
-package main
+package node
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
-	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -28,7 +30,7 @@ func TestFallbackNodes(t *testing.T) {
 		after           int    // N once two nodes have beaten
 		afterSource     string
 	}{
-		{"default", 0, 0, flags.DefaultFallbackNodesInitial, "default", 2, "registry"},
+		{"default", 0, 0, DefaultFallbackNodesInitial, "default", 2, "registry"},
 		{"initial", 0, 12, 12, "initial", 2, "registry"},
 		{"pinned", 3, 12, 3, "flag", 3, "flag"},
 	}
@@ -103,4 +105,20 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name, source string) flo
 	}
 	t.Fatalf("no %s{source=%q}", name, source)
 	return 0
+}
+
+func TestTrustCA(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.pem")
+	if err := os.WriteFile(bad, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := redisbackend.ParseURL("redis://127.0.0.1:6379/0", time.Second)
+	if err := TrustCA(plain, bad); err == nil || !strings.Contains(err.Error(), "TLS URL") {
+		t.Errorf("TrustCA on redis://: %v, want an error asking for a TLS URL", err)
+	}
+	tlsOpts, _ := redisbackend.ParseURL("rediss://127.0.0.1:6379/0", time.Second)
+	if err := TrustCA(tlsOpts, bad); err == nil || !strings.Contains(err.Error(), "no PEM") {
+		t.Errorf("TrustCA with a bad bundle: %v", err)
+	}
 }

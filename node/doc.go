@@ -1,0 +1,14 @@
+// Package node assembles and runs one sluice node: from one Options value
+// it builds the rule store (files or xDS), the local and global limiting
+// layers with the fail-open switch in front of Redis, runtime overrides,
+// the emergency channel, the audit trail and tracing, and serves them on
+// the gRPC listener (RateLimitService v3 and grpc.health.v1), the public
+// HTTP listener (/healthcheck, /metrics, /rlconfig) and the admin listener
+// (/json, /usage, /usage/top, /overrides, /debug/pprof/). It owns what
+// only a running node needs: admin authentication, certificate reloading,
+// gRPC connection limits, the node count of the fallback share, and the
+// graceful drain when its context ends.
+//
+// Options are what `rls serve`'s flags set; the cmd/rls/flags package
+// registers its flags onto their fields.
+package node

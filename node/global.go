@@ -1,0 +1,56 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	goredis "github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluice-rls/sluice/backend/memory"
+	"github.com/sluice-rls/sluice/bucket"
+	"github.com/sluice-rls/sluice/fallback"
+)
+
+// globalLayer is the cluster-wide layer as the node wires it.
+type globalLayer struct {
+	limiter bucket.Limiter
+	sw      *fallback.Limiter       // the fail-open switch in front of Redis; nil without Redis
+	redis   goredis.UniversalClient // nil without Redis
+	close   func()
+	// redisOpts are the Redis client's options, for runtime overrides;
+	// nil without Redis.
+	redisOpts *goredis.UniversalOptions
+}
+
+// backend names the global layer's backend in the "serving" log line.
+func (g globalLayer) backend() string {
+	if g.sw != nil {
+		return "redis"
+	}
+	return "memory"
+}
+
+// state says who answers global rules, for /healthcheck: "memory" without
+// Redis, "redis", or "fallback (<mode>)" while Redis is failing.
+func (g globalLayer) state() string {
+	if g.sw != nil {
+		return g.sw.State()
+	}
+	return "memory"
+}
+
+// newGlobal builds the global layer: Redis behind the fail-open switch
+// when --redis is set, else a memory backend holding global rules on this
+// node.
+func newGlobal(ctx context.Context, st Options, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (globalLayer, error) {
+	if st.Redis == "" {
+		m := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
+		go m.Run(ctx, memory.DefaultEvictEvery)
+		registerBucketGauge(reg, "global", m.Len)
+		registerFullRefusals(reg, "global", m.FullRefusals)
+		return globalLayer{limiter: m, close: func() {}}, nil
+	}
+	return newRedisGlobal(ctx, st, log, reg, tracer)
+}
