@@ -521,12 +521,12 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 		if !l.leased(h) || h.Give || h.Independent || h.Limit.Requests == 0 {
 			continue
 		}
-		if zero {
-			states[i] = bucket.State{Allowed: true} // not consulted
-			continue
-		}
 		k := &needs[find(h.Key, h.Limit)]
 		e := l.entries[h.Key]
+		if zero && (e == nil || e.limit != h.Limit) {
+			states[i] = bucket.State{Allowed: true} // not consulted: the node knows nothing of it
+			continue
+		}
 		if allowed {
 			k.later -= h.Cost
 		}
@@ -544,12 +544,21 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 		} else {
 			st = l.estimateAt(e, at, now, k.later)
 		}
-		if k.refused {
+		switch {
+		case k.refused:
 			st.RetryAfter = k.retry
 			if k.need > k.limit.Burst {
 				st.RetryAfter = st.ResetAfter
 			}
-		} else {
+		case !allowed && k.op < 0 && !k.other && st.Remaining < k.need:
+			// Refused without Redis for another key: this one, as the
+			// node sees its bucket, lacks tokens too.
+			interval := k.limit.Period / time.Duration(k.limit.Requests)
+			st.RetryAfter = st.ResetAfter
+			if k.need <= k.limit.Burst {
+				st.RetryAfter = max(st.ResetAfter-time.Duration(k.limit.Burst-k.need)*interval, 0)
+			}
+		default:
 			st.Allowed = true
 		}
 		states[i] = st
