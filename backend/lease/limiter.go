@@ -228,16 +228,18 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 	if err != nil {
 		return dl, err
 	}
-	eh := make([]bucket.Hit, 0, len(exact))
+	eh := make([]bucket.Hit, 0, len(exact)+1)
 	ei := make([]int, 0, len(exact))
 	for _, i := range exact {
-		h := hits[i]
-		if !dl.Allowed && !h.Give && !h.Independent {
-			states[i] = bucket.State{Allowed: true} // not consulted
-			continue
-		}
-		eh = append(eh, h)
+		eh = append(eh, hits[i])
 		ei = append(ei, i)
+	}
+	if !dl.Allowed {
+		// Refused already: the exact takes go with a take of a Requests 0
+		// limit, which every Limiter refuses without taking anything or
+		// converting its bucket, so that they report their buckets as they
+		// are and take nothing.
+		eh = append(eh, bucket.Hit{Key: eh[0].Key, Limit: bucket.Limit{Period: time.Second}})
 	}
 	es := make([]bucket.State, len(eh))
 	de, err := l.opts.Exact.Hit(ctx, eh, es)
