@@ -378,6 +378,35 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 		k.total += h.Cost
 	}
 	allowed := !zero
+	// Refused by a Requests 0 take: the keys the node holds nothing of
+	// (no entry, or one under another limit) are checked in Redis, taking
+	// nothing, so that their states tell their buckets.
+	var checks []redisbackend.LeaseReply
+	var checked []int // index in checks by need, -1: not checked
+	if zero && len(needs) > 0 {
+		var ops []redisbackend.LeaseOp
+		checked = make([]int, len(needs))
+		l.mu.Lock()
+		for n := range needs {
+			checked[n] = -1
+			if e := l.entries[needs[n].key]; e == nil || e.limit != needs[n].limit {
+				checked[n] = len(ops)
+				ops = append(ops, redisbackend.LeaseOp{
+					Key: needs[n].key, Limit: needs[n].limit, Decision: 1,
+					Kind: redisbackend.LeaseIndependent, Need: needs[n].need, Share: l.share(),
+				})
+			}
+		}
+		l.mu.Unlock()
+		if len(ops) > 0 {
+			checks = make([]redisbackend.LeaseReply, len(ops))
+			err := l.batch.do(ctx, ops, checks)
+			l.opts.Metrics.redisCall(len(hits))
+			if err != nil {
+				return bucket.Decision{}, fmt.Errorf("backend/lease: %w", err)
+			}
+		}
+	}
 	cached := false // a key refused from the empty-bucket cache
 	var ops, takes []redisbackend.LeaseOp
 	var send time.Time
@@ -523,10 +552,21 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 		if !l.leased(h) || h.Give || h.Independent || h.Limit.Requests == 0 {
 			continue
 		}
-		k := &needs[find(h.Key, h.Limit)]
+		n := find(h.Key, h.Limit)
+		k := &needs[n]
 		e := l.entries[h.Key]
+		if zero && checked[n] >= 0 {
+			r := &checks[checked[n]]
+			st := bucket.State{Allowed: r.Allowed, Remaining: r.Remaining, ResetAfter: r.Reset}
+			if !r.Allowed {
+				st.RetryAfter = r.Retry
+			}
+			states[i] = st
+			continue
+		}
 		if zero && (e == nil || e.limit != h.Limit) {
-			states[i] = bucket.State{Allowed: true} // not consulted: the node knows nothing of it
+			// An entry dropped since the check: nothing known.
+			states[i] = bucket.State{Allowed: true}
 			continue
 		}
 		if allowed {

@@ -137,6 +137,8 @@ var scenarios = []scenario{
 			// More than the other bucket holds: it refuses too.
 			{hits: []hit{take(1, perMinute, 8), take(0, perMinute, 1)}, allowed: false, states: []bucket.State{no(7, minute, 3*minute), no(0, minute, 10*minute)}},
 			{hits: []hit{take(1, perMinute, 2), take(3, never, 1)}, allowed: false, states: []bucket.State{ok(7, 3*minute), no(0, minute, minute)}},
+			{hits: []hit{take(4, perMinute, 2), take(3, never, 1)}, allowed: false, states: []bucket.State{ok(10, 0), no(0, minute, minute)}},
+			{hits: []hit{take(4, perMinute, 1), take(0, perMinute, 1)}, allowed: false, states: []bucket.State{ok(10, 0), no(0, minute, 10*minute)}},
 			{hits: []hit{check(1, perMinute), check(2, perMinute)}, allowed: true, states: []bucket.State{ok(7, 3*minute), ok(10, 0)}},
 		},
 	},
