@@ -187,8 +187,13 @@ func (s *Server) respond(sc *scratch, req *rlsv3.RateLimitRequest, out *outcome)
 		s.logRefusal(sc, refusedIdx, refused, out)
 		s.noteRefusals(sc, out, resp)
 	}
-	if s.opts.RateLimitHeaders && limited {
-		s.addDraftHeaders(resp, tightest)
+	if s.opts.RateLimitHeaders {
+		if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+			// Refused: the headers name the limit that refused.
+			s.addDraftHeaders(resp, refused, true)
+		} else if limited {
+			s.addDraftHeaders(resp, tightest, false)
+		}
 	}
 	if s.opts.ResponseMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, sc, resp, s.opts.EmergencyKey)
@@ -290,13 +295,19 @@ func (s *Server) logRefusal(sc *scratch, i int, c chosen, out *outcome) {
 		"retry_after", c.state.RetryAfter)
 }
 
-// addDraftHeaders adds draft-03 RateLimit-* headers describing the bucket
-// closest to refusing, under the names Options give.
-func (s *Server) addDraftHeaders(resp *rlsv3.RateLimitResponse, c chosen) {
+// addDraftHeaders adds draft-03 RateLimit-* headers describing c, under the
+// names Options give: the refused descriptor's bucket when the request is
+// refused (its reset then at least 1 second: a refusal never says "now"),
+// else the bucket closest to refusing.
+func (s *Server) addDraftHeaders(resp *rlsv3.RateLimitResponse, c chosen, refused bool) {
+	reset := ceilDiv(c.state.ResetAfter, time.Second)
+	if refused {
+		reset = max(reset, 1)
+	}
 	resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
 		header(s.opts.HeaderLimit, strconv.FormatUint(c.hit.Limit.Requests, 10)),
 		header(s.opts.HeaderRemaining, strconv.FormatUint(c.state.Remaining, 10)),
-		header(s.opts.HeaderReset, strconv.FormatInt(ceilDiv(c.state.ResetAfter, time.Second), 10)),
+		header(s.opts.HeaderReset, strconv.FormatInt(reset, 10)),
 	)
 }
 

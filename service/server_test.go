@@ -281,6 +281,11 @@ func TestUnknownDomain(t *testing.T) {
 	if got := metricValue(t, h, "ratelimit_unknown_domain_requests_total", nil); got != 1 {
 		t.Errorf("unknown domain counter = %v", got)
 	}
+	// Counted there alone (docs/migrating-from-envoy-ratelimit.md adds it
+	// to ratelimit_requests_total for the peer's total_requests).
+	if got := metricValue(t, h, "ratelimit_requests_total", nil); got != 0 {
+		t.Errorf("ratelimit_requests_total = %v after an unknown domain, want 0", got)
+	}
 }
 
 func TestInvalidRequests(t *testing.T) {

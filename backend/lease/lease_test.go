@@ -171,6 +171,33 @@ func TestMixedExactAndLeased(t *testing.T) {
 	}
 }
 
+// A decision refused by its leased hits reports its exact takes' buckets
+// as they are, taking nothing (they used to read Remaining 0, reset 0, "not
+// consulted").
+func TestLeasedRefusalReportsExactTakes(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock(), Default: bucket.Exact})
+	a, b := key(t, 0), key(t, 1)
+	hourly := bucket.Limit{Requests: 5, Period: 5 * time.Hour, Burst: 5}
+	t0 := time.Now()
+	if ok, _ := hit(t, l, take(b, hourly, 2)); !ok {
+		t.Fatal("the exact take was refused")
+	}
+	never := take(a, bucket.Limit{Period: time.Minute}, 1)
+	never.Consistency = bucket.Leased
+	ok, st := hit(t, l, never, take(b, hourly, 1))
+	if ok || st[0].Allowed {
+		t.Fatalf("a leased take of Requests 0: %v %+v, want refused", ok, st)
+	}
+	tol := time.Since(t0) + time.Millisecond
+	if !st[1].Allowed || st[1].Remaining != 3 || st[1].ResetAfter > 2*time.Hour || st[1].ResetAfter < 2*time.Hour-tol {
+		t.Errorf("the exact take: %+v, want allowed, Remaining 3, ResetAfter 2h (within %v)", st[1], tol)
+	}
+	if _, st := hit(t, l, bucket.Hit{Key: b, Limit: hourly}); st[0].Remaining != 3 {
+		t.Errorf("b holds %d tokens, want 3 (nothing taken)", st[0].Remaining)
+	}
+}
+
 // At the end of the lease period Run gives the unused tokens back; Close
 // gives back the rest.
 func TestPeriodAndCloseGiveBack(t *testing.T) {

@@ -228,16 +228,18 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 	if err != nil {
 		return dl, err
 	}
-	eh := make([]bucket.Hit, 0, len(exact))
+	eh := make([]bucket.Hit, 0, len(exact)+1)
 	ei := make([]int, 0, len(exact))
 	for _, i := range exact {
-		h := hits[i]
-		if !dl.Allowed && !h.Give && !h.Independent {
-			states[i] = bucket.State{Allowed: true} // not consulted
-			continue
-		}
-		eh = append(eh, h)
+		eh = append(eh, hits[i])
 		ei = append(ei, i)
+	}
+	if !dl.Allowed {
+		// Refused already: the exact takes go with a take of a Requests 0
+		// limit, which every Limiter refuses without taking anything or
+		// converting its bucket, so that they report their buckets as they
+		// are and take nothing.
+		eh = append(eh, bucket.Hit{Key: eh[0].Key, Limit: bucket.Limit{Period: time.Second}})
 	}
 	es := make([]bucket.State, len(eh))
 	de, err := l.opts.Exact.Hit(ctx, eh, es)
@@ -376,6 +378,35 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 		k.total += h.Cost
 	}
 	allowed := !zero
+	// Refused by a Requests 0 take: the keys the node holds nothing of
+	// (no entry, or one under another limit) are checked in Redis, taking
+	// nothing, so that their states tell their buckets.
+	var checks []redisbackend.LeaseReply
+	var checked []int // index in checks by need, -1: not checked
+	if zero && len(needs) > 0 {
+		var ops []redisbackend.LeaseOp
+		checked = make([]int, len(needs))
+		l.mu.Lock()
+		for n := range needs {
+			checked[n] = -1
+			if e := l.entries[needs[n].key]; e == nil || e.limit != needs[n].limit {
+				checked[n] = len(ops)
+				ops = append(ops, redisbackend.LeaseOp{
+					Key: needs[n].key, Limit: needs[n].limit, Decision: 1,
+					Kind: redisbackend.LeaseIndependent, Need: needs[n].need, Share: l.share(),
+				})
+			}
+		}
+		l.mu.Unlock()
+		if len(ops) > 0 {
+			checks = make([]redisbackend.LeaseReply, len(ops))
+			err := l.batch.do(ctx, ops, checks)
+			l.opts.Metrics.redisCall(len(hits))
+			if err != nil {
+				return bucket.Decision{}, fmt.Errorf("backend/lease: %w", err)
+			}
+		}
+	}
 	cached := false // a key refused from the empty-bucket cache
 	var ops, takes []redisbackend.LeaseOp
 	var send time.Time
@@ -521,12 +552,23 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 		if !l.leased(h) || h.Give || h.Independent || h.Limit.Requests == 0 {
 			continue
 		}
-		if zero {
-			states[i] = bucket.State{Allowed: true} // not consulted
+		n := find(h.Key, h.Limit)
+		k := &needs[n]
+		e := l.entries[h.Key]
+		if zero && checked[n] >= 0 {
+			r := &checks[checked[n]]
+			st := bucket.State{Allowed: r.Allowed, Remaining: r.Remaining, ResetAfter: r.Reset}
+			if !r.Allowed {
+				st.RetryAfter = r.Retry
+			}
+			states[i] = st
 			continue
 		}
-		k := &needs[find(h.Key, h.Limit)]
-		e := l.entries[h.Key]
+		if zero && (e == nil || e.limit != h.Limit) {
+			// An entry dropped since the check: nothing known.
+			states[i] = bucket.State{Allowed: true}
+			continue
+		}
 		if allowed {
 			k.later -= h.Cost
 		}
@@ -544,12 +586,21 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 		} else {
 			st = l.estimateAt(e, at, now, k.later)
 		}
-		if k.refused {
+		switch {
+		case k.refused:
 			st.RetryAfter = k.retry
 			if k.need > k.limit.Burst {
 				st.RetryAfter = st.ResetAfter
 			}
-		} else {
+		case !allowed && k.op < 0 && !k.other && st.Remaining < k.need:
+			// Refused without Redis for another key: this one, as the
+			// node sees its bucket, lacks tokens too.
+			interval := k.limit.Period / time.Duration(k.limit.Requests)
+			st.RetryAfter = st.ResetAfter
+			if k.need <= k.limit.Burst {
+				st.RetryAfter = max(st.ResetAfter-time.Duration(k.limit.Burst-k.need)*interval, 0)
+			}
+		default:
 			st.Allowed = true
 		}
 		states[i] = st

@@ -20,22 +20,22 @@ import (
 // fails more often under load).
 func TestConformance(t *testing.T) {
 	for _, d := range []struct {
-		name string
-		env  func(t *testing.T) env
+		name  string
+		env   func(t *testing.T) env
+		cache int
 	}{
-		{"single", func(t *testing.T) env { return singleEnv(redistest.Start(t)) }},
-		{"cluster", func(t *testing.T) env { return clusterEnv(redistest.StartCluster(t, 3)) }},
+		{"single", func(t *testing.T) env { return singleEnv(redistest.Start(t)) }, 0},
+		{"cluster", func(t *testing.T) env { return clusterEnv(redistest.StartCluster(t, 3)) }, 0},
 	} {
 		t.Run(d.name, func(t *testing.T) {
 			t.Parallel()
-			buckettest.Run(t, redisHarness(d.env(t)))
+			buckettest.Run(t, redisHarness(d.env(t), redisbackend.Options{CacheSize: d.cache}))
 		})
 	}
 }
 
-// redisHarness builds each scenario's Limiter on e, with its own key prefix
-// and the empty-bucket cache off (its not-consulted answers are not the
-// contract's states; it has its own tests).
+// redisHarness builds each scenario's Limiter on e under opts, with its own
+// key prefix; opts.CacheSize 0 turns the empty-bucket cache off.
 //
 // Buckets run on Redis' clock (the script reads TIME), which no test can
 // move: Advance waits real time. It is the one place these tests wait for
@@ -44,10 +44,10 @@ func TestConformance(t *testing.T) {
 // runs behind the scenario's (Subject.Now): that lag is all the slack its
 // durations get besides the script's rounding up to microseconds, and a
 // run whose lag reaches the scenario's margin is run again (buckettest.Run).
-func redisHarness(e env) buckettest.Harness {
+func redisHarness(e env, opts redisbackend.Options) buckettest.Harness {
 	return buckettest.Harness{
 		New: func(t *testing.T) buckettest.Subject {
-			f := e.fixture(t, redisbackend.Options{})
+			f := e.fixture(t, opts)
 			// Connect and load the script before the scenario's first
 			// call, so that its lag is the decisions' alone. Set-up, so
 			// a generous deadline: on a loaded machine a Cluster client's

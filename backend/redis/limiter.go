@@ -136,9 +136,12 @@ func (l *Limiter) Close() { l.batch.close() }
 // A hit whose Limit has Requests 0 is refused without Redis (RetryAfter and
 // ResetAfter one Period; a give to it does nothing). A hit on a bucket this
 // node knows to be empty is refused from the cache. When a decision is
-// refused without Redis, its other takes are not sent: their states are
-// Allowed with zero Remaining and times, meaning "not consulted"; gives and
-// Independent hits are still applied in Redis.
+// refused without Redis, its other takes still go to Redis, in a decision
+// that the script refuses whatever they find (refuse), so that nothing is
+// taken and their states report their buckets as they are: a decision of
+// one take refused so costs no Redis call, one with other takes costs the
+// call a check of them would. Gives and Independent hits are applied in
+// Redis whatever the decision.
 //
 // Gives and Independent hits are applied whatever the decision. In Redis
 // Cluster, takes are grouped by master, one script call per master runs
@@ -246,7 +249,7 @@ func (l *Limiter) hit(ctx context.Context, r *request, start time.Time) (bool, e
 
 // decideLocally answers the hits the node can answer without Redis: zero
 // rates and buckets known to be empty. It reports whether the decision can
-// still be allowed; if not, the other takes are marked not consulted.
+// still be allowed; if not, it marks the decision refused.
 func (l *Limiter) decideLocally(d *decision, now time.Time) bool {
 	allowed := true
 	for i := range d.hits {
@@ -272,14 +275,9 @@ func (l *Limiter) decideLocally(d *decision, now time.Time) bool {
 			allowed = false
 		}
 	}
-	if !allowed {
-		for i := range d.hits {
-			if isTake(&d.hits[i]) && !d.isLocal(i) {
-				d.setLocal(i)
-				d.states[i] = bucket.State{Allowed: true}
-			}
-		}
-	}
+	// When refused, the other takes still go to Redis, in a call that
+	// takes nothing (split), so that their states tell their buckets.
+	d.refused = !allowed
 	return allowed
 }
 
@@ -316,6 +314,11 @@ func (l *Limiter) split(ctx context.Context, r *request, bySlot bool) error {
 			return err
 		}
 		p.add(key, h, i, flags(h))
+	}
+	if d.refused {
+		for _, p := range r.parts {
+			p.refuse()
+		}
 	}
 	return nil
 }
@@ -394,6 +397,9 @@ func (l *Limiter) giveBack(ctx context.Context, r *request, wait bool) error {
 		q := g.newPart()
 		q.queue, q.slot, q.bucket = p.queue, p.slot, p.bucket
 		for j, i := range p.refs {
+			if i < 0 {
+				continue
+			}
 			h := &d.hits[i]
 			if isTake(h) && h.Cost > 0 {
 				q.add(p.keys[j], h, i, flagGive|flagIndependent)
@@ -429,6 +435,9 @@ func (l *Limiter) remember(d *decision, r *request, start time.Time) {
 	}
 	for _, p := range r.parts {
 		for j, i := range p.refs {
+			if i < 0 {
+				continue // refuse's entry
+			}
 			h := &d.hits[i]
 			rep := &p.replies[j]
 			switch {

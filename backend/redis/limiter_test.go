@@ -423,9 +423,20 @@ func testRequestsZero(t *testing.T, e env) {
 		if ok || st[0].Allowed || st[0].RetryAfter != time.Second {
 			t.Errorf("Requests 0, cost %d: %v %+v, want refused with RetryAfter 1s", cost, ok, st)
 		}
+		// The other take reports its bucket, untouched (one script call).
+		if !st[1].Allowed || st[1].Remaining != 5 || st[1].ResetAfter != 0 {
+			t.Errorf("Requests 0, cost %d: other take %+v, want allowed, Remaining 5, ResetAfter 0", cost, st[1])
+		}
 	}
-	if n := f.calls.Load(); n != 0 {
-		t.Errorf("Requests 0: %d script calls, want 0", n)
+	if n := f.calls.Load(); n != 2 {
+		t.Errorf("Requests 0: %d script calls, want 2 (the other takes reported)", n)
+	}
+	before := f.calls.Load()
+	if ok, _ := f.hit(bucket.Hit{Key: f.key(0), Limit: zero, Cost: 1}); ok {
+		t.Errorf("Requests 0 alone: allowed")
+	}
+	if n := f.calls.Load() - before; n != 0 {
+		t.Errorf("Requests 0 alone: %d script calls, want 0", n)
 	}
 	if got := f.remaining(f.key(1), slow); got != 5 {
 		t.Errorf("the other bucket: %d tokens, want 5 (nothing taken)", got)
@@ -593,19 +604,38 @@ func testEmptyCacheAllOrNothing(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{CacheSize: 1000})
 	empty, other := f.key(0), f.key(1)
 	f.hit(bucket.Hit{Key: empty, Limit: slow, Cost: 5})
+	t0 := time.Now()
+	f.hit(bucket.Hit{Key: other, Limit: hourly, Cost: 2})
+	// A refusal of one known-empty take costs no script call.
 	before := f.calls.Load()
+	if ok, st := f.hit(bucket.Hit{Key: empty, Limit: slow, Cost: 1}); ok || st[0].Allowed {
+		t.Errorf("take of a known-empty bucket: %v %+v, want refused", ok, st)
+	}
+	if n := f.calls.Load() - before; n != 0 {
+		t.Errorf("take of a known-empty bucket: %d script calls, want 0", n)
+	}
+	// With another take, the refused decision reports that take's bucket
+	// as it is: what a check of it says, nothing taken. (It used to report
+	// Remaining 0 and reset 0, "not consulted".)
+	before = f.calls.Load()
 	ok, st := f.hit(
-		bucket.Hit{Key: other, Limit: slow, Cost: 1},
+		bucket.Hit{Key: other, Limit: hourly, Cost: 1},
 		bucket.Hit{Key: empty, Limit: slow, Cost: 1},
 	)
 	if ok || !st[0].Allowed || st[1].Allowed {
-		t.Errorf("decision with a known-empty bucket: %v %+v, want refused, other not consulted", ok, st)
+		t.Errorf("decision with a known-empty bucket: %v %+v, want refused, the other allowed", ok, st)
 	}
-	if n := f.calls.Load() - before; n != 0 {
-		t.Errorf("decision with a known-empty bucket: %d script calls, want 0", n)
+	if st[0].Remaining != 3 || st[0].RetryAfter != 0 {
+		t.Errorf("other take's state %+v, want Remaining 3 (untouched), RetryAfter 0", st[0])
 	}
-	if got := f.remaining(other, slow); got != 5 {
-		t.Errorf("other bucket: %d tokens, want 5", got)
+	if want, tol := 2*time.Hour, elapsed(t0); st[0].ResetAfter > want || st[0].ResetAfter < want-tol {
+		t.Errorf("other take's ResetAfter %v, want %v within %v", st[0].ResetAfter, want, tol)
+	}
+	if n := f.calls.Load() - before; n != 1 {
+		t.Errorf("decision with a known-empty bucket and another take: %d script calls, want 1", n)
+	}
+	if got := f.remaining(other, hourly); got != 3 {
+		t.Errorf("other bucket: %d tokens, want 3", got)
 	}
 }
 

@@ -49,6 +49,9 @@ type decision struct {
 	// requests carry few descriptors, so the mask lives in a word.
 	local uint64
 	many  map[int]bool // the mask beyond 64 hits
+	// refused: a hit decided on the node refused the decision, so the
+	// parts sent only report the other takes' buckets (part.refuse).
+	refused bool
 }
 
 func (d *decision) setLocal(i int) {
@@ -87,6 +90,7 @@ type part struct {
 	err      error       // written by whoever answers the part
 	answered atomic.Bool // replies and err are final
 	refunded bool        // the caller gave its takes back (caller only)
+	refused  bool        // refuse added its entry: the takes took nothing
 }
 
 // newRequest returns a request that release returns to pool.
@@ -126,7 +130,7 @@ func (r *request) newPart() *part {
 	}
 	p.queue, p.slot, p.bucket = nil, 0, bucket.Key{}
 	p.keys, p.args, p.refs, p.replies = p.keys[:0], p.args[:0], p.refs[:0], p.replies[:0]
-	p.err, p.refunded = nil, false
+	p.err, p.refunded, p.refused = nil, false, false
 	p.answered.Store(false)
 	return p
 }
@@ -140,10 +144,31 @@ func (p *part) add(key string, h *bucket.Hit, ref, flags int) {
 	p.replies = append(p.replies, keyReply{})
 }
 
+// refuse makes the part's decision one the script refuses whatever its
+// buckets hold, so that its takes take nothing and report their buckets
+// untouched, as the script reports the allowed takes of a refused
+// decision: it appends a take of Requests 0 (refused by the script alone,
+// and writing nothing) on the part's first key, so in its slot and on its
+// bucket. Its reply has no hit (ref -1). Gives and independent hits of the
+// part are applied as in any decision.
+func (p *part) refuse() {
+	if len(p.keys) == 0 || p.refused {
+		return
+	}
+	p.refused = true
+	p.keys = append(p.keys, p.keys[0])
+	p.args = append(p.args, 1, 0, 0, 0, 0) // period 1µs, requests 0, burst 0, cost 0, take
+	p.refs = append(p.refs, -1)
+	p.replies = append(p.replies, keyReply{})
+}
+
 // took reports whether part p took tokens for the decision's takes: every
 // take in it was allowed (a part is all-or-nothing) and one cost something.
 // p must be answered without error.
 func (p *part) took(d *decision) bool {
+	if p.refused {
+		return false
+	}
 	spent := false
 	for j, i := range p.refs {
 		h := &d.hits[i]
@@ -161,8 +186,11 @@ func (p *part) took(d *decision) bool {
 // fill writes the states of the part's hits and reports whether all its
 // takes were allowed.
 func (p *part) fill(d *decision) bool {
-	ok := true
+	ok := !p.refused
 	for j, i := range p.refs {
+		if i < 0 {
+			continue // refuse's entry
+		}
 		r := &p.replies[j]
 		d.states[i] = bucket.State{
 			Allowed:    r.allowed,

@@ -122,6 +122,27 @@ var scenarios = []scenario{
 		},
 	},
 	{
+		// A refused call reports every other take's bucket as a check of it
+		// would: its limit's whole tokens, untouched, and the time until it
+		// is full. Also when the refusing bucket is known empty without
+		// asking the store (backend/redis's empty-bucket cache, lease's
+		// held counts), or refuses by its Requests 0.
+		name: "refused call: the other takes report their buckets",
+		calls: []call{
+			{hits: []hit{take(0, perMinute, 10)}, allowed: true, states: []bucket.State{ok(0, 10*minute)}},
+			{hits: []hit{take(1, perMinute, 3)}, allowed: true, states: []bucket.State{ok(7, 3*minute)}},
+			{hits: []hit{take(1, perMinute, 1), take(0, perMinute, 1)}, allowed: false, states: []bucket.State{ok(7, 3*minute), no(0, minute, 10*minute)}},
+			{hits: []hit{take(0, perMinute, 1), take(1, perMinute, 2)}, allowed: false, states: []bucket.State{no(0, minute, 10*minute), ok(7, 3*minute)}},
+			{hits: []hit{take(2, perMinute, 1), take(0, perMinute, 1)}, allowed: false, states: []bucket.State{ok(10, 0), no(0, minute, 10*minute)}},
+			// More than the other bucket holds: it refuses too.
+			{hits: []hit{take(1, perMinute, 8), take(0, perMinute, 1)}, allowed: false, states: []bucket.State{no(7, minute, 3*minute), no(0, minute, 10*minute)}},
+			{hits: []hit{take(1, perMinute, 2), take(3, never, 1)}, allowed: false, states: []bucket.State{ok(7, 3*minute), no(0, minute, minute)}},
+			{hits: []hit{take(4, perMinute, 2), take(3, never, 1)}, allowed: false, states: []bucket.State{ok(10, 0), no(0, minute, minute)}},
+			{hits: []hit{take(4, perMinute, 1), take(0, perMinute, 1)}, allowed: false, states: []bucket.State{ok(10, 0), no(0, minute, 10*minute)}},
+			{hits: []hit{check(1, perMinute), check(2, perMinute)}, allowed: true, states: []bucket.State{ok(7, 3*minute), ok(10, 0)}},
+		},
+	},
+	{
 		name: "gives on an allowed call",
 		calls: []call{
 			{hits: []hit{take(0, perMinute, 5)}, allowed: true, states: []bucket.State{ok(5, 5*minute)}},
@@ -215,9 +236,8 @@ var scenarios = []scenario{
 			{hits: []hit{take(0, never, 1)}, allowed: false, states: []bucket.State{no(0, minute, minute)}},
 			{hits: []hit{check(0, never)}, allowed: false, states: []bucket.State{no(0, minute, minute)}},
 			// It refuses its call; the call's independent hits and gives
-			// still apply. (Not with another take: backend/redis does not
-			// send a call it refuses without Redis, and reports the other
-			// takes as not consulted, Remaining 0.)
+			// still apply (with another take: "refused call: the other
+			// takes report their buckets").
 			{
 				hits:    []hit{shadow(take(1, perMinute, 1)), give(2, perMinute, 1), take(0, never, 1)},
 				allowed: false,
