@@ -267,7 +267,7 @@ func BenchmarkShouldRateLimitOverrides(b *testing.B) {
 	}{
 		{"overrides=none", nil},
 		{"overrides=scale+block", []override.Override{
-			{Kind: override.KindScale, Factor: 1.5, Reason: "bench"},
+			{Kind: override.KindScale, Factor: 0.5, Reason: "bench"},
 			{Domain: "edge", Value: "user_id=mallory", Kind: override.KindBlock, Reason: "bench"},
 		}},
 	} {
