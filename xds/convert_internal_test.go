@@ -135,6 +135,21 @@ func TestConvertErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	garbled := &anypb.Any{TypeUrl: TypeURL, Value: []byte{0xff, 0xff}}
+	one := func(name string) *rlsconfv3.RateLimitConfig {
+		return &rlsconfv3.RateLimitConfig{Name: name, Domain: name, Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 1}}}}
+	}
+	deep := map[string]any{"leaf": 1.0}
+	for range 3 * maxMetadataDepth {
+		deep = map[string]any{"m": deep}
+	}
+	deepMeta := one("deep")
+	setExtras(t, deepMeta.Descriptors[0], false, deep)
+	quotaBytes := one("quotabytes") // quota_mode sent as bytes: not a bool
+	quotaBytes.Descriptors[0].ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, fieldQuotaMode, protowire.BytesType), []byte("yes")))
+	policyField := one("policyfield")
+	policyField.Descriptors[0].RateLimit.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 6, protowire.VarintType), 1))
+	configField := one("configfield")
+	configField.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 4, protowire.VarintType), 1))
 	tests := []struct {
 		name string
 		res  []*anypb.Any
@@ -145,6 +160,10 @@ func TestConvertErrors(t *testing.T) {
 		{"duplicate domain", anyOf(t, &rlsconfv3.RateLimitConfig{Name: "a", Domain: "d"}, &rlsconfv3.RateLimitConfig{Name: "b", Domain: "d"}), []string{"xds:b:", `duplicate domain "d"`}},
 		{"wrong type", []*anypb.Any{wrongType}, []string{"resource 0", "google.protobuf.Duration", TypeURL}},
 		{"garbled", []*anypb.Any{garbled}, []string{"resource 0:"}},
+		{"metadata too deep", anyOf(t, deepMeta), []string{"xds:deep: descriptor k: metadata:", "64 levels"}},
+		{"quota_mode not a bool", anyOf(t, quotaBytes), []string{"xds:quotabytes: descriptor k: field 7 (wire type 2)"}},
+		{"unknown policy field", anyOf(t, policyField), []string{"xds:policyfield: descriptor k: rate_limit has fields sluice does not read"}},
+		{"unknown config field", anyOf(t, configField), []string{"xds:configfield: the RateLimitConfig has fields sluice does not read"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
