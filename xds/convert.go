@@ -198,6 +198,10 @@ func decode(resources []*anypb.Any, lim Limits) ([]*rlsconfv3.RateLimitConfig, e
 			}
 			continue
 		}
+		if err := checkFields(&cfg); err != nil {
+			ref.add(name, size, fmt.Errorf("%s: %w", name, err))
+			continue
+		}
 		cfgs[i] = &cfg
 	}
 	if err := ref.err(); err != nil {
@@ -336,9 +340,11 @@ func clip(s string) string {
 }
 
 // fileOf is the rule file a RateLimitConfig stands for, field by field as
-// envoyproxy/ratelimit reads it (src/config/config_xds.go): the proto has
-// no burst, local block, unit_multiplier, value_to_metric or
-// share_threshold, so those stay unset.
+// envoyproxy/ratelimit reads it (src/config/config_xds.go), quota_mode and
+// metadata included (decoded from unknown fields: see extras.go): the
+// proto has no burst, local block, unit_multiplier, value_to_metric or
+// share_threshold, so those stay unset. A field sluice does not read
+// refuses the update (checkFields) rather than vanish.
 func fileOf(cfg *rlsconfv3.RateLimitConfig) *descriptors.File {
 	return &descriptors.File{
 		Name:        cfg.GetName(),
@@ -352,11 +358,14 @@ func descriptorsOf(pb []*rlsconfv3.RateLimitDescriptor) []descriptors.Descriptor
 	}
 	out := make([]descriptors.Descriptor, len(pb))
 	for i, d := range pb {
+		x, _ := extrasOf(d) // checked by decode (checkFields)
 		out[i] = descriptors.Descriptor{
 			Key:            d.GetKey(),
 			Value:          d.GetValue(),
 			RateLimit:      rateLimitOf(d.GetRateLimit()),
 			ShadowMode:     d.GetShadowMode(),
+			QuotaMode:      x.quotaMode,
+			Metadata:       x.metadata,
 			DetailedMetric: d.GetDetailedMetric(),
 			Descriptors:    descriptorsOf(d.GetDescriptors()),
 		}

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"fmt"
+	"reflect"
 	"regexp"
 	"runtime"
 	"strings"
@@ -9,12 +10,35 @@ import (
 	"time"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluice-rls/sluice/descriptors"
 	"github.com/sluice-rls/sluice/ruleset"
 )
+
+// setExtras sets d's quota_mode and metadata as unknown fields, as the
+// upstream proto (fields 7 and 8) encodes them.
+func setExtras(t *testing.T, d *rlsconfv3.RateLimitDescriptor, quota bool, meta map[string]any) {
+	t.Helper()
+	var b []byte
+	if quota {
+		b = protowire.AppendVarint(protowire.AppendTag(b, fieldQuotaMode, protowire.VarintType), 1)
+	}
+	st, err := structpb.NewStruct(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := proto.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = protowire.AppendBytes(protowire.AppendTag(b, fieldMetadata, protowire.BytesType), enc)
+	d.ProtoReflect().SetUnknown(b)
+}
 
 func anyOf(t *testing.T, cfgs ...*rlsconfv3.RateLimitConfig) []*anypb.Any {
 	t.Helper()
@@ -111,6 +135,21 @@ func TestConvertErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	garbled := &anypb.Any{TypeUrl: TypeURL, Value: []byte{0xff, 0xff}}
+	one := func(name string) *rlsconfv3.RateLimitConfig {
+		return &rlsconfv3.RateLimitConfig{Name: name, Domain: name, Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 1}}}}
+	}
+	deep := map[string]any{"leaf": 1.0}
+	for range 3 * maxMetadataDepth {
+		deep = map[string]any{"m": deep}
+	}
+	deepMeta := one("deep")
+	setExtras(t, deepMeta.Descriptors[0], false, deep)
+	quotaBytes := one("quotabytes") // quota_mode sent as bytes: not a bool
+	quotaBytes.Descriptors[0].ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, fieldQuotaMode, protowire.BytesType), []byte("yes")))
+	policyField := one("policyfield")
+	policyField.Descriptors[0].RateLimit.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 6, protowire.VarintType), 1))
+	configField := one("configfield")
+	configField.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 4, protowire.VarintType), 1))
 	tests := []struct {
 		name string
 		res  []*anypb.Any
@@ -121,6 +160,10 @@ func TestConvertErrors(t *testing.T) {
 		{"duplicate domain", anyOf(t, &rlsconfv3.RateLimitConfig{Name: "a", Domain: "d"}, &rlsconfv3.RateLimitConfig{Name: "b", Domain: "d"}), []string{"xds:b:", `duplicate domain "d"`}},
 		{"wrong type", []*anypb.Any{wrongType}, []string{"resource 0", "google.protobuf.Duration", TypeURL}},
 		{"garbled", []*anypb.Any{garbled}, []string{"resource 0:"}},
+		{"metadata too deep", anyOf(t, deepMeta), []string{"xds:deep: descriptor k: metadata:", "64 levels"}},
+		{"quota_mode not a bool", anyOf(t, quotaBytes), []string{"xds:quotabytes: descriptor k: field 7 (wire type 2)"}},
+		{"unknown policy field", anyOf(t, policyField), []string{"xds:policyfield: descriptor k: rate_limit has fields sluice does not read"}},
+		{"unknown config field", anyOf(t, configField), []string{"xds:configfield: the RateLimitConfig has fields sluice does not read"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -190,6 +233,9 @@ func TestBuiltAsRendered(t *testing.T) {
 		cfg.Descriptors = append(cfg.Descriptors, &rlsconfv3.RateLimitDescriptor{Key: s, Value: s, ShadowMode: i%2 == 0, DetailedMetric: i%3 == 0,
 			RateLimit:   &rlsconfv3.RateLimitPolicy{Name: s, Unit: rlsconfv3.RateLimitUnit(1 + i%4), RequestsPerUnit: uint32(i)},
 			Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: s, RateLimit: &rlsconfv3.RateLimitPolicy{Unlimited: true}}}})
+		if i%2 == 1 {
+			setExtras(t, cfg.Descriptors[len(cfg.Descriptors)-1], true, map[string]any{s: s, "n": float64(i), "f": 1.5, "big": 1e20, "l": []any{s, false, nil, map[string]any{s: 7}}})
+		}
 	}
 	cfg.Descriptors = append(cfg.Descriptors, &rlsconfv3.RateLimitDescriptor{Key: "r", RateLimit: &rlsconfv3.RateLimitPolicy{
 		Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 1, Replaces: []*rlsconfv3.RateLimitReplace{{Name: "007"}, {Name: "a: b"}}}})
@@ -214,6 +260,12 @@ func TestBuiltAsRendered(t *testing.T) {
 			}
 			if d := ruleset.Diff(rendered, conv.cfg); len(d) > 0 {
 				t.Errorf("built differs from rendered: %+v", d)
+			}
+			for i, r := range rendered.Rules() {
+				b := conv.cfg.Rules()[i]
+				if b.Path != r.Path || b.QuotaMode != r.QuotaMode || !reflect.DeepEqual(b.Metadata, r.Metadata) {
+					t.Errorf("rule %s: built quota_mode %v metadata %#v; rendered %s: %v %#v", b.Path, b.QuotaMode, b.Metadata, r.Path, r.QuotaMode, r.Metadata)
+				}
 			}
 			if len(conv.cfg.Warnings()) != 0 || len(rendered.Warnings()) != 0 {
 				t.Errorf("warnings: built %v, rendered %v", conv.cfg.Warnings(), rendered.Warnings())
