@@ -49,10 +49,11 @@ type Descriptor struct {
 	// metric label.
 	DetailedMetric bool `yaml:"detailed_metric,omitempty"`
 	// ValueToMetric puts this level's request value in the metric label of
-	// every rule at or below this node.
+	// every rule at or below this node, except on a ShareThreshold level,
+	// whose label keeps its wildcard pattern.
 	ValueToMetric bool `yaml:"value_to_metric,omitempty"`
 	// ShareThreshold makes every value matching this node's wildcard value
-	// share one bucket.
+	// share one bucket and one metric label, the pattern.
 	ShareThreshold bool         `yaml:"share_threshold,omitempty"`
 	Descriptors    []Descriptor `yaml:"descriptors,omitempty"`
 

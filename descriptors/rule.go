@@ -120,6 +120,12 @@ type level struct {
 	share         bool // share_threshold: all matching values share a bucket
 }
 
+// showsValue reports whether the level's metric label shows the request's
+// value rather than the configured one.
+func (l level) showsValue(detailed bool) bool {
+	return (detailed || l.valueToMetric) && !l.share
+}
+
 func (l level) pathElem() string {
 	if l.kind == keyOnly {
 		return l.key
@@ -202,7 +208,10 @@ func (r *Rule) String() string {
 // that matched r: r.Path, except that levels with value_to_metric, and all
 // levels when detailed_metric is set, show the request's value instead of
 // the configured one ("key_value"; just "key" when the value is empty).
-// It allocates only in those cases. entries must be the descriptor that
+// A share_threshold level always shows its wildcard pattern: its values
+// share one bucket, so they share one series too (and a client cannot grow
+// the series count by sending new values). It allocates only when some
+// level shows a request value. entries must be the descriptor that
 // matched; with any other length it returns r.Path.
 func (r *Rule) MetricLabel(entries []Entry) string {
 	if !r.dynamic || len(entries) != len(r.levels) {
@@ -212,7 +221,7 @@ func (r *Rule) MetricLabel(entries []Entry) string {
 	b.WriteString(r.Domain)
 	for i, l := range r.levels {
 		b.WriteByte('.')
-		if r.DetailedMetric || l.valueToMetric {
+		if l.showsValue(r.DetailedMetric) {
 			b.WriteString(l.key)
 			if v := entries[i].Value; v != "" {
 				b.WriteByte('_')

@@ -94,6 +94,13 @@ descriptors:
         value: "*"
         detailed_metric: true
         rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: t
+    value: x*
+    share_threshold: true
+    descriptors:
+      - key: u
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 20}
 `).Domain("d")
 	tests := []struct {
 		name string
@@ -106,7 +113,8 @@ descriptors:
 		{"detailed_metric empty value", []string{"k="}, "d.k", "d.k"},
 		{"exact value", []string{"k=v"}, "d.k_v", "d.k_v"},
 		{"wildcard keeps pattern", []string{"path=/api/x"}, "d.path_/api/*", "d.path_/api/*"},
-		{"value_to_metric on shared wildcard", []string{"file=/f/a"}, "d.file_/f/*", "d.file_/f/a"},
+		{"share_threshold keeps pattern under value_to_metric", []string{"file=/f/a"}, "d.file_/f/*", "d.file_/f/*"},
+		{"detailed_metric keeps a share_threshold pattern", []string{"t=x1", "u=y"}, "d.t_x*.u", "d.t_x*.u_y"},
 		{"detailed_metric shows every level", []string{"a=x", "b=y"}, "d.a_x.b_*", "d.a_x.b_y"},
 	}
 	for _, tt := range tests {

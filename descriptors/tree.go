@@ -172,11 +172,10 @@ func (b *builder) rule(d *Descriptor, levels []level, file string) *Rule {
 	for _, l := range levels {
 		path = append(path, '.')
 		path = append(path, l.pathElem()...)
-		r.dynamic = r.dynamic || l.valueToMetric
+		r.dynamic = r.dynamic || l.showsValue(r.DetailedMetric)
 	}
 	r.Path = string(path)
 	r.Consistency, _ = ParseConsistency(rl.Consistency)
-	r.dynamic = r.dynamic || r.DetailedMetric
 	for _, rep := range rl.Replaces {
 		r.Replaces = append(r.Replaces, rep.Name)
 		b.replaces = append(b.replaces, replaceRef{rep.Name, file, rep.pos})
