@@ -225,12 +225,13 @@ var (
 
 // Reasons shared by several variables.
 const (
-	whyNoStatsd    = "sluice has no statsd: it serves Prometheus metrics at /metrics on --http-addr (docs/migrating-from-envoy-ratelimit.md maps the stat names)"
-	whyNoPerSecond = "sluice has no second Redis for per-second limits: one Redis, Sentinel or Redis Cluster holds every bucket (a token bucket is one key per limit, not one per window), and a per-second rule can carry a per-node local bucket that never calls Redis"
-	whyNoMemcache  = "sluice has no memcache backend: a token bucket needs an atomic read-modify-write (a Lua script on Redis), which memcache's increments cannot do"
-	whyPipelining  = "sluice has no pipelining settings: calls that arrive together share Redis round trips on their own (a batch per Redis node)"
-	whyXDSBackoff  = "sluice's xDS client retries after --xds-backoff-min, doubling up to --xds-backoff-max"
-	whyTracingName = "sluice names its traces' service sluice, with its version (service.version)"
+	whyNoStatsd      = "sluice has no statsd: it serves Prometheus metrics at /metrics on --http-addr (docs/migrating-from-envoy-ratelimit.md maps the stat names)"
+	whyNoPerSecond   = "sluice has no second Redis for per-second limits: one Redis, Sentinel or Redis Cluster holds every bucket (a token bucket is one key per limit, not one per window), and a per-second rule can carry a per-node local bucket that never calls Redis"
+	whyNoMemcache    = "sluice has no memcache backend: a token bucket needs an atomic read-modify-write (a Lua script on Redis), which memcache's increments cannot do"
+	whyPipelining    = "sluice has no pipelining settings: calls that arrive together share Redis round trips on their own (a batch per Redis node)"
+	whyXDSBackoff    = "sluice's xDS client retries after --xds-backoff-min, doubling up to --xds-backoff-max"
+	whyNoStartupWait = "sluice does not wait for Redis at start: it serves at once, answers from its fallback (--redis-failure) while Redis does not answer, and switches to Redis when a probe succeeds (docs/operations.md)"
+	whyTracingName   = "sluice names its traces' service sluice, with its version (service.version)"
 )
 
 // peerVars is every environment variable of envoyproxy/ratelimit's
@@ -342,6 +343,9 @@ var peerVars = []peerVar{
 	{name: "REDIS_PERSECOND_TIMEOUT", def: "10s", kind: kDuration, how: hRefused, inert: perSecondOff, why: whyNoPerSecond},
 	{name: "REDIS_POOL_ON_EMPTY_BEHAVIOR", def: "WAIT", kind: kWord, how: hAccepted, ok: []string{"WAIT"}, inert: redisOff, why: "sluice waits for a pooled connection too, at most --redis-timeout"},
 	{name: "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", def: "WAIT", kind: kWord, how: hRefused, inert: perSecondOff, why: whyNoPerSecond},
+	{name: "REDIS_STARTUP_INITIAL_INTERVAL", def: "1s", kind: kDuration, how: hAccepted, anyOK: true, inert: redisOff, why: whyNoStartupWait},
+	{name: "REDIS_STARTUP_MAX_INTERVAL", def: "30s", kind: kDuration, how: hAccepted, anyOK: true, inert: redisOff, why: whyNoStartupWait},
+	{name: "REDIS_STARTUP_MAX_ELAPSED_TIME", def: "0", kind: kDuration, how: hAccepted, anyOK: true, inert: redisOff, why: whyNoStartupWait},
 
 	// Memcache.
 	{name: "MEMCACHE_HOST_PORT", def: "", how: hRefused, inert: memcacheOff, why: whyNoMemcache},
@@ -356,6 +360,7 @@ var peerVars = []peerVar{
 
 	// Service behaviour.
 	{name: "SHADOW_MODE", def: "false", kind: kBool, how: hMapped, flag: "shadow"},
+	{name: "QUOTA_MODE", def: "false", kind: kBool, how: hMapped, flag: "quota-mode"},
 	{name: "RESPONSE_DYNAMIC_METADATA", def: "false", kind: kBool, how: hMapped, flag: "response-metadata", ok: []string{"false"}},
 	{name: "MERGE_DOMAIN_CONFIG", def: "false", kind: kBool, how: hMapped, flag: "merge-domains"},
 
@@ -432,6 +437,7 @@ var peerMaps = []peerMap{
 	{flag: "redis-tls-key", vars: []string{"REDIS_TLS_CLIENT_KEY"}, convert: same("REDIS_TLS_CLIENT_KEY")},
 	{flag: "redis-ca", vars: []string{"REDIS_TLS_CACERT"}, convert: same("REDIS_TLS_CACERT")},
 	{flag: "shadow", vars: []string{"SHADOW_MODE"}, convert: boolean("SHADOW_MODE")},
+	{flag: "quota-mode", vars: []string{"QUOTA_MODE"}, convert: boolean("QUOTA_MODE")},
 	{flag: "response-metadata", vars: []string{"RESPONSE_DYNAMIC_METADATA"}, convert: boolean("RESPONSE_DYNAMIC_METADATA")},
 	{flag: "merge-domains", vars: []string{"MERGE_DOMAIN_CONFIG"}, convert: boolean("MERGE_DOMAIN_CONFIG")},
 	{flag: "tracing-sample-ratio", vars: []string{"TRACING_SAMPLING_RATE"}, convert: same("TRACING_SAMPLING_RATE")},

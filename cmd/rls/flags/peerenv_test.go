@@ -67,6 +67,12 @@ func TestPeerEnvMaps(t *testing.T) {
 		{"booleans", map[string]string{"MERGE_DOMAIN_CONFIG": "true", "SHADOW_MODE": "1", "LIMIT_RESPONSE_HEADERS_ENABLED": "TRUE"}, nil, func(s flags.Serve) error {
 			return errors.Join(want("--merge-domains", s.MergeDomains, true), want("--shadow", s.Shadow, true), want("--ratelimit-headers", s.RateLimitHeaders, true))
 		}},
+		{"QUOTA_MODE", map[string]string{"QUOTA_MODE": "true"}, nil, func(s flags.Serve) error {
+			return want("--quota-mode", s.QuotaMode, true)
+		}},
+		{"REDIS_STARTUP_* with any value", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_STARTUP_INITIAL_INTERVAL": "5s", "REDIS_STARTUP_MAX_INTERVAL": "1m", "REDIS_STARTUP_MAX_ELAPSED_TIME": "10m"}, nil, func(s flags.Serve) error {
+			return want("--redis", s.Redis, "redis://r:6379")
+		}},
 		{"Redis CA", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "/ca.pem"}, nil, func(s flags.Serve) error {
 			return errors.Join(want("--redis", s.Redis, "rediss://redis:6379"), want("--redis-ca", s.RedisCA, "/ca.pem"))
 		}},
