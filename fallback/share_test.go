@@ -58,17 +58,7 @@ func TestShareConvertsWhenNodesChange(t *testing.T) {
 // its share too, so that once Redis fails the node admits only the part of
 // its share it has not spent, not a fresh burst/N on top of Redis' count.
 func TestShareTracksRedisUse(t *testing.T) {
-	clock := clockwork.NewFakeClock()
-	p := &primary{mem: memory.New(memory.Options{Clock: clock})}
-	sw := fallback.New(fallback.Options{
-		Primary: p,
-		Share:   memory.New(memory.Options{Clock: clock}),
-		Probe:   func(context.Context) error { return errors.New("down") },
-		Nodes:   func() int { return 2 },
-		Mode:    fallback.Share,
-		Clock:   clock,
-	})
-	t.Cleanup(sw.Close)
+	sw, p := twoNodeShare(t)
 	// 10 an hour, burst 10: this node's share is 5 per 2 hours, burst 5.
 	hits := []bucket.Hit{{Key: bucket.Key{9}, Limit: bucket.Limit{Requests: 10, Period: time.Hour, Burst: 10}, Cost: 1}}
 	admitted := func(want bucket.Answer) bool {
@@ -100,17 +90,7 @@ func TestShareTracksRedisUse(t *testing.T) {
 // share too — the node's demand, not its admits — so a node that Redis kept
 // refusing does not find a full share when it falls back.
 func TestShareTracksRefusedDemand(t *testing.T) {
-	clock := clockwork.NewFakeClock()
-	p := &primary{mem: memory.New(memory.Options{Clock: clock})}
-	sw := fallback.New(fallback.Options{
-		Primary: p,
-		Share:   memory.New(memory.Options{Clock: clock}),
-		Probe:   func(context.Context) error { return errors.New("down") },
-		Nodes:   func() int { return 2 },
-		Mode:    fallback.Share,
-		Clock:   clock,
-	})
-	t.Cleanup(sw.Close)
+	sw, p := twoNodeShare(t)
 	lim := bucket.Limit{Requests: 10, Period: time.Hour, Burst: 10}
 	hits := []bucket.Hit{{Key: bucket.Key{9}, Limit: lim, Cost: 1}}
 	// The other nodes spent the whole global bucket.
@@ -132,4 +112,22 @@ func TestShareTracksRefusedDemand(t *testing.T) {
 	if n != 2 {
 		t.Errorf("the fallback admitted %d after 3 refused through Redis, want 2 (a share of 5, 3 asked for)", n)
 	}
+}
+
+// twoNodeShare returns a switch in Share mode over a memory primary (up
+// until its down flag is set), one of 2 live nodes, on a fake clock.
+func twoNodeShare(t *testing.T) (*fallback.Limiter, *primary) {
+	t.Helper()
+	clock := clockwork.NewFakeClock()
+	p := &primary{mem: memory.New(memory.Options{Clock: clock})}
+	sw := fallback.New(fallback.Options{
+		Primary: p,
+		Share:   memory.New(memory.Options{Clock: clock}),
+		Probe:   func(context.Context) error { return errors.New("down") },
+		Nodes:   func() int { return 2 },
+		Mode:    fallback.Share,
+		Clock:   clock,
+	})
+	t.Cleanup(sw.Close)
+	return sw, p
 }
