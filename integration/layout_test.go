@@ -35,12 +35,13 @@ var allowedImports = map[string][]string{
 	"override":            {"audit", "bucket", "descriptors"},
 	"override/redisstore": {"override"},
 	"tracing":             {},
+	"statsd":              {},
 	"emergency":           {},
 	"audit":               {},
 	"audit/redisaudit":    {"audit"},
-	"node":                {"audit", "audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "bucket", "descriptors", "emergency", "fallback", "override", "override/redisstore", "ruleset", "service", "tracing", "xds"},
+	"node":                {"audit", "audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "bucket", "descriptors", "emergency", "fallback", "override", "override/redisstore", "ruleset", "service", "statsd", "tracing", "xds"},
 	"cmd/rls":             {"audit", "audit/redisaudit", "backend/redis", "cmd/rls/flags", "node", "override", "service"},
-	"cmd/rls/flags":       {"audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "fallback", "node", "override", "ruleset", "service", "xds"},
+	"cmd/rls/flags":       {"audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "fallback", "node", "override", "ruleset", "service", "statsd", "xds"},
 	"cmd/rlsbench":        {},
 }
 

@@ -96,6 +96,11 @@ func (n *Node) Run(ctx context.Context) error {
 	registerBuildInfo(reg, st.Build)
 	registerEmbeddedRules(reg, embeddedRules(st))
 	reloadMetrics := ruleset.NewReloadMetrics(reg)
+	stopStatsd, err := startStatsd(st.Statsd, reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopStatsd()
 	trail := newAuditTrail(st, log, reg)
 	var xsrc *xds.Source // nil: rules from files
 	if st.XDS.Server != "" {
@@ -223,7 +228,7 @@ func (n *Node) Run(ctx context.Context) error {
 	healthServer.SetServingStatus(healthServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(grpcServer, healthServer)
 	if xsrc != nil {
-		gateHealth(ctx, healthServer, xsrc)
+		gateHealth(ctx, healthServer, xsrc, st.XDS)
 	}
 
 	grpcLis, err := Listen(st.GRPCAddr)
@@ -254,7 +259,7 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 	}
 	var draining atomic.Bool
-	httpServer := newHTTPServer(newHTTPMux(global.state, store, reg, &draining, st.AdminAddr, xsrc, st.XDS.Server, ovr), st, log)
+	httpServer := newHTTPServer(newHTTPMux(global.state, store, reg, &draining, st.AdminAddr, xsrc, st.XDS, ovr), st, log)
 
 	errc := make(chan error, 3)
 	go func() { errc <- grpcServer.Serve(conns.listener(grpcLis)) }()

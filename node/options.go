@@ -138,7 +138,10 @@ type Options struct {
 	TracingEndpoint    string
 	TracingSampleRatio float64
 	TracingInsecure    bool
-	Audit              Audit // the audit trail's Redis stream
+
+	// Statsd: envoyproxy/ratelimit's statsd counters (package statsd).
+	Statsd Statsd
+	Audit  Audit // the audit trail's Redis stream
 
 	// Not flags: what the caller gives the node.
 	Logger *slog.Logger // where the node logs; nil: nowhere
@@ -159,6 +162,9 @@ func (s Options) Validate() error {
 		return err
 	}
 	if err := s.Emergency.validate(s.GrayKey); err != nil {
+		return err
+	}
+	if err := s.Statsd.validate(); err != nil {
 		return err
 	}
 	if err := s.Audit.validate(); err != nil {
@@ -306,10 +312,18 @@ type XDS struct {
 	MaxResources   int
 	MaxDescriptors int
 	MaxDepth       int
+	// ReadyBeforeRules reports ready (/healthcheck 200, gRPC health
+	// SERVING) from the start, before the first update, as
+	// envoyproxy/ratelimit with FORCE_START_WITHOUT_INITIAL_CONFIG=true;
+	// false: not ready until the first update is applied.
+	ReadyBeforeRules bool
 }
 
 func (x XDS) validate(config string) error {
 	if x.Server == "" {
+		if x.ReadyBeforeRules {
+			return fmt.Errorf("--xds-ready-before-rules needs --xds-server")
+		}
 		return nil
 	}
 	switch {

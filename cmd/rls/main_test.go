@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -61,6 +62,24 @@ func TestRunErrors(t *testing.T) {
 				t.Errorf("usage error exits %d, want 2", exitCode(err))
 			}
 		})
+	}
+}
+
+// TestCommandArgs: run as ratelimit (Envoy Gateway's command,
+// /bin/ratelimit, without arguments), rls serves; commands still work.
+func TestCommandArgs(t *testing.T) {
+	tests := []struct{ argv, want []string }{
+		{[]string{"/bin/ratelimit"}, []string{"serve"}},
+		{[]string{"/bin/ratelimit", "--log-level", "debug"}, []string{"serve", "--log-level", "debug"}},
+		{[]string{"ratelimit", "version"}, []string{"version"}},
+		{[]string{"/rls"}, []string{}},
+		{[]string{"/rls", "--log-level", "debug"}, []string{"--log-level", "debug"}},
+		{[]string{"/rls", "serve"}, []string{"serve"}},
+	}
+	for _, tt := range tests {
+		if got := commandArgs(tt.argv); !slices.Equal(got, tt.want) {
+			t.Errorf("commandArgs(%q) = %q, want %q", tt.argv, got, tt.want)
+		}
 	}
 }
 
