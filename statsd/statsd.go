@@ -25,6 +25,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"time"
 
@@ -172,14 +173,21 @@ func label(m *dto.Metric, name string) string {
 	return ""
 }
 
-// sanitize replaces what would end a statsd name or line (':', '|', '@',
-// control characters) with '_'. The peer replaces ':' and '|'; a rule label
-// may carry a request's values (detailed_metric, value_to_metric).
+// ipv4 matches a dotted IPv4 address in a name.
+var ipv4 = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
+
+// sanitize makes a rule label a statsd name as the peer does (its
+// SanitizeStatName): ':' and '|' become '_', and so do the dots of an IPv4
+// address (remote_address_10_0_0_1), which would split the name. '@' and
+// control characters, which would end the name or the line, become '_' too:
+// a rule label may carry a request's values (detailed_metric,
+// value_to_metric).
 func sanitize(s string) string {
-	return strings.Map(func(r rune) rune {
+	s = strings.Map(func(r rune) rune {
 		if r == ':' || r == '|' || r == '@' || r < 0x20 || r == 0x7f {
 			return '_'
 		}
 		return r
 	}, s)
+	return ipv4.ReplaceAllStringFunc(s, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
 }

@@ -57,6 +57,8 @@ func TestSendPeerNames(t *testing.T) {
 	decisions.WithLabelValues("edge", "edge.user", "global", "over_limit", "false").Add(5)
 	// A value carrying statsd's separators cannot forge a line.
 	decisions.WithLabelValues("edge", "edge.ip_1:2|c\nx", "local", "shadow_mode", "false").Add(1)
+	// The peer writes an IPv4 address with '_' (SanitizeStatName).
+	decisions.WithLabelValues("edge", "edge.remote_address_10.0.0.1", "global", "ok", "false").Add(1)
 	loads.WithLabelValues("success").Add(1)
 
 	srv := listen(t)
@@ -72,6 +74,8 @@ func TestSendPeerNames(t *testing.T) {
 		"ratelimit.service.rate_limit.edge.ip_1_2_c_x.over_limit:1|c",
 		"ratelimit.service.rate_limit.edge.ip_1_2_c_x.shadow_mode:1|c",
 		"ratelimit.service.rate_limit.edge.ip_1_2_c_x.total_hits:1|c",
+		"ratelimit.service.rate_limit.edge.remote_address_10_0_0_1.total_hits:1|c",
+		"ratelimit.service.rate_limit.edge.remote_address_10_0_0_1.within_limit:1|c",
 		"ratelimit.service.rate_limit.edge.user.near_limit:2|c",
 		"ratelimit.service.rate_limit.edge.user.over_limit:5|c",
 		"ratelimit.service.rate_limit.edge.user.total_hits:11|c",
