@@ -96,11 +96,7 @@ func (n *Node) Run(ctx context.Context) error {
 	registerBuildInfo(reg, st.Build)
 	registerEmbeddedRules(reg, embeddedRules(st))
 	reloadMetrics := ruleset.NewReloadMetrics(reg)
-	stopStatsd, err := startStatsd(st.Statsd, reg, log)
-	if err != nil {
-		return err
-	}
-	defer stopStatsd()
+	defer startStatsd(st.Statsd, reg, log)()
 	trail := newAuditTrail(st, log, reg)
 	var xsrc *xds.Source // nil: rules from files
 	if st.XDS.Server != "" {

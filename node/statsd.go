@@ -35,14 +35,11 @@ func (s Statsd) validate() error {
 // startStatsd sends reg's counters to --statsd-addr until stop, which
 // sends once more (the drain's decisions too) and waits for it. Without
 // --statsd-addr it does nothing.
-func startStatsd(s Statsd, reg prometheus.Gatherer, log *slog.Logger) (stop func(), err error) {
+func startStatsd(s Statsd, reg prometheus.Gatherer, log *slog.Logger) (stop func()) {
 	if s.Addr == "" {
-		return func() {}, nil
+		return func() {}
 	}
-	sender, err := statsd.New(statsd.Options{Addr: s.Addr, Interval: s.Interval, Gatherer: reg, Log: log})
-	if err != nil {
-		return nil, err
-	}
+	sender := statsd.New(statsd.Options{Addr: s.Addr, Interval: s.Interval, Gatherer: reg, Log: log})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -50,5 +47,5 @@ func startStatsd(s Statsd, reg prometheus.Gatherer, log *slog.Logger) (stop func
 		sender.Run(ctx)
 	}()
 	log.Info("sending statsd counters", "statsd_addr", s.Addr, "interval", s.Interval)
-	return func() { cancel(); <-done }, nil
+	return func() { cancel(); <-done }
 }

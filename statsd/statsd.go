@@ -23,7 +23,6 @@ package statsd
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -67,25 +66,21 @@ type Options struct {
 // Sender sends the increases of the registry's counters to statsd.
 type Sender struct {
 	opts   Options
-	client statsd.Statter
+	client statsd.Statter    // nil until a Send resolves Addr
 	last   map[string]uint64 // statsd name → counter value last sent
 }
 
-// New returns a Sender to opts.Addr. It sends nothing until Send or Run.
-func New(opts Options) (*Sender, error) {
+// New returns a Sender to opts.Addr. It sends nothing until Send or Run,
+// and resolves Addr then: a statsd server that cannot be found yet never
+// stops the node, its counters wait for the next Send.
+func New(opts Options) *Sender {
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultInterval
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	// One datagram per counter, sent at once: no goroutine of the client's
-	// outlives Close.
-	client, err := statsd.NewClientWithConfig(&statsd.ClientConfig{Address: opts.Addr, Prefix: prefix})
-	if err != nil {
-		return nil, fmt.Errorf("statsd %s: %w", opts.Addr, err)
-	}
-	return &Sender{opts: opts, client: client, last: map[string]uint64{}}, nil
+	return &Sender{opts: opts, last: map[string]uint64{}}
 }
 
 // Run sends every interval until ctx is done, then sends once more and
@@ -97,9 +92,11 @@ func (s *Sender) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			if err := s.Send(); err != nil {
-				s.opts.Log.Warn("statsd: last send failed", "err", err)
+				s.opts.Log.Warn("statsd: last send failed", "addr", s.opts.Addr, "err", err)
 			}
-			_ = s.client.Close()
+			if s.client != nil {
+				_ = s.client.Close()
+			}
 			return
 		case <-t.C:
 			if err := s.Send(); err != nil {
@@ -113,6 +110,15 @@ func (s *Sender) Run(ctx context.Context) {
 // counter whose send failed is sent again, with what it gained since, by
 // the next Send.
 func (s *Sender) Send() error {
+	if s.client == nil {
+		// One datagram per counter, sent at once: the client runs no
+		// goroutine of its own.
+		c, err := statsd.NewClientWithConfig(&statsd.ClientConfig{Address: s.opts.Addr, Prefix: prefix})
+		if err != nil {
+			return err
+		}
+		s.client = c
+	}
 	families, err := s.opts.Gatherer.Gather()
 	if err != nil {
 		return err

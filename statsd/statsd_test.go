@@ -1,6 +1,7 @@
 package statsd_test
 
 import (
+	"context"
 	"net"
 	"slices"
 	"strings"
@@ -62,10 +63,7 @@ func TestSendPeerNames(t *testing.T) {
 	loads.WithLabelValues("success").Add(1)
 
 	srv := listen(t)
-	s, err := statsd.New(statsd.Options{Addr: srv.LocalAddr().String(), Gatherer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := statsd.New(statsd.Options{Addr: srv.LocalAddr().String(), Gatherer: reg})
 	if err := s.Send(); err != nil {
 		t.Fatal(err)
 	}
@@ -97,5 +95,41 @@ func TestSendPeerNames(t *testing.T) {
 	}
 	if got := receive(t, srv, len(want)); !slices.Equal(got, want) {
 		t.Errorf("second send, the increases only:\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestRunSendsWhenStopped: Run sends once more when its context ends (the
+// node's drain), however long the interval, and then returns.
+func TestRunSendsWhenStopped(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	loads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_config_loads_total"}, []string{"result"})
+	reg.MustRegister(loads)
+	loads.WithLabelValues("success").Add(2)
+	srv := listen(t)
+	s := statsd.New(statsd.Options{Addr: srv.LocalAddr().String(), Interval: time.Hour, Gatherer: reg})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx)
+	}()
+	cancel()
+	<-done
+	if got, want := receive(t, srv, 1), []string{"ratelimit.service.config_load_success:2|c"}; !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestUnresolvedServerFailsTheSend: a statsd host that cannot be resolved
+// fails a Send (Run logs it and tries again at the next interval), not New:
+// the node starts without its statsd server.
+func TestUnresolvedServerFailsTheSend(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	loads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_config_loads_total"}, []string{"result"})
+	reg.MustRegister(loads)
+	loads.WithLabelValues("success").Add(1)
+	s := statsd.New(statsd.Options{Addr: "statsd.invalid:8125", Gatherer: reg})
+	if err := s.Send(); err == nil {
+		t.Fatal("Send to statsd.invalid succeeded")
 	}
 }

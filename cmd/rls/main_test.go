@@ -47,6 +47,8 @@ func TestRunErrors(t *testing.T) {
 		{"validate without paths", []string{"validate"}, "usage: rls validate"},
 		{"check without descriptors", []string{"check"}, "usage: rls check"},
 		{"check bad descriptor", []string{"check", "novalue"}, "want KEY=VALUE"},
+		{"bad statsd address", []string{"serve", "--statsd-addr", "statsd"}, `--statsd-addr "statsd": want host:port`},
+		{"ready before rules without xDS", []string{"serve", "--xds-ready-before-rules"}, "--xds-ready-before-rules needs --xds-server"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
