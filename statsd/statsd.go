@@ -119,12 +119,18 @@ func (s *Sender) Send() error {
 		}
 		s.client = c
 	}
-	families, err := s.opts.Gatherer.Gather()
-	if err != nil {
-		return err
-	}
+	// A registry that fails to gather some metric still returns the
+	// others: they are sent, the error reported, and what is missing kept
+	// (not sent again whole next time).
+	families, firstErr := s.opts.Gatherer.Gather()
 	cur := counts(families)
-	var firstErr error
+	if firstErr != nil {
+		for name, v := range s.last {
+			if _, ok := cur[name]; !ok {
+				cur[name] = v
+			}
+		}
+	}
 	for name, v := range cur {
 		last := s.last[name]
 		d := v - last

@@ -407,8 +407,8 @@ var peerVars = []peerVar{
 	{name: "SANITIZE_DESCRIPTOR_METRIC_DOTS", def: "false", kind: kBool, how: hRefused, inert: anyStatsOff, why: "sluice's rule label keeps the rule path as it is; no stat name needs sanitizing"},
 }
 
-// strayVars are variables deployments of the peer set that the peer does
-// not read: rls serve reads them no more, and says so.
+// strayVars are variables that deployments of the peer set but the peer
+// does not read: rls serve does not read them either, and says so.
 var strayVars = map[string]string{
 	// Envoy Gateway sets it beside GRPC_SERVER_TLS_CERT.
 	"GRPC_SERVER_TLS_CA_CERT": "the peer reads no GRPC_SERVER_TLS_CA_CERT (its client CA is GRPC_CLIENT_TLS_CACERT): no client certificate is asked for, as by the peer",
