@@ -138,10 +138,10 @@ type Options struct {
 	TracingEndpoint    string
 	TracingSampleRatio float64
 	TracingInsecure    bool
+	Audit              Audit // the audit trail's Redis stream
 
 	// Statsd: envoyproxy/ratelimit's statsd counters (package statsd).
 	Statsd Statsd
-	Audit  Audit // the audit trail's Redis stream
 
 	// Not flags: what the caller gives the node.
 	Logger *slog.Logger // where the node logs; nil: nowhere
