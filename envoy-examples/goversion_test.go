@@ -83,3 +83,28 @@ func TestGoVersionAgrees(t *testing.T) {
 		}
 	}
 }
+
+// TestImageHoldsRLS: the binary the build stage writes is copied to /rls in
+// the final stage, the path ENTRYPOINT runs (TestDockerfile).
+func TestImageHoldsRLS(t *testing.T) {
+	_, stages := parseDockerfile(t, repoFile(t, "Dockerfile"))
+	out := regexp.MustCompile(`go build .*-o (\S+) \./cmd/rls`)
+	var built string
+	for _, in := range stages[0].body {
+		if m := out.FindStringSubmatch(in.args); in.keyword == "RUN" && m != nil {
+			built = m[1]
+		}
+	}
+	if built == "" {
+		t.Fatal("the build stage builds no ./cmd/rls")
+	}
+	copied := false
+	for _, in := range stages[len(stages)-1].body {
+		if in.keyword == "COPY" && strings.Fields(in.args)[0] == "--from=build" && strings.HasSuffix(in.args, " "+built+" /rls") {
+			copied = true
+		}
+	}
+	if !copied {
+		t.Errorf("the final stage has no COPY --from=build %s /rls", built)
+	}
+}
