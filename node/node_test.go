@@ -48,11 +48,12 @@ func testOptions() Options {
 		GRPCMaxConns: 4096, GRPCFirstCallTimeout: 5 * time.Second,
 		RedisTimeout: redisbackend.DefaultTimeout, RedisFailure: fallback.Share,
 		Consistency: lease.DefaultConsistency, LeasePeriod: lease.DefaultPeriod,
-		HeaderLimit: service.DefaultHeaderLimit, HeaderRemaining: service.DefaultHeaderRemaining, HeaderReset: service.DefaultHeaderReset,
-		RefusalDetails: true,
-		MaxDescriptors: service.DefaultMaxDescriptors, MaxEntries: service.DefaultMaxEntries, MaxValueBytes: service.DefaultMaxValueBytes,
-		MaxBuckets: memory.DefaultMaxBuckets, MaxMetricValues: service.DefaultMaxMetricValues,
-		LogRefusals: 100, TopRefused: service.DefaultTopRefused,
+		Settings: service.Settings{
+			HeaderLimit: service.DefaultHeaderLimit, HeaderRemaining: service.DefaultHeaderRemaining, HeaderReset: service.DefaultHeaderReset,
+			MaxDescriptors: service.DefaultMaxDescriptors, MaxEntries: service.DefaultMaxEntries, MaxValueBytes: service.DefaultMaxValueBytes,
+			MaxMetricValues: service.DefaultMaxMetricValues, RefusalLogEvery: 100, TopRefused: service.DefaultTopRefused,
+		},
+		MaxBuckets:         memory.DefaultMaxBuckets,
 		DrainTimeout:       10 * time.Second,
 		TracingSampleRatio: DefaultTracingSampleRatio,
 		Audit:              Audit{Stream: redisaudit.DefaultStream, MaxLen: redisaudit.DefaultMaxLen},
@@ -267,8 +268,11 @@ func TestNodeServesAndDrains(t *testing.T) {
 		Audit:                Audit{MaxLen: 10},
 		RedisTimeout:         time.Second,
 		GRPCHandshakeTimeout: time.Second,
-		HeaderLimit:          "RateLimit-Limit", HeaderRemaining: "RateLimit-Remaining", HeaderReset: "RateLimit-Reset",
-		MaxDescriptors: 8, MaxEntries: 8, MaxValueBytes: 64, MaxBuckets: 1000, MaxMetricValues: 10,
+		Settings: service.Settings{
+			HeaderLimit: "RateLimit-Limit", HeaderRemaining: "RateLimit-Remaining", HeaderReset: "RateLimit-Reset",
+			MaxDescriptors: 8, MaxEntries: 8, MaxValueBytes: 64, MaxMetricValues: 10,
+		},
+		MaxBuckets:   1000,
 		DrainTimeout: 5 * time.Second,
 	})
 	if err != nil {

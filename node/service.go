@@ -13,29 +13,16 @@ import (
 // how it answers (st).
 func newService(st Options, store *ruleset.Store, ovr *overrides, layers backends, secrets service.EmergencySecrets, reg prometheus.Registerer, traces *tracing.Provider) *service.Server {
 	return service.New(service.Options{
-		Rules:            store,
-		Overrides:        ovr.mgr,
-		Local:            layers.local,
-		Global:           layers.global.limiter,
-		Logger:           st.Logger,
-		Metrics:          service.NewMetrics(reg),
-		GrayKey:          st.GrayKey,
-		EmergencyKey:     st.Emergency.Key,
-		Emergency:        secrets,
-		Shadow:           st.Shadow,
-		QuotaMode:        st.QuotaMode,
-		ResponseMetadata: st.ResponseMetadata,
-		RateLimitHeaders: st.RateLimitHeaders,
-		HeaderLimit:      st.HeaderLimit,
-		HeaderRemaining:  st.HeaderRemaining,
-		HeaderReset:      st.HeaderReset,
-		NoRefusalDetails: !st.RefusalDetails,
-		RefusalLogEvery:  st.LogRefusals,
-		TopRefused:       st.TopRefused,
-		MaxDescriptors:   st.MaxDescriptors,
-		MaxEntries:       st.MaxEntries,
-		MaxValueBytes:    st.MaxValueBytes,
-		MaxMetricValues:  st.MaxMetricValues,
-		Tracer:           traces.Tracer(), // nil when off: no tracing cost
+		Rules:        store,
+		Overrides:    ovr.mgr,
+		Local:        layers.local,
+		Global:       layers.global.limiter,
+		Logger:       st.Logger,
+		Metrics:      service.NewMetrics(reg),
+		GrayKey:      st.GrayKey,
+		EmergencyKey: st.Emergency.Key,
+		Emergency:    secrets,
+		Settings:     st.Settings,
+		Tracer:       traces.Tracer(), // nil when off: no tracing cost
 	})
 }

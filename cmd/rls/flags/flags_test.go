@@ -59,7 +59,7 @@ func TestParseServe(t *testing.T) {
 }
 
 // TestServeFlagsSetTheirOptions: each flag of the node's listeners, TLS,
-// xDS, tracing and emergency channel, from the command line or its RLS_*
+// xDS, tracing, emergency channel and refusals, from the command line or its RLS_*
 // variable, sets its own field of node.Options (the node's tests set the
 // fields directly).
 func TestServeFlagsSetTheirOptions(t *testing.T) {
@@ -75,7 +75,7 @@ func TestServeFlagsSetTheirOptions(t *testing.T) {
 		"--admin-tls-client-ca", "ops-ca.pem", "--admin-tls-client-san", "alice",
 		"--redis", "rediss://redis:6379", "--redis-ca", "redis-ca.pem", "--redis-tls-cert", "client.pem", "--redis-tls-key", "client.key",
 		"--emergency-key", "emergency",
-		"--max-rule-bytes", "2000",
+		"--max-rule-bytes", "2000", "--refusal-details=false", "--log-refusals", "7",
 	}, envOf(env), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +111,8 @@ func TestServeFlagsSetTheirOptions(t *testing.T) {
 		{"RLS_TRACING_ENDPOINT", st.TracingEndpoint, "collector:4317"},
 		{"RLS_TRACING_INSECURE", st.TracingInsecure, true},
 		{"--max-rule-bytes", st.MaxRuleBytes, int64(2000)},
+		{"--refusal-details=false", st.NoRefusalDetails, true},
+		{"--log-refusals", st.RefusalLogEvery, 7},
 		{"--xds-server", xdsSt.XDS.Server, "cp:18000"},
 		{"--xds-node-id", xdsSt.XDS.NodeID, "envoy-ratelimit"},
 		{"--xds-tls-ca", xdsSt.XDS.TLSCA, "xds-ca.pem"},
@@ -148,7 +150,7 @@ func TestServeDefaultsAreTheOwners(t *testing.T) {
 		{"--ratelimit-header-limit", st.HeaderLimit, service.DefaultHeaderLimit},
 		{"--ratelimit-header-remaining", st.HeaderRemaining, service.DefaultHeaderRemaining},
 		{"--ratelimit-header-reset", st.HeaderReset, service.DefaultHeaderReset},
-		{"--refusal-details", st.RefusalDetails, true},
+		{"--refusal-details", !st.NoRefusalDetails, true},
 		{"--quota-mode", st.QuotaMode, false},
 		{"--response-metadata", st.ResponseMetadata, false},
 		{"--max-descriptors", st.MaxDescriptors, service.DefaultMaxDescriptors},
