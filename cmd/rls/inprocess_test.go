@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -140,21 +138,6 @@ func servingLine(t *testing.T, log *logtest.Buffer) map[string]any {
 	}
 	t.Fatalf("no serving line:\n%s", log.String())
 	return nil
-}
-
-// httpGet GETs url and returns the status and body.
-func httpGet(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
 }
 
 // edgeRequest is a request of one descriptor of one entry, key=value, in
