@@ -86,17 +86,17 @@ func (n *Node) Run(ctx context.Context) error {
 		return err
 	}
 	defer ovr.stop()
-	srv := newService(st, rules.store, ovr, layers, secrets, reg, traces)
+	svc := newService(st, rules.store, ovr, layers, secrets, reg, traces)
 
 	// The servers, the listeners, and serving until ctx is done.
-	servers, err := newServers(ctx, st, log, reg, srv, rules, layers.global, ovr, traces != nil)
+	srvs, err := n.newServers(ctx, reg, svc, rules, layers.global, ovr, traces != nil)
 	if err != nil {
 		return err
 	}
 	lis, err := listen(st, log)
 	if err != nil {
-		servers.grpc.srv.Stop() // its stream workers
+		srvs.grpc.srv.Stop() // its stream workers
 		return err
 	}
-	return n.serve(ctx, servers, lis, rules, layers.global, traces)
+	return n.serve(ctx, srvs, lis, rules, layers.global, traces)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"sync/atomic"
 
@@ -27,7 +26,8 @@ type servers struct {
 
 // newServers builds the servers of svc, reading the TLS files of
 // --tls-cert (certificates are reloaded as they change).
-func newServers(ctx context.Context, st Options, log *slog.Logger, reg *prometheus.Registry, svc *service.Server, rules ruleSource, global globalLayer, ovr *overrides, traced bool) (servers, error) {
+func (n *Node) newServers(ctx context.Context, reg *prometheus.Registry, svc *service.Server, rules ruleSource, global globalLayer, ovr *overrides, traced bool) (servers, error) {
+	st, log := n.opts, n.log
 	serverTLS, err := newServerTLS(st, clockwork.NewRealClock(), log, reg)
 	if err != nil {
 		return servers{}, err
