@@ -104,6 +104,18 @@ descriptors:
 	if got := h.call(t, request("ai", addend(desc("tenant=b"), 0))).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 		t.Errorf("60 s after a charge of a million: %v, want OK (the debt is one burst at most)", got)
 	}
+	// One charge over two descriptors: each is charged on its own, the
+	// one that does not fit too, as envoyproxy/ratelimit counts on all.
+	resp = h.call(t, request("ai", addend(desc("tenant=c"), 4), addend(desc("tenant=d"), 11)))
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("charges of 4 and 11 (burst 10): %v, want OVER_LIMIT", resp.GetOverallCode())
+	}
+	if got := remaining(desc("tenant=c")); got != 6 {
+		t.Errorf("tenant c after a charge of 4 in a refused request: %d left, want 6", got)
+	}
+	if got := h.call(t, request("ai", addend(desc("tenant=d"), 0))).GetOverallCode(); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("check of tenant d after a charge of 11: %v, want OVER_LIMIT (in debt)", got)
+	}
 	// Not postpaid: a take past the limit takes nothing, and an empty
 	// bucket passes a check.
 	if got := h.call(t, request("ai", addend(desc("plain=p"), 5))).GetOverallCode(); got != rlsv3.RateLimitResponse_OVER_LIMIT {
