@@ -9,6 +9,14 @@
 // gRPC connection limits, the node count of the fallback share, and the
 // graceful drain when its context ends.
 //
+// Node.Run reads as the list of its steps, each in the file named after
+// it: the rules (rules.go, xds.go), tracing (tracing.go), the limiting
+// layers (backends.go, redis.go), the emergency channel (emergency.go),
+// the overrides (override_admin.go), the service (service.go), the
+// servers and their muxes (serve.go, grpc.go, http.go), the listeners
+// (listen.go), serving (serve.go) and the drain (shutdown.go).
+//
 // Options are what `rls serve`'s flags set; the cmd/rls/flags package
-// registers its flags onto their fields.
+// registers its flags onto their fields. Groups of options that another
+// package uses are that package's type, carried whole: service.Settings.
 package node
