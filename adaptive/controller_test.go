@@ -81,6 +81,7 @@ type rig struct {
 	rec   *audittest.Recorder
 	reg   *prometheus.Registry
 	cfg   *adaptive.Config
+	rules func() *descriptors.Config
 }
 
 func newRig(t *testing.T, yaml string, lk adaptive.Lock) *rig {
@@ -99,7 +100,7 @@ func newRig(t *testing.T, yaml string, lk adaptive.Lock) *rig {
 	}
 	store, _ := override.OpenFile("")
 	r := &rig{clock: clockwork.NewFakeClockAt(time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)), src: &source{v: map[string]float64{}},
-		rec: &audittest.Recorder{}, reg: prometheus.NewRegistry(), cfg: cfg}
+		rec: &audittest.Recorder{}, reg: prometheus.NewRegistry(), cfg: cfg, rules: func() *descriptors.Config { return rules }}
 	r.mgr = override.NewManager(override.ManagerOptions{Store: store, Rules: func() *descriptors.Config { return rules }, Clock: r.clock})
 	r.ctl = adaptive.New(adaptive.Options{Config: cfg, Source: r.src, Overrides: r.mgr, Rules: func() *descriptors.Config { return rules },
 		Lock: lk, Clock: r.clock, Audit: r.rec, Node: "n1", Registerer: r.reg})
