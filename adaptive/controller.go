@@ -74,12 +74,13 @@ type policyState struct {
 // Controller evaluates the policies while its node is the actor and writes
 // their scale as scale overrides.
 type Controller struct {
-	opts  Options
-	log   *slog.Logger
-	m     *metrics
-	mu    sync.Mutex // serializes Step
-	actor bool
-	pols  []*policyState
+	opts    Options
+	log     *slog.Logger
+	m       *metrics
+	mu      sync.Mutex // serializes Step
+	actor   bool
+	lockErr bool // the last Hold failed
+	pols    []*policyState
 }
 
 // New returns a Controller; Run drives it.
@@ -154,9 +155,13 @@ func (c *Controller) Step(ctx context.Context) {
 	lctx, cancel := context.WithTimeout(ctx, c.tick())
 	held, err := c.opts.Lock.Hold(lctx)
 	cancel()
-	if err != nil {
-		c.log.Warn("adaptive: the actor lock is unreachable: not acting", "err", err)
+	switch {
+	case err != nil && !c.lockErr:
+		c.log.Warn("adaptive: the actor lock is unreachable: not acting until it is back", "err", err)
+	case err == nil && c.lockErr:
+		c.log.Info("adaptive: the actor lock is reachable again")
 	}
+	c.lockErr = err != nil
 	if held != c.actor {
 		c.actor = held
 		if held {

@@ -168,6 +168,11 @@ func (n *Node) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopOverrides()
+	stopAdaptive, err := startAdaptive(ctx, st, global.redis, ovr.mgr, store, trail, log, reg)
+	if err != nil {
+		return err
+	}
+	defer stopAdaptive()
 
 	srv := service.New(service.Options{
 		Rules:            store,

@@ -1,0 +1,104 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-rls/sluice/internal/promtest"
+	"github.com/sluice-rls/sluice/internal/redistest"
+)
+
+// TestAdaptiveFleet: two rls serve nodes on a real redis-server, with an
+// adaptive policy on a real Prometheus scraping a target whose latency the
+// test sets. One node acts; when the latency rises both nodes apply the
+// lowered limit, down to min_scale and no further; when the actor is
+// killed the other takes over, and when the latency recovers it brings the
+// limit back to the rule file's, with trigger and restore audit events.
+func TestAdaptiveFleet(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	latency := prometheus.NewGauge(prometheus.GaugeOpts{Name: "backend_latency_p99_seconds", Help: "p99 latency"})
+	reg.MustRegister(latency)
+	latency.Set(0.5) // between the thresholds
+	target := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer target.Close()
+	prom := promtest.Start(t, strings.TrimPrefix(target.URL, "http://"))
+	redis := redistest.Start(t)
+
+	dir := t.TempDir()
+	rules := writeFile(t, dir, "rules.yaml", overrideRulesYAML) // edge.user_id: 10/second
+	tokens := writeFile(t, dir, "tokens", "ops:"+adminToken+"\n")
+	policy := writeFile(t, dir, "adaptive.yaml", fmt.Sprintf(`prometheus: %s
+lock_ttl: 1s
+policies:
+  - name: latency
+    domain: edge
+    rule: edge.user_id
+    interval: 300ms
+    cooldown: 300ms
+    min_scale: 0.5
+    signals:
+      - {name: p99, query: 'max(backend_latency_p99_seconds)', lower_above: 1, raise_below: 0.2}
+`, prom.URL()))
+	args := []string{"--config", rules, "--redis", "redis://" + redis.Addr(), "--admin-token-file", tokens, "--adaptive-config", policy}
+	nodes := []*rlsProcess{startRLS(t, args...), startRLS(t, args...)}
+
+	actor := func() int {
+		who := -1
+		for i, n := range nodes {
+			if v, ok := scrapeMetric(t, n, "ratelimit_adaptive_actor"); ok && v == 1 {
+				if who >= 0 {
+					t.Fatalf("nodes %d and %d both act", who, i)
+				}
+				who = i
+			}
+		}
+		return who
+	}
+	pollFor(t, 10*time.Second, "one actor", func() bool { return actor() >= 0 })
+	first := actor()
+	limit := func(n *rlsProcess) uint32 {
+		return n.Check(t, "edge", "user_id=u1").GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+
+	latency.Set(2)
+	for _, n := range nodes {
+		pollFor(t, 20*time.Second, "the lowered limit on every node", func() bool { return limit(n) < 10 })
+	}
+	for _, n := range nodes {
+		pollFor(t, 10*time.Second, "min_scale reached", func() bool { return overridesHave(n, "scale ×0.5 on rule edge.user_id") })
+		if got := limit(n); got != 5 {
+			t.Errorf("at min_scale 0.5: limit %d/second, want 5", got)
+		}
+	}
+	if v, ok := scrapeMetric(t, nodes[1-first], `ratelimit_adaptive_triggered{policy="latency"}`); !ok || v != 1 {
+		t.Errorf("the other node's ratelimit_adaptive_triggered = %v, want 1", v)
+	}
+
+	// The actor dies: the other node takes over within the lock's TTL.
+	nodes[first].Signal(t, syscall.SIGKILL)
+	_ = nodes[first].Wait(t, 10*time.Second)
+	dead, other := nodes[first], nodes[1-first]
+	nodes = []*rlsProcess{other}
+	pollFor(t, 10*time.Second, "the other node acting", func() bool { return actor() == 0 })
+	if got := limit(other); got != 5 {
+		t.Errorf("after the handover: limit %d/second, want 5 (the new actor starts from the stored scale)", got)
+	}
+
+	latency.Set(0.1)
+	pollFor(t, 30*time.Second, "the rule file's limit back", func() bool { return limit(other) == 10 && !overridesHave(other, "scale") })
+	logs := dead.Log() + other.Log()
+	for _, want := range []string{"kind=adaptive.trigger", "kind=adaptive.restore", "p99=2 above 1"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the nodes' logs lack %q", want)
+		}
+	}
+}
