@@ -65,10 +65,11 @@ type Options struct {
 
 // policyState is what the controller keeps of one policy.
 type policyState struct {
-	p      *Policy
-	next   time.Time // next evaluation
-	st     State     // LastChange and LastGood; Scale in dry run only
-	manual string    // the operator's override standing the policy aside, "" none
+	p       *Policy
+	next    time.Time       // next evaluation
+	st      State           // LastChange and LastGood; Scale in dry run only
+	manual  string          // the operator's override standing the policy aside, "" none
+	failing map[string]bool // signals whose last read gave no number
 }
 
 // Controller evaluates the policies while its node is the actor and writes
@@ -107,7 +108,7 @@ func New(opts Options) *Controller {
 	}
 	for i := range opts.Config.Policies {
 		p := &opts.Config.Policies[i]
-		c.pols = append(c.pols, &policyState{p: p, st: State{Scale: 1}})
+		c.pols = append(c.pols, &policyState{p: p, st: State{Scale: 1}, failing: make(map[string]bool)})
 		c.m.scale.WithLabelValues(p.Name).Set(1)
 		c.m.triggered.WithLabelValues(p.Name).Set(0)
 		c.m.triggers.WithLabelValues(p.Name)
@@ -219,7 +220,7 @@ func (c *Controller) evaluate(ctx context.Context, ps *policyState, list []overr
 		c.log.Info("adaptive: the operator's override is gone: the policy adapts again", "policy", p.Name, "override", ps.manual)
 		ps.manual = ""
 	}
-	readings := c.read(ctx, p)
+	readings := c.read(ctx, ps)
 	st := ps.st
 	if !dry {
 		st.Scale = factor(own)
@@ -292,9 +293,11 @@ func (c *Controller) remove(ctx context.Context, ps *policyState, own *override.
 	return nil
 }
 
-// read queries p's signals, each bounded by the query timeout (default:
-// the interval), and exports their values.
-func (c *Controller) read(ctx context.Context, p *Policy) []Reading {
+// read queries the policy's signals, each bounded by the query timeout
+// (default: the interval), exports their values, and logs when one starts
+// or stops giving a number.
+func (c *Controller) read(ctx context.Context, ps *policyState) []Reading {
+	p := ps.p
 	type q struct{ name, query string }
 	var qs []q
 	for _, s := range p.Signals {
@@ -313,7 +316,15 @@ func (c *Controller) read(ctx context.Context, p *Policy) []Reading {
 		v, err := c.opts.Source.Query(qctx, q.query)
 		cancel()
 		out[i] = Reading{Name: q.name, Value: v, Err: err}
-		if !out[i].valid() {
+		ok := out[i].valid()
+		switch {
+		case !ok && !ps.failing[q.name]:
+			c.log.Warn("adaptive: signal gives no number: holding the scale, back to 1 after stale_after", "policy", p.Name, "signal", out[i].String(), "stale_after", p.StaleAfter)
+		case ok && ps.failing[q.name]:
+			c.log.Info("adaptive: signal gives a number again", "policy", p.Name, "signal", out[i].String())
+		}
+		ps.failing[q.name] = !ok
+		if !ok {
 			c.m.signalErrors.WithLabelValues(p.Name, q.name).Inc()
 			c.m.signal.WithLabelValues(p.Name, q.name).Set(math.NaN())
 			continue
