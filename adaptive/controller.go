@@ -232,11 +232,11 @@ func (c *Controller) evaluate(ctx context.Context, ps *policyState, list []overr
 	if d.Scale == st.Scale {
 		c.log.Debug("adaptive: holding", "policy", p.Name, "scale", st.Scale, "reason", d.Reason)
 		if own != nil && !dry && own.Expires.Sub(now) < c.opts.Expiry/2 {
-			c.set(ctx, p, st.Scale, "refreshed: "+d.Reason, now)
+			_ = c.set(ctx, p, st.Scale, "refreshed: "+d.Reason, now) // logged; retried at the next evaluation
 		}
 		return
 	}
-	attrs := []any{"policy", p.Name, "scope", scope(p), "old", st.Scale, "new", d.Scale, "reason", d.Reason}
+	attrs := []any{"policy", p.Name, "scope", scope(p), "old", st.Scale, "new", d.Scale, "reason", d.Reason, "dry_run", dry}
 	if dry {
 		c.log.Info("adaptive: dry run: would change the scale", attrs...)
 	} else {

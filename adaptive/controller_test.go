@@ -354,3 +354,22 @@ func TestOnlyTheActorActs(t *testing.T) {
 		t.Errorf("ratelimit_adaptive_actor = %v, want 1", v)
 	}
 }
+
+// TestOverrideRefreshed: a scale that holds is rewritten when half of its
+// override's expiry is left, so it does not lapse while the policy holds it.
+func TestOverrideRefreshed(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, latencyPolicy, nil)
+	r.src.set("p99", 2)
+	r.step(time.Second)
+	r.src.set("p99", 0.5) // between the thresholds: holds 0.8
+	r.step(adaptive.DefaultExpiry/2 - time.Second)
+	if o := r.mgr.List()[0]; !o.Expires.Equal(r.clock.Now().Add(time.Second + adaptive.DefaultExpiry/2)) {
+		t.Fatalf("more than half the expiry left: override rewritten (expires %v)", o.Expires)
+	}
+	r.step(2 * time.Second)
+	o := r.mgr.List()[0]
+	if o.Factor != 0.8 || !o.Expires.Equal(r.clock.Now().Add(adaptive.DefaultExpiry)) || !strings.Contains(o.Reason, "refreshed") {
+		t.Errorf("less than half the expiry left: override %v, want 0.8 rewritten to expire an hour from now", o)
+	}
+}
