@@ -37,10 +37,10 @@ func newBackend(t *testing.T) *backend {
 
 // TestWithPrometheus runs a policy against a real Prometheus scraping a
 // target whose latency and error ratio the test moves: the scale drops at
-// the first evaluation that sees the latency, never below min_scale, holds
-// while Prometheus is down and returns to 1 after stale_after, follows the
-// signal again once Prometheus is back, returns to 1 after recovery, and
-// drops on the error ratio alone. The controller's clock is fake: each
+// the first evaluation that sees the latency, holds through a Prometheus
+// restart and follows the signal again, never below min_scale; Prometheus
+// down for stale_after returns it to 1; it drops again once Prometheus is
+// back, returns to 1 after recovery, and drops on the error ratio alone. The controller's clock is fake: each
 // evaluation is one Step.
 func TestWithPrometheus(t *testing.T) {
 	t.Parallel()
@@ -85,25 +85,34 @@ policies:
 
 	b.latency.Set(2)
 	promtest.WaitFor(t, 10*time.Second, sees(p99, 2))
-	var got []float64
-	for range 4 {
-		r.step(time.Second)
-		got = append(got, scale())
+	steps := func(n int) []float64 {
+		var got []float64
+		for range n {
+			r.step(time.Second)
+			got = append(got, scale())
+		}
+		return got
 	}
-	if want := []float64{0.8, 0.64, 0.6, 0.6}; !equal(got, want) {
-		t.Fatalf("latency high: scales %v, want %v (one step per interval, never below min_scale 0.6)", got, want)
+	if got, want := steps(2), []float64{0.8, 0.64}; !equal(got, want) {
+		t.Fatalf("latency high: scales %v, want %v (one step per interval)", got, want)
 	}
 
+	// Prometheus restarts within stale_after: the scale holds, then follows
+	// the signal again, down to min_scale and no further.
 	prom.Kill()
-	for i := range 3 {
-		r.step(time.Second)
-		if s := scale(); s != 0.6 {
-			t.Fatalf("Prometheus down %d s: scale %v, want 0.6 held", i+1, s)
-		}
+	if got, want := steps(3), []float64{0.64, 0.64, 0.64}; !equal(got, want) {
+		t.Fatalf("Prometheus down: scales %v, want %v held", got, want)
 	}
-	r.step(time.Second)
-	if s := scale(); s != 1 {
-		t.Fatalf("Prometheus down for stale_after: scale %v, want 1", s)
+	prom.Restart()
+	promtest.WaitFor(t, 20*time.Second, sees(p99, 2))
+	if got, want := steps(3), []float64{0.6, 0.6, 0.6}; !equal(got, want) {
+		t.Fatalf("Prometheus back, latency high: scales %v, want %v (min_scale 0.6)", got, want)
+	}
+
+	// Prometheus down for stale_after: back to 1.
+	prom.Kill()
+	if got, want := steps(4), []float64{0.6, 0.6, 0.6, 1}; !equal(got, want) {
+		t.Fatalf("Prometheus down: scales %v, want %v (held, then 1 after stale_after 4s)", got, want)
 	}
 	prom.Restart()
 	promtest.WaitFor(t, 20*time.Second, sees(p99, 2))
