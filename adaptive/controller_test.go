@@ -62,12 +62,13 @@ func (s *source) set(q string, v float64) {
 type lock struct {
 	mu   sync.Mutex
 	held bool
+	err  error
 }
 
 func (l *lock) Hold(context.Context) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.held, nil
+	return l.held && l.err == nil, l.err
 }
 func (l *lock) Release(context.Context) error { return nil }
 
@@ -352,6 +353,20 @@ func TestOnlyTheActorActs(t *testing.T) {
 	}
 	if v := r.metric("ratelimit_adaptive_actor"); v != 1 {
 		t.Errorf("ratelimit_adaptive_actor = %v, want 1", v)
+	}
+	// The lock unreachable: the node cannot tell whether it acts, so it
+	// does not.
+	lk.mu.Lock()
+	lk.err = context.DeadlineExceeded
+	lk.mu.Unlock()
+	calls := r.src.calls
+	r.step(time.Second)
+	r.step(time.Second)
+	if r.src.calls != calls || r.metric("ratelimit_adaptive_actor") != 0 {
+		t.Errorf("lock unreachable: %d more queries, actor %v; want none and 0", r.src.calls-calls, r.metric("ratelimit_adaptive_actor"))
+	}
+	if s, _ := r.scale("edge", "edge.user_id"); s != 0.8 {
+		t.Errorf("lock unreachable: scale %v, want 0.8 left as it was", s)
 	}
 }
 
