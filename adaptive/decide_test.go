@@ -111,16 +111,17 @@ policies:
 		t.Errorf("defaults not filled in: %+v, lock_ttl %v", p, c.LockTTL)
 	}
 	for _, tt := range []struct{ yaml, want string }{
-		{`policies: []`, "prometheus: the URL"},
-		{"prometheus: x\npolicies: [{name: a, domain: d}]", "give signals"},
-		{"prometheus: x\npolicies: [{name: a, domain: d, signals: [{name: s, query: q, lower_above: 1, raise_below: 1}]}]", "raise_below (1) must be below lower_above (1)"},
-		{"prometheus: x\npolicies: [{name: a, domain: d, lower_factor: 1.2, proportional: {query: q, baseline: 2}}]", "lower_factor must be above 0 and below 1"},
-		{"prometheus: x\npolicies: [{name: a, domain: d, min_scale: -1, proportional: {query: q, baseline: 0}}]", "baseline must be above 0"},
-		{"prometheus: x\npolicies: [{name: a, domain: d, max_scale: 5000, proportional: {query: q, baseline: 1}}]", "max_scale must be at least 1 and at most 1000"},
-		{"prometheus: x\npolicies: [{name: a, domain: d, interval: 1ms, proportional: {query: q, baseline: 1}}]", "interval must be at least"},
-		{"prometheus: x\npolicies: [{name: a, domain: d, proportional: {query: q, baseline: 1}}, {name: b, domain: d, proportional: {query: q, baseline: 1}}]", `scales the same scope as policy "a"`},
-		{"prometheus: x\nunknown: 1", "field unknown not found"},
-		{"prometheus: x\npolicies: [{name: 'a b', domain: d, proportional: {query: q, baseline: 1}}]", "name must be"},
+		{`policies: []`, "prometheus: the http:// or https:// URL"},
+		{"prometheus: 'http://u:secret@'\npolicies: []", `not "http://u:xxxxx@"`},
+		{"prometheus: http://p\npolicies: [{name: a, domain: d}]", "give signals"},
+		{"prometheus: http://p\npolicies: [{name: a, domain: d, signals: [{name: s, query: q, lower_above: 1, raise_below: 1}]}]", "raise_below (1) must be below lower_above (1)"},
+		{"prometheus: http://p\npolicies: [{name: a, domain: d, lower_factor: 1.2, proportional: {query: q, baseline: 2}}]", "lower_factor must be above 0 and below 1"},
+		{"prometheus: http://p\npolicies: [{name: a, domain: d, min_scale: -1, proportional: {query: q, baseline: 0}}]", "baseline must be above 0"},
+		{"prometheus: http://p\npolicies: [{name: a, domain: d, max_scale: 5000, proportional: {query: q, baseline: 1}}]", "max_scale must be at least 1 and at most 1000"},
+		{"prometheus: http://p\npolicies: [{name: a, domain: d, interval: 1ms, proportional: {query: q, baseline: 1}}]", "interval must be at least"},
+		{"prometheus: http://p\npolicies: [{name: a, domain: d, proportional: {query: q, baseline: 1}}, {name: b, domain: d, proportional: {query: q, baseline: 1}}]", `scales the same scope as policy "a"`},
+		{"prometheus: http://p\nunknown: 1", "field unknown not found"},
+		{"prometheus: http://p\npolicies: [{name: 'a b', domain: d, proportional: {query: q, baseline: 1}}]", "name must be"},
 	} {
 		if _, err := Parse([]byte(tt.yaml)); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Parse(%q) = %v, want an error containing %q", tt.yaml, err, tt.want)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/url"
 	"os"
 	"regexp"
 	"time"
@@ -186,8 +187,8 @@ func (p *Policy) fill() {
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if c.Prometheus == "" {
-		bad("prometheus: the URL of a Prometheus-compatible API is required")
+	if u, err := url.Parse(c.Prometheus); c.Prometheus == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("prometheus: the http:// or https:// URL of a Prometheus-compatible API is required, not %q", redact(c.Prometheus))
 	}
 	if c.QueryTimeout < 0 {
 		bad("query_timeout must not be negative")
@@ -282,3 +283,16 @@ func (p *Policy) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// redact hides the password of a URL's user information, for messages and
+// logs; a string that is no URL is returned as is.
+func redact(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	return s
+}
+
+// PrometheusRedacted is the Prometheus URL with its password hidden, for
+// logs.
+func (c *Config) PrometheusRedacted() string { return redact(c.Prometheus) }

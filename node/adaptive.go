@@ -48,7 +48,7 @@ func startAdaptive(ctx context.Context, st Options, client goredis.UniversalClie
 		// --override-max-expiry.
 		Expiry: min(adaptive.DefaultExpiry, st.Overrides.MaxExpiry),
 	})
-	log.Info("adaptive limits on", "config", st.AdaptiveConfig, "policies", len(cfg.Policies), "prometheus", cfg.Prometheus, "dry_run", cfg.DryRun, "shared", client != nil)
+	log.Info("adaptive limits on", "config", st.AdaptiveConfig, "policies", len(cfg.Policies), "prometheus", cfg.PrometheusRedacted(), "dry_run", cfg.DryRun, "shared", client != nil)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {

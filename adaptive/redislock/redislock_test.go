@@ -92,7 +92,7 @@ func TestTwoControllersOneActor(t *testing.T) {
 		src *countSource
 	}
 	mk := func(name string) node {
-		cfg, err := adaptive.Parse([]byte("prometheus: x\nlock_ttl: 300ms\npolicies:\n  - name: latency\n    domain: edge\n    interval: 100ms\n    signals: [{name: p99, query: p99, lower_above: 1, raise_below: 0.2}]\n"))
+		cfg, err := adaptive.Parse([]byte("prometheus: http://127.0.0.1:1\nlock_ttl: 300ms\npolicies:\n  - name: latency\n    domain: edge\n    interval: 100ms\n    signals: [{name: p99, query: p99, lower_above: 1, raise_below: 0.2}]\n"))
 		if err != nil {
 			t.Fatal(err)
 		}
