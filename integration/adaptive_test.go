@@ -20,7 +20,8 @@ import (
 // TestAdaptiveFleet: two rls serve nodes on a real redis-server, with an
 // adaptive policy on a real Prometheus scraping a target whose latency the
 // test sets. One node acts; when the latency rises both nodes apply the
-// lowered limit, down to min_scale and no further; when the actor is
+// lowered limit within a second of each other, down to min_scale and no
+// further; when the actor is
 // killed the other takes over, and when the latency recovers it brings the
 // limit back to the rule file's, with trigger and restore audit events.
 func TestAdaptiveFleet(t *testing.T) {
@@ -73,9 +74,21 @@ policies:
 	}
 
 	latency.Set(2)
-	for _, n := range nodes {
-		pollFor(t, 20*time.Second, "the lowered limit on every node", func() bool { return limit(n) < 10 })
+	// Both nodes apply the actor's first change within a second of each
+	// other (the overrides' propagation: a notice, or the 500 ms resync).
+	var lowered [2]time.Time
+	pollFor(t, 20*time.Second, "the lowered limit on every node", func() bool {
+		for i, n := range nodes {
+			if lowered[i].IsZero() && limit(n) < 10 {
+				lowered[i] = time.Now()
+			}
+		}
+		return !lowered[0].IsZero() && !lowered[1].IsZero()
+	})
+	if d := lowered[0].Sub(lowered[1]).Abs(); d > time.Second {
+		t.Errorf("the nodes applied the lowered limit %v apart, want within a second", d)
 	}
+	t.Logf("the nodes applied the lowered limit %v apart", lowered[0].Sub(lowered[1]).Abs().Round(time.Millisecond))
 	for _, n := range nodes {
 		pollFor(t, 10*time.Second, "min_scale reached", func() bool { return overridesHave(n, "scale ×0.5 on rule edge.user_id") })
 		if got := limit(n); got != 5 {
