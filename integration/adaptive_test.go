@@ -74,6 +74,7 @@ policies:
 	}
 
 	latency.Set(2)
+	rose := time.Now()
 	// Both nodes apply the actor's first change within a second of each
 	// other (the overrides' propagation: a notice, or the 500 ms resync).
 	var lowered [2]time.Time
@@ -88,7 +89,8 @@ policies:
 	if d := lowered[0].Sub(lowered[1]).Abs(); d > time.Second {
 		t.Errorf("the nodes applied the lowered limit %v apart, want within a second", d)
 	}
-	t.Logf("the nodes applied the lowered limit %v apart", lowered[0].Sub(lowered[1]).Abs().Round(time.Millisecond))
+	t.Logf("the nodes applied the lowered limit %v apart, %v after the latency rose (scrape every %v, interval 300ms)",
+		lowered[0].Sub(lowered[1]).Abs().Round(time.Millisecond), lowered[0].Sub(rose).Round(time.Millisecond), promtest.ScrapeInterval)
 	for _, n := range nodes {
 		pollFor(t, 10*time.Second, "min_scale reached", func() bool { return overridesHave(n, "scale ×0.5 on rule edge.user_id") })
 		if got := limit(n); got != 5 {
