@@ -21,11 +21,11 @@ const (
 	DefaultRaiseFactor = 1.1
 	DefaultMinScale    = 0.1
 	DefaultMaxScale    = 1.0
-	// DefaultStaleIntervals: without a Cooldown, a policy changes its scale
-	// at most once per DefaultCooldownIntervals intervals; without a
-	// StaleAfter, it returns to 1 after DefaultStaleIntervals intervals
-	// without a signal.
-	DefaultStaleIntervals    = 8
+	// DefaultStaleIntervals: without a StaleAfter, a policy returns to 1
+	// after this many intervals without a signal.
+	DefaultStaleIntervals = 8
+	// DefaultCooldownIntervals: without a Cooldown, a policy changes its
+	// scale at most once per this many intervals.
 	DefaultCooldownIntervals = 2
 	// DefaultTolerance is the smallest change a proportional policy makes.
 	DefaultTolerance = 0.05
