@@ -31,8 +31,10 @@ end
 if cur then
   return 0
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 1
+end
+return 0
 `)
 
 // releaseScript deletes the lock if its token is ours.
