@@ -109,7 +109,7 @@ func New(opts Options) *Controller {
 	for i := range opts.Config.Policies {
 		p := &opts.Config.Policies[i]
 		c.pols = append(c.pols, &policyState{p: p, st: State{Scale: 1}, failing: make(map[string]bool)})
-		c.m.scale.WithLabelValues(p.Name).Set(1)
+		c.m.scale.WithLabelValues(p.Name, p.Domain, p.Rule).Set(1)
 		c.m.triggered.WithLabelValues(p.Name).Set(0)
 		c.m.triggers.WithLabelValues(p.Name)
 	}
@@ -197,7 +197,7 @@ func (c *Controller) Step(ctx context.Context) {
 			own, _ := c.current(ps.p, list)
 			scale = factor(own)
 		}
-		c.m.scale.WithLabelValues(ps.p.Name).Set(scale)
+		c.m.scale.WithLabelValues(ps.p.Name, ps.p.Domain, ps.p.Rule).Set(scale)
 		c.m.triggered.WithLabelValues(ps.p.Name).Set(b2f(scale < 1))
 	}
 }

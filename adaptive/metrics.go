@@ -13,8 +13,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		scale: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ratelimit_adaptive_scale",
-			Help: "Scale an adaptive policy applies to its scope's limits (1: the rule files' limits); in dry run, the scale it would apply.",
-		}, []string{"policy"}),
+			Help: "Scale an adaptive policy applies to its scope (domain, and rule unless domain-wide) (1: the rule files' limits); in dry run, the scale it would apply.",
+		}, []string{"policy", "domain", "rule"}),
 		triggered: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ratelimit_adaptive_triggered",
 			Help: "1 while an adaptive policy's scale is below 1 (it tightens its scope's limits), else 0.",
