@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluice-rls/sluice/adaptive"
 	"github.com/sluice-rls/sluice/internal/promtest"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
@@ -73,6 +75,17 @@ policies:
 		return n.Check(t, "edge", "user_id=u1").GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
 	}
 
+	// Prometheus has scraped the target before the latency rises.
+	src, err := adaptive.NewPrometheus(prom.URL(), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	promtest.WaitFor(t, 20*time.Second, func(ctx context.Context) error {
+		if v, err := src.Query(ctx, "max(backend_latency_p99_seconds)"); err != nil || v != 0.5 {
+			return fmt.Errorf("p99 %v, %v; want 0.5 scraped", v, err)
+		}
+		return nil
+	})
 	latency.Set(2)
 	rose := time.Now()
 	// Both nodes apply the actor's first change within a second of each
