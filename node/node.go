@@ -87,6 +87,11 @@ func (n *Node) Run(ctx context.Context) error {
 		return err
 	}
 	defer ovr.stop()
+	stopAdaptive, err := startAdaptive(ctx, st, layers.global.redis, ovr.mgr, rules.store, trail, log, reg)
+	if err != nil {
+		return err
+	}
+	defer stopAdaptive()
 	svc := newService(st, rules.store, ovr, layers, secrets, reg, traces)
 
 	// The servers, the listeners, and serving until ctx is done.

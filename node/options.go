@@ -58,6 +58,9 @@ type Options struct {
 	XDS      XDS // --xds-*: the rules from an xDS management server instead of files
 	// Overrides: --admin-token-file, --override-file, --override-resync.
 	Overrides Overrides
+	// AdaptiveConfig is --adaptive-config: the adaptive limits' file
+	// (docs/adaptive.md); empty: off.
+	AdaptiveConfig string
 
 	// The admin listener: /json and /debug/pprof/, which spend tokens or
 	// expose internals. Loopback by default; TLS (and mTLS) as gRPC when

@@ -90,6 +90,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	registerEmergency(fs, &s.Emergency)
 	registerAudit(fs, &s.Audit)
 	registerOverrides(fs, &s.Overrides)
+	registerAdaptive(fs, &s.AdaptiveConfig)
 	fs.StringVar(&s.Redis, "redis", "", "Redis URL for the global layer: redis://, rediss://, unix:///path/redis.sock, a comma list (cluster) or sentinel://master@host:port,... (default: memory backend)")
 	fs.StringVar(&s.RedisCA, "redis-ca", "", "CA bundle (PEM) to verify Redis' TLS certificate with rediss:// (default: the system roots)")
 	fs.StringVar(&s.RedisTLSCert, "redis-tls-cert", "", "client certificate (PEM) presented to Redis over TLS (Redis' tls-auth-clients); read again when the file changes")
