@@ -74,6 +74,11 @@ LABEL org.opencontainers.image.source="https://github.com/sluice-rls/sluice" \
       org.opencontainers.image.title="sluice" \
       org.opencontainers.image.description="Rate-limit service for Envoy (gRPC RateLimitService v3)"
 COPY --from=build /out/rls /rls
+# The same binary as /bin/ratelimit, the command of envoyproxy/ratelimit's
+# image that Envoy Gateway's rate-limit Deployment runs: under that name,
+# without a command, it is `rls serve` (docs/envoy-gateway.md). distroless
+# has no shell to make a link, so it is a copy.
+COPY --from=build /out/rls /bin/ratelimit
 # 8081: gRPC (RateLimitService v3, grpc.health.v1). 8080: HTTP (/healthcheck,
 # /metrics, /rlconfig).
 EXPOSE 8080 8081

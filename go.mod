@@ -3,6 +3,7 @@ module github.com/sluice-rls/sluice
 go 1.26.8
 
 require (
+	github.com/cactus/go-statsd-client/v5 v5.1.0
 	github.com/envoyproxy/go-control-plane v0.14.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/envoyproxy/go-control-plane/ratelimit v0.1.0

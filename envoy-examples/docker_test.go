@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
+	"github.com/sluice-rls/sluice/internal/egtest"
 )
 
 // dockerBuild is the build command the Dockerfile must run.
@@ -186,4 +187,23 @@ func ignored(patterns []string, file string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// TestDockerImageRunsAsEnvoyGateway: the image holds the rls binary at the
+// command of Envoy Gateway's rate-limit Deployment (/bin/ratelimit), so
+// that swapping the image alone runs sluice.
+func TestDockerImageRunsAsEnvoyGateway(t *testing.T) {
+	command := egtest.Load(t).Command
+	if len(command) != 1 {
+		t.Fatalf("Envoy Gateway's command %q: want one path", command)
+	}
+	var copies []string
+	for _, in := range dockerfile(t) {
+		if in.keyword == "COPY" {
+			copies = append(copies, in.args)
+		}
+	}
+	if want := "--from=build /out/rls " + command[0]; !slices.Contains(copies, want) {
+		t.Errorf("COPY %q: none is %q", copies, want)
+	}
 }

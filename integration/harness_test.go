@@ -88,6 +88,13 @@ func startRLSEnv(t *testing.T, env []string, args ...string) *rlsProcess {
 	full := append([]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, args...)
 	cmd := exec.Command(rlsBinary, full...)
 	cmd.Env = rlsEnv(env...)
+	return startCmd(t, cmd)
+}
+
+// startCmd starts cmd, an rls that serves, and waits until it logs its
+// addresses, as startRLS.
+func startCmd(t *testing.T, cmd *exec.Cmd) *rlsProcess {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

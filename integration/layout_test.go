@@ -37,12 +37,13 @@ var allowedImports = map[string][]string{
 	"adaptive":            {"audit", "descriptors", "override"},
 	"adaptive/redislock":  {"adaptive"},
 	"tracing":             {},
+	"statsd":              {},
 	"emergency":           {},
 	"audit":               {},
 	"audit/redisaudit":    {"audit"},
-	"node":                {"adaptive", "adaptive/redislock", "audit", "audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "bucket", "descriptors", "emergency", "fallback", "override", "override/redisstore", "ruleset", "service", "tracing", "xds"},
+	"node":                {"adaptive", "adaptive/redislock", "audit", "audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "bucket", "descriptors", "emergency", "fallback", "override", "override/redisstore", "ruleset", "service", "statsd", "tracing", "xds"},
 	"cmd/rls":             {"audit", "audit/redisaudit", "backend/redis", "cmd/rls/flags", "node", "override", "service"},
-	"cmd/rls/flags":       {"audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "fallback", "node", "override", "ruleset", "service", "xds"},
+	"cmd/rls/flags":       {"audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "fallback", "node", "override", "ruleset", "service", "statsd", "xds"},
 	"cmd/rlsbench":        {},
 }
 

@@ -28,7 +28,7 @@ type grpcServer struct {
 
 // newGRPCServer builds the gRPC server of svc over tls (nil: plaintext).
 // With xDS (xsrc not nil) health says NOT_SERVING until the first update
-// (gateHealth).
+// (gateHealth), unless --xds-ready-before-rules.
 func newGRPCServer(ctx context.Context, st Options, svc *service.Server, tls *serverTLS, traced bool, xsrc *xds.Source, reg prometheus.Registerer) *grpcServer {
 	// Stream workers are reused goroutines whose stacks have already grown
 	// to what a decision with a Redis call needs; a fresh goroutine per
@@ -49,7 +49,7 @@ func newGRPCServer(ctx context.Context, st Options, svc *service.Server, tls *se
 	hs.SetServingStatus(healthServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
 	if xsrc != nil {
-		gateHealth(ctx, hs, xsrc)
+		gateHealth(ctx, hs, xsrc, st.XDS)
 	}
 	return &grpcServer{srv: srv, conns: conns, health: hs}
 }

@@ -26,15 +26,16 @@ import (
 // and 503 once SIGTERM started the drain.
 //
 // With --xds-server (xsrc not nil) /healthcheck answers 503 until the first
-// xDS update is applied, and /rlconfig starts with the rules' version.
-func newHTTPMux(globalState func() string, store *ruleset.Store, reg *prometheus.Registry, draining *atomic.Bool, adminAddr string, xsrc *xds.Source, xdsServer string, ovr *overrides) *http.ServeMux {
+// xDS update is applied (unless --xds-ready-before-rules), and /rlconfig
+// starts with the rules' version.
+func newHTTPMux(globalState func() string, store *ruleset.Store, reg *prometheus.Registry, draining *atomic.Bool, adminAddr string, xsrc *xds.Source, x XDS, ovr *overrides) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthcheck", func(w http.ResponseWriter, r *http.Request) {
 		if draining.Load() {
 			http.Error(w, "draining", http.StatusServiceUnavailable)
 			return
 		}
-		if why := xdsWaiting(xsrc, xdsServer); why != "" {
+		if why := xdsWaiting(xsrc, x); why != "" {
 			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}

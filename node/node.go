@@ -56,6 +56,7 @@ func (n *Node) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	reg := newRegistry(st)
+	defer startStatsd(st.Statsd, reg, log)()
 	trail := newAuditTrail(st, log, reg)
 
 	// The rules: from files, reloaded, or from xDS.

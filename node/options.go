@@ -130,6 +130,9 @@ type Options struct {
 	TracingInsecure    bool
 	Audit              Audit // the audit trail's Redis stream
 
+	// Statsd: envoyproxy/ratelimit's statsd counters (package statsd).
+	Statsd Statsd
+
 	// Not flags: what the caller gives the node.
 	Logger *slog.Logger // where the node logs; nil: nowhere
 	Build  Build        // the running binary, for ratelimit_build_info, traces and the "serving" line
@@ -149,6 +152,9 @@ func (s Options) Validate() error {
 		return err
 	}
 	if err := s.Emergency.validate(s.GrayKey); err != nil {
+		return err
+	}
+	if err := s.Statsd.validate(); err != nil {
 		return err
 	}
 	if err := s.Audit.validate(); err != nil {
@@ -296,10 +302,18 @@ type XDS struct {
 	MaxResources   int
 	MaxDescriptors int
 	MaxDepth       int
+	// ReadyBeforeRules reports ready (/healthcheck 200, gRPC health
+	// SERVING) from the start, before the first update, as
+	// envoyproxy/ratelimit with FORCE_START_WITHOUT_INITIAL_CONFIG=true;
+	// false: not ready until the first update is applied.
+	ReadyBeforeRules bool
 }
 
 func (x XDS) validate(config string) error {
 	if x.Server == "" {
+		if x.ReadyBeforeRules {
+			return fmt.Errorf("--xds-ready-before-rules needs --xds-server")
+		}
 		return nil
 	}
 	switch {

@@ -39,7 +39,7 @@ func TestRLConfigShowsOverrideCounts(t *testing.T) {
 		}
 	}
 	var draining atomic.Bool
-	pub := httptest.NewServer(newHTTPMux(func() string { return "memory" }, o.rules, prometheus.NewRegistry(), &draining, "127.0.0.1:8082", nil, "", o))
+	pub := httptest.NewServer(newHTTPMux(func() string { return "memory" }, o.rules, prometheus.NewRegistry(), &draining, "127.0.0.1:8082", nil, XDS{}, o))
 	defer pub.Close()
 	body := get(t, pub.URL+"/rlconfig", "")
 	for _, secret := range []string{"AKIA-LEAKED-SECRET", "other-secret", "alice", "leaked key", "incident 42"} {

@@ -40,7 +40,7 @@ func (n *Node) newServers(ctx context.Context, reg *prometheus.Registry, svc *se
 		grpc:     newGRPCServer(ctx, st, svc, serverTLS, traced, rules.xds, reg),
 		draining: new(atomic.Bool),
 	}
-	s.http = newHTTPServer(newHTTPMux(global.state, rules.store, reg, s.draining, st.AdminAddr, rules.xds, st.XDS.Server, ovr), st, log)
+	s.http = newHTTPServer(newHTTPMux(global.state, rules.store, reg, s.draining, st.AdminAddr, rules.xds, st.XDS, ovr), st, log)
 	if st.AdminAddr != "" {
 		mux := newAdminMux(svc, st)
 		ovr.mount(mux)

@@ -24,7 +24,8 @@ import (
 // example) loaded from files, or, with --xds-server, none until the first
 // xDS update: every request is allowed meanwhile (as envoyproxy/ratelimit
 // with FORCE_START_WITHOUT_INITIAL_CONFIG, which Envoy Gateway sets), and
-// /healthcheck and gRPC health say not ready (gateHealth).
+// /healthcheck and gRPC health say not ready (gateHealth) unless
+// --xds-ready-before-rules.
 func initialRules(st Options) (*descriptors.Config, error) {
 	if st.XDS.Server != "" {
 		return descriptors.New(nil, st.Rules.descriptorOptions())
@@ -112,8 +113,12 @@ func xdsCredentials(x XDS) (credentials.TransportCredentials, error) {
 }
 
 // gateHealth keeps gRPC health NOT_SERVING until src applies its first
-// update. After the drain's Shutdown the health server ignores the switch.
-func gateHealth(ctx context.Context, hs *health.Server, src *xds.Source) {
+// update, unless x.ReadyBeforeRules. After the drain's Shutdown the health
+// server ignores the switch.
+func gateHealth(ctx context.Context, hs *health.Server, src *xds.Source, x XDS) {
+	if x.ReadyBeforeRules {
+		return
+	}
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	hs.SetServingStatus(healthServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	go func() {
@@ -127,13 +132,14 @@ func gateHealth(ctx context.Context, hs *health.Server, src *xds.Source) {
 }
 
 // xdsWaiting is why /healthcheck answers 503 while src (nil: rules from
-// files) has applied no update yet, or "" once it has.
-func xdsWaiting(src *xds.Source, server string) string {
-	if src == nil {
+// files) has applied no update yet, or "" once it has or when
+// x.ReadyBeforeRules.
+func xdsWaiting(src *xds.Source, x XDS) string {
+	if src == nil || x.ReadyBeforeRules {
 		return ""
 	}
 	if _, ok := src.Version(); ok {
 		return ""
 	}
-	return "waiting for the first rules from the xDS server " + server
+	return "waiting for the first rules from the xDS server " + x.Server
 }

@@ -394,10 +394,24 @@ func rateLimitOf(pb *rlsconfv3.RateLimitPolicy) *descriptors.RateLimit {
 	return r
 }
 
-// unitOf maps the proto's units onto sluice's (the proto has no week,
-// month or year).
+// The units the upstream proto (envoy ratelimit/config/ratelimit/v3/
+// rls_conf.proto) added after the published ratelimit module: they arrive
+// as these numbers, which Envoy Gateway sends for its Month and Year.
+const (
+	unitMonth rlsconfv3.RateLimitUnit = 5
+	unitYear  rlsconfv3.RateLimitUnit = 6
+	unitWeek  rlsconfv3.RateLimitUnit = 7
+)
+
+// unitOf maps the proto's units onto sluice's.
 func unitOf(u rlsconfv3.RateLimitUnit) (descriptors.Unit, bool) {
 	switch u {
+	case unitWeek:
+		return descriptors.Week, true
+	case unitMonth:
+		return descriptors.Month, true
+	case unitYear:
+		return descriptors.Year, true
 	case rlsconfv3.RateLimitUnit_SECOND:
 		return descriptors.Second, true
 	case rlsconfv3.RateLimitUnit_MINUTE:

@@ -127,6 +127,41 @@ descriptors:
 	}
 }
 
+// TestConvertUpstreamUnits: week, month and year, which the published
+// ratelimit module does not name, arrive by number (Envoy Gateway sends
+// month and year) and convert as a rule file's.
+func TestConvertUpstreamUnits(t *testing.T) {
+	cfg := &rlsconfv3.RateLimitConfig{Name: "edge", Domain: "edge", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+		{Key: "w", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: 7, RequestsPerUnit: 1}},
+		{Key: "m", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: 5, RequestsPerUnit: 2}},
+		{Key: "y", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: 6, RequestsPerUnit: 3}},
+	}}
+	got, err := rulesOf(t, anyOf(t, cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := descriptors.Parse("edge.yaml", []byte(`domain: edge
+descriptors:
+  - {key: w, rate_limit: {unit: week, requests_per_unit: 1}}
+  - {key: m, rate_limit: {unit: month, requests_per_unit: 2}}
+  - {key: y, rate_limit: {unit: year, requests_per_unit: 3}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := descriptors.New([]*descriptors.File{f}, descriptors.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantLines []string
+	for _, r := range want.Rules() {
+		wantLines = append(wantLines, r.String())
+	}
+	if strings.Join(got, "\n") != strings.Join(wantLines, "\n") {
+		t.Errorf("rules from the proto:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantLines, "\n"))
+	}
+}
+
 func TestConvertErrors(t *testing.T) {
 	unnamed := &rlsconfv3.RateLimitConfig{Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{RequestsPerUnit: 3}}}}
 	noDomain := &rlsconfv3.RateLimitConfig{Name: "nodomain"}

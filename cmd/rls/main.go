@@ -11,6 +11,10 @@
 //	rls override set|list|rm          change runtime overrides (admin address)
 //	rls version                       print the version, commit and Go version
 //
+// Run under the name ratelimit (the image's /bin/ratelimit, which Envoy
+// Gateway's rate-limit Deployment runs, as envoyproxy/ratelimit's binary)
+// with no command, it is rls serve.
+//
 // main only wires signals and exit codes; run holds the logic so that tests
 // can call it in-process.
 package main
@@ -22,19 +26,32 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv); err != nil {
+	if err := run(ctx, commandArgs(os.Args), os.Stdout, os.Stderr, os.Getenv); err != nil {
 		if !errors.Is(err, errUsage) && !errors.Is(err, errOverLimit) {
 			fmt.Fprintln(os.Stderr, "rls:", err)
 		}
 		stop()
 		os.Exit(exitCode(err))
 	}
+}
+
+// commandArgs returns run's arguments for the command line argv: argv
+// without the program name, and serve first when the program is named
+// ratelimit and no command is given (nothing, or flags only).
+func commandArgs(argv []string) []string {
+	args := argv[1:]
+	if filepath.Base(argv[0]) == "ratelimit" && (len(args) == 0 || strings.HasPrefix(args[0], "-")) {
+		return append([]string{"serve"}, args...)
+	}
+	return args
 }
 
 // errUsage marks errors whose message the flag package already printed.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,6 +44,8 @@ func TestRunErrors(t *testing.T) {
 		{"validate without paths", []string{"validate"}, "usage: rls validate"},
 		{"check without descriptors", []string{"check"}, "usage: rls check"},
 		{"check bad descriptor", []string{"check", "novalue"}, "want KEY=VALUE"},
+		{"bad statsd address", []string{"serve", "--statsd-addr", "statsd"}, `--statsd-addr "statsd": want host:port`},
+		{"ready before rules without xDS", []string{"serve", "--xds-ready-before-rules"}, "--xds-ready-before-rules needs --xds-server"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,5 +61,23 @@ func TestRunErrors(t *testing.T) {
 				t.Errorf("usage error exits %d, want 2", exitCode(err))
 			}
 		})
+	}
+}
+
+// TestCommandArgs: run as ratelimit (Envoy Gateway's command,
+// /bin/ratelimit, without arguments), rls serves; commands still work.
+func TestCommandArgs(t *testing.T) {
+	tests := []struct{ argv, want []string }{
+		{[]string{"/bin/ratelimit"}, []string{"serve"}},
+		{[]string{"/bin/ratelimit", "--log-level", "debug"}, []string{"serve", "--log-level", "debug"}},
+		{[]string{"ratelimit", "version"}, []string{"version"}},
+		{[]string{"/rls"}, []string{}},
+		{[]string{"/rls", "--log-level", "debug"}, []string{"--log-level", "debug"}},
+		{[]string{"/rls", "serve"}, []string{"serve"}},
+	}
+	for _, tt := range tests {
+		if got := commandArgs(tt.argv); !slices.Equal(got, tt.want) {
+			t.Errorf("commandArgs(%q) = %q, want %q", tt.argv, got, tt.want)
+		}
 	}
 }

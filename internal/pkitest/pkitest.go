@@ -53,6 +53,16 @@ func (p PKI) IssueServer(t testing.TB, dir string) Leaf {
 	return writeLeaf(t, dir, cert, key)
 }
 
+// IssueServerClient signs a certificate for ServerName and 127.0.0.1 that
+// serves and also authenticates as a client (as Envoy Gateway's rate-limit
+// certificate, which both serves gRPC and authenticates to the xDS server),
+// written to a new temporary directory of t.
+func (p PKI) IssueServerClient(t testing.TB) Leaf {
+	t.Helper()
+	cert, key := newLeaf(t, p.ca, p.caKey, leafSpec{name: ServerName, server: true, client: true})
+	return writeLeaf(t, t.TempDir(), cert, key)
+}
+
 // IssueClient signs a new client certificate carrying dnsNames and uris as
 // SANs, written to a new temporary directory of t.
 func (p PKI) IssueClient(t testing.TB, dnsNames, uris []string) Leaf {
@@ -141,6 +151,7 @@ func newCA(t testing.TB, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
 type leafSpec struct {
 	name     string
 	server   bool
+	client   bool // with server: a client certificate too
 	dnsNames []string
 	uris     []*url.URL
 }
@@ -169,6 +180,9 @@ func newLeaf(t testing.TB, ca *x509.Certificate, caKey *ecdsa.PrivateKey, spec l
 	}
 	if spec.server {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		if spec.client {
+			tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
+		}
 		tmpl.DNSNames = []string{spec.name}
 		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
 	}

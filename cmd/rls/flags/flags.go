@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-rls/sluice/node"
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
+	"github.com/sluice-rls/sluice/statsd"
 )
 
 // registerRules registers the rule-loading flags onto r.
@@ -128,6 +129,8 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.StringVar(&s.TracingEndpoint, "tracing-endpoint", "", "OpenTelemetry collector (OTLP/gRPC) host:port to send traces to (default: tracing off)")
 	fs.Float64Var(&s.TracingSampleRatio, "tracing-sample-ratio", node.DefaultTracingSampleRatio, "share of requests traced when Envoy sent no trace context, in [0, 1]; Envoy's sampling decision wins when it sent one")
 	fs.BoolVar(&s.TracingInsecure, "tracing-insecure", false, "send traces without TLS (plaintext gRPC) to --tracing-endpoint")
+	fs.StringVar(&s.Statsd.Addr, "statsd-addr", "", "statsd server host:port (UDP) to send envoyproxy/ratelimit's counters to (ratelimit.service.rate_limit.<rule>.total_hits, ...; docs/metrics.md); default: none")
+	fs.DurationVar(&s.Statsd.Interval, "statsd-interval", statsd.DefaultInterval, "how often --statsd-addr gets the counters' increases")
 	fs.BoolVar(&s.ExampleRules, "example-rules", false, "without --config, serve the embedded example rules even in Kubernetes (KUBERNETES_SERVICE_HOST set), where rls serve refuses to otherwise")
 	fs.TextVar(&s.PeerEnv, "peer-env", PeerEnvMap, "`mode` for envoyproxy/ratelimit's environment variables (REDIS_URL, RUNTIME_ROOT, ...): map (use those that mean the same as a flag, refuse the others) | refuse (refuse to start while any is set) | ignore (log a warning for each)")
 

@@ -122,6 +122,9 @@ type peerVar struct {
 	inert  func(getenv func(string) string) string
 	why    string // accepted: what sluice does instead; refused: why
 	secret bool   // never print the value
+	// warn logs the acceptance of a value not in ok as a warning: sluice
+	// does something else than the peer, which the operator must know.
+	warn bool
 }
 
 // Conditions under which the peer does not read a variable.
@@ -209,7 +212,17 @@ var (
 		}
 		return ""
 	}
-	xdsTLSOff = func(getenv func(string) string) string {
+	// With rule files the peer reads FORCE_START_WITHOUT_INITIAL_CONFIG and
+	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED too, but has its rules before
+	// it serves; so does rls serve.
+	fileRules = func(getenv func(string) string) string {
+		if s := xdsOff(getenv); s != "" {
+			return "rls serve loads its rule files before it serves, ready at once (CONFIG_TYPE=" + orDefault(getenv, "CONFIG_TYPE", "FILE") + ")"
+		}
+		return ""
+	}
+	dogStatsOff = whenFalse("USE_DOG_STATSD", "false", "unused by the peer")
+	xdsTLSOff   = func(getenv func(string) string) string {
 		if s := xdsOff(getenv); s != "" {
 			return s
 		}
@@ -225,7 +238,7 @@ var (
 
 // Reasons shared by several variables.
 const (
-	whyNoStatsd      = "sluice has no statsd: it serves Prometheus metrics at /metrics on --http-addr (docs/migrating-from-envoy-ratelimit.md maps the stat names)"
+	whyPrometheus    = "sluice serves its own Prometheus metrics at /metrics on --http-addr (default :8080), not on PROMETHEUS_ADDR, and with its own names (docs/migrating-from-envoy-ratelimit.md maps them): point the scrape at --http-addr"
 	whyNoPerSecond   = "sluice has no second Redis for per-second limits: one Redis, Sentinel or Redis Cluster holds every bucket (a token bucket is one key per limit, not one per window), and a per-second rule can carry a per-node local bucket that never calls Redis"
 	whyNoMemcache    = "sluice has no memcache backend: a token bucket needs an atomic read-modify-write (a Lua script on Redis), which memcache's increments cannot do"
 	whyPipelining    = "sluice has no pipelining settings: calls that arrive together share Redis round trips on their own (a batch per Redis node)"
@@ -257,7 +270,7 @@ var peerVars = []peerVar{
 
 	// Where the rules come from.
 	{name: "CONFIG_TYPE", def: "FILE", kind: kWord, how: hMapped, flag: "xds-server", ok: []string{"FILE"}},
-	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG", def: "false", kind: kBool, how: hAccepted, ok: []string{"false", "true"}, why: "with rule files sluice starts only once it has loaded them; with --xds-server it starts not ready, answering OK, until the first update (as the peer with true)"},
+	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG", def: "false", kind: kBool, how: hMapped, flag: "xds-ready-before-rules", inert: fileRules},
 	{name: "CONFIG_GRPC_XDS_NODE_ID", def: "default", how: hMapped, flag: "xds-node-id", inert: xdsOff},
 	{name: "CONFIG_GRPC_XDS_NODE_METADATA", def: "", how: hRefused, inert: xdsOff, why: "sluice's xDS client sends no node metadata (--xds-node-id and --xds-node-cluster name the node)"},
 	{name: "CONFIG_GRPC_XDS_SERVER_URL", def: "localhost:18000", how: hMapped, flag: "xds-server", inert: xdsOff},
@@ -275,18 +288,18 @@ var peerVars = []peerVar{
 	{name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", def: "", kind: kNumber, how: hMapped, flag: "max-rule-bytes", inert: xdsOff},
 
 	// Stats.
-	{name: "USE_DOG_STATSD", def: "false", kind: kBool, how: hAccepted, ok: []string{"false"}, why: whyNoStatsd},
-	{name: "USE_DOG_STATSD_MOGRIFIERS", def: "", how: hRefused, inert: statsOff, why: whyNoStatsd},
-	{name: "USE_STATSD", def: "true", kind: kBool, how: hAccepted, ok: []string{"false"}, why: whyNoStatsd},
-	{name: "STATSD_HOST", def: "localhost", how: hRefused, inert: statsOff, why: whyNoStatsd},
-	{name: "STATSD_PORT", def: "8125", kind: kNumber, how: hRefused, inert: statsOff, why: whyNoStatsd},
-	{name: "EXTRA_TAGS", def: "", how: hRefused, inert: anyStatsOff, why: "sluice adds no constant labels to its metrics: add them when scraping (Prometheus relabel_configs or the ServiceMonitor's)"},
-	{name: "STATS_FLUSH_INTERVAL", def: "10s", kind: kDuration, how: hRefused, inert: statsOff, why: whyNoStatsd},
-	{name: "DISABLE_STATS", def: "false", kind: kBool, how: hAccepted, ok: []string{"false", "true"}, why: "sluice always serves its Prometheus metrics at /metrics on --http-addr; nothing is sent anywhere"},
-	{name: "USE_PROMETHEUS", def: "false", kind: kBool, how: hAccepted, ok: []string{"false"}, why: "sluice serves its own Prometheus metrics at /metrics on --http-addr (default :8080), not on PROMETHEUS_ADDR, with other names (docs/migrating-from-envoy-ratelimit.md maps them): point the scrape there, then remove USE_PROMETHEUS"},
-	{name: "PROMETHEUS_ADDR", def: ":9090", how: hRefused, inert: promOff, why: "sluice's metrics are at /metrics on --http-addr"},
-	{name: "PROMETHEUS_PATH", def: "/metrics", how: hRefused, inert: promOff, why: "sluice's metrics are at /metrics on --http-addr"},
-	{name: "PROMETHEUS_MAPPER_YAML", def: "", how: hRefused, inert: promOff, why: "sluice's metrics are native Prometheus series with labels, mapped by no statsd mapper"},
+	{name: "USE_DOG_STATSD", def: "false", kind: kBool, how: hAccepted, ok: []string{"false"}, why: "sluice sends plain statsd (USE_STATSD, --statsd-addr), not DogStatsD's tags"},
+	{name: "USE_DOG_STATSD_MOGRIFIERS", def: "", how: hRefused, inert: dogStatsOff, why: "sluice sends plain statsd (USE_STATSD, --statsd-addr), not DogStatsD's tags"},
+	{name: "USE_STATSD", def: "true", kind: kBool, how: hMapped, flag: "statsd-addr", ok: []string{"false"}, why: "sluice sends no statsd either"},
+	{name: "STATSD_HOST", def: "localhost", how: hMapped, flag: "statsd-addr", inert: statsOff},
+	{name: "STATSD_PORT", def: "8125", kind: kNumber, how: hMapped, flag: "statsd-addr", inert: statsOff},
+	{name: "EXTRA_TAGS", def: "", how: hRefused, inert: anyStatsOff, why: "sluice adds no constant labels or tags to its metrics: add them when scraping (Prometheus relabel_configs or the ServiceMonitor's) or in the statsd server"},
+	{name: "STATS_FLUSH_INTERVAL", def: "10s", kind: kDuration, how: hMapped, flag: "statsd-interval", inert: statsOff},
+	{name: "DISABLE_STATS", def: "false", kind: kBool, how: hAccepted, ok: []string{"false", "true"}, why: "sluice always serves its Prometheus metrics at /metrics on --http-addr; with true it sends no statsd, as the peer"},
+	{name: "USE_PROMETHEUS", def: "false", kind: kBool, how: hAccepted, ok: []string{"false"}, anyOK: true, warn: true, why: whyPrometheus},
+	{name: "PROMETHEUS_ADDR", def: ":9090", how: hAccepted, anyOK: true, warn: true, inert: promOff, why: whyPrometheus},
+	{name: "PROMETHEUS_PATH", def: "/metrics", how: hAccepted, anyOK: true, warn: true, inert: promOff, why: whyPrometheus},
+	{name: "PROMETHEUS_MAPPER_YAML", def: "", how: hAccepted, anyOK: true, warn: true, inert: promOff, why: "sluice reads no statsd mapper: its metrics are native Prometheus series, named as docs/metrics.md says, at /metrics on --http-addr (docs/envoy-gateway.md maps the peer's names); for the peer's names, send statsd (--statsd-addr) to a statsd_exporter with this mapping"},
 
 	// Rule files.
 	{name: "RUNTIME_ROOT", def: "/srv/runtime_data/current", how: hMapped, flag: "config", inert: fileOff},
@@ -310,7 +323,7 @@ var peerVars = []peerVar{
 	{name: "LIMIT_RESET_HEADER", def: "RateLimit-Reset", how: hMapped, flag: "ratelimit-header-reset", ok: []string{"RateLimit-Reset"}, inert: headersOff},
 
 	// Health.
-	{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", def: "false", kind: kBool, how: hAccepted, ok: []string{"false", "true"}, why: "rls serve reports healthy only once it has loaded its rules"},
+	{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", def: "false", kind: kBool, how: hMapped, flag: "xds-ready-before-rules", inert: fileRules},
 
 	// Redis.
 	{name: "REDIS_SOCKET_TYPE", def: "unix", kind: kWord, how: hMapped, flag: "redis", inert: socketOff},
@@ -394,6 +407,13 @@ var peerVars = []peerVar{
 	{name: "SANITIZE_DESCRIPTOR_METRIC_DOTS", def: "false", kind: kBool, how: hRefused, inert: anyStatsOff, why: "sluice's rule label keeps the rule path as it is; no stat name needs sanitizing"},
 }
 
+// strayVars are variables that deployments of the peer set but the peer
+// does not read: rls serve does not read them either, and says so.
+var strayVars = map[string]string{
+	// Envoy Gateway sets it beside GRPC_SERVER_TLS_CERT.
+	"GRPC_SERVER_TLS_CA_CERT": "the peer reads no GRPC_SERVER_TLS_CA_CERT (its client CA is GRPC_CLIENT_TLS_CACERT): no client certificate is asked for, as by the peer",
+}
+
 // peerMap converts the variables vars into the value of one sluice flag.
 // convert returns "" when nothing is to be set.
 type peerMap struct {
@@ -441,6 +461,9 @@ var peerMaps = []peerMap{
 	{flag: "response-metadata", vars: []string{"RESPONSE_DYNAMIC_METADATA"}, convert: boolean("RESPONSE_DYNAMIC_METADATA")},
 	{flag: "merge-domains", vars: []string{"MERGE_DOMAIN_CONFIG"}, convert: boolean("MERGE_DOMAIN_CONFIG")},
 	{flag: "tracing-sample-ratio", vars: []string{"TRACING_SAMPLING_RATE"}, convert: same("TRACING_SAMPLING_RATE")},
+	{flag: "xds-ready-before-rules", vars: []string{"FORCE_START_WITHOUT_INITIAL_CONFIG", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"}, convert: readyBeforeRules},
+	{flag: "statsd-addr", vars: []string{"USE_STATSD", "STATSD_HOST", "STATSD_PORT"}, convert: statsdAddr},
+	{flag: "statsd-interval", vars: []string{"STATS_FLUSH_INTERVAL"}, convert: same("STATS_FLUSH_INTERVAL")},
 }
 
 func same(name string) func(func(string) string) (string, error) {
@@ -528,6 +551,34 @@ func xdsTLSCA(getenv func(string) string) (string, error) {
 		return "", fmt.Errorf("CONFIG_GRPC_XDS_SERVER_USE_TLS=true without CONFIG_GRPC_XDS_SERVER_TLS_CACERT: sluice's xDS client uses TLS only with a CA bundle; give --xds-tls-ca")
 	}
 	return getenv("CONFIG_GRPC_XDS_SERVER_TLS_CACERT"), nil
+}
+
+// readyBeforeRules is --xds-ready-before-rules: the peer with
+// FORCE_START_WITHOUT_INITIAL_CONFIG=true serves before its first xDS
+// update, and its health check waits for rules only with
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true. (Without the first, it
+// does not serve until the first update: not ready, as rls serve by
+// default.)
+func readyBeforeRules(getenv func(string) string) (string, error) {
+	if xdsOff(getenv) != "" {
+		return "", nil
+	}
+	ready := peerBool(getenv, "FORCE_START_WITHOUT_INITIAL_CONFIG", "false") &&
+		!peerBool(getenv, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false")
+	return strconv.FormatBool(ready), nil
+}
+
+// statsdAddr is --statsd-addr: STATSD_HOST:STATSD_PORT while the peer
+// sends statsd (USE_STATSD, true by default, and not DISABLE_STATS).
+func statsdAddr(getenv func(string) string) (string, error) {
+	if !peerBool(getenv, "USE_STATSD", "true") || peerBool(getenv, "DISABLE_STATS", "false") {
+		return "", nil
+	}
+	port := orDefault(getenv, "STATSD_PORT", "8125")
+	if isServiceLink(kNumber, port) {
+		port = "8125" // a Service's link variable, not the peer's setting
+	}
+	return net.JoinHostPort(orDefault(getenv, "STATSD_HOST", "localhost"), port), nil
 }
 
 // runtimePath is --config: the peer loads
@@ -740,6 +791,11 @@ func applyPeerEnv(fs *flag.FlagSet, mode PeerEnvMode, getenv func(string) string
 		byName[p.name] = p
 	}
 	mapped := map[string]bool{} // variables a peerMaps entry is to convert
+	for name, why := range strayVars {
+		if getenv(name) != "" {
+			note(slog.LevelInfo, "not an envoyproxy/ratelimit setting: ignored: "+why, "var", name)
+		}
+	}
 	for _, p := range peerVars {
 		v := getenv(p.name)
 		if v == "" {
@@ -767,12 +823,17 @@ func applyPeerEnv(fs *flag.FlagSet, mode PeerEnvMode, getenv func(string) string
 				continue
 			}
 		}
-		if p.anyOK || slices.ContainsFunc(p.ok, func(ok string) bool { return sameValue(p.kind, v, ok) }) {
+		isOK := slices.ContainsFunc(p.ok, func(ok string) bool { return sameValue(p.kind, v, ok) })
+		if p.anyOK || isOK {
 			msg := "envoyproxy/ratelimit setting accepted: it changes nothing"
 			if p.why != "" {
 				msg = "envoyproxy/ratelimit setting accepted: " + p.why
 			}
-			note(slog.LevelInfo, msg, "var", p.name, "value", shown(p, v))
+			level := slog.LevelInfo
+			if p.warn && !isOK {
+				level = slog.LevelWarn
+			}
+			note(level, msg, "var", p.name, "value", shown(p, v))
 			continue
 		}
 		if p.flag != "" && explicit[p.flag] {
@@ -804,6 +865,7 @@ func applyPeerEnv(fs *flag.FlagSet, mode PeerEnvMode, getenv func(string) string
 			continue
 		}
 		if val == "" {
+			note(slog.LevelInfo, "envoyproxy/ratelimit setting read: it sets nothing here", "vars", strings.Join(from, ","), "flag", "--"+m.flag)
 			continue
 		}
 		shownVal := strconv.Quote(val)

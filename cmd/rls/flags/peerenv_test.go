@@ -11,6 +11,7 @@ import (
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
+	"github.com/sluice-rls/sluice/internal/egtest"
 )
 
 // TestPeerEnvMaps: each envoyproxy/ratelimit variable that means the same
@@ -99,7 +100,38 @@ func TestPeerEnvMaps(t *testing.T) {
 			return errors.Join(want("--xds-server", s.XDS.Server, "eg:18001"), want("--xds-node-id", s.XDS.NodeID, "rl"),
 				want("--xds-tls-ca", s.XDS.TLSCA, "ca.pem"), want("--xds-tls-cert", s.XDS.TLSCert, "c.pem"), want("--xds-tls-key", s.XDS.TLSKey, "k.pem"),
 				want("--xds-tls-server-name", s.XDS.TLSServerName, "eg.local"), want("--xds-backoff-min", s.XDS.BackoffMin, 2*time.Second),
-				want("--xds-backoff-max", s.XDS.BackoffMax, time.Minute), want("--config", s.Config, ""), want("--max-rule-bytes", s.MaxRuleBytes, int64(8388608)))
+				want("--xds-backoff-max", s.XDS.BackoffMax, time.Minute), want("--config", s.Config, ""), want("--max-rule-bytes", s.MaxRuleBytes, int64(8388608)),
+				want("--xds-ready-before-rules", s.XDS.ReadyBeforeRules, true))
+		}},
+		// The peer's health check waits for rules only with
+		// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED; without
+		// FORCE_START_WITHOUT_INITIAL_CONFIG it serves nothing before them.
+		{"xDS: healthy with rules loaded", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, nil, func(s flags.Serve) error {
+			return want("--xds-ready-before-rules", s.XDS.ReadyBeforeRules, false)
+		}},
+		{"xDS: no force start", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "FORCE_START_WITHOUT_INITIAL_CONFIG": "false"}, nil, func(s flags.Serve) error {
+			return want("--xds-ready-before-rules", s.XDS.ReadyBeforeRules, false)
+		}},
+		{"statsd", map[string]string{"USE_STATSD": "true", "STATSD_HOST": "statsd", "STATSD_PORT": "9125", "STATS_FLUSH_INTERVAL": "5s"}, nil, func(s flags.Serve) error {
+			return errors.Join(want("--statsd-addr", s.Statsd.Addr, "statsd:9125"), want("--statsd-interval", s.Statsd.Interval, 5*time.Second))
+		}},
+		// USE_STATSD is true by default.
+		{"statsd by default", map[string]string{"STATSD_PORT": "9125"}, nil, func(s flags.Serve) error {
+			return want("--statsd-addr", s.Statsd.Addr, "localhost:9125")
+		}},
+		{"statsd disabled", map[string]string{"USE_STATSD": "true", "DISABLE_STATS": "true"}, nil, func(s flags.Serve) error {
+			return want("--statsd-addr", s.Statsd.Addr, "")
+		}},
+		// Envoy Gateway's default: the peer's Prometheus endpoint. Accepted
+		// with a warning: sluice's metrics are elsewhere, with other names.
+		{"Prometheus", map[string]string{"USE_STATSD": "false", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml"}, nil, func(s flags.Serve) error {
+			var errs []error
+			for _, name := range []string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_MAPPER_YAML"} {
+				if !notedAt(s.PeerNotes, name, slog.LevelWarn) {
+					errs = append(errs, fmt.Errorf("no warning about %s: %+v", name, s.PeerNotes))
+				}
+			}
+			return errors.Join(append(errs, want("--statsd-addr", s.Statsd.Addr, ""))...)
 		}},
 		{"xDS at the peer's default address", map[string]string{"CONFIG_TYPE": "grpc_xds_sotw"}, nil, func(s flags.Serve) error {
 			return want("--xds-server", s.XDS.Server, "localhost:18000")
@@ -128,7 +160,10 @@ func TestPeerEnvMaps(t *testing.T) {
 			"BACKEND_TYPE": "REDIS", "MEMCACHE_HOST_PORT": "m:11211", "CONFIG_TYPE": "file", "CONFIG_GRPC_XDS_SERVER_URL": "xds:18000",
 			"LIMIT_LIMIT_HEADER": "X-Limit", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "EXPIRATION_JITTER_MAX_SECONDS": "300",
 			"TRACING_SERVICE_NAME": "mine", "LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "RESPONSE_DYNAMIC_METADATA": "false", "GRPC_SERVER_USE_TLS": "false",
-		}, nil, func(s flags.Serve) error { return nil }},
+			"FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true", "STATS_FLUSH_INTERVAL": "1s",
+		}, nil, func(s flags.Serve) error {
+			return errors.Join(want("--xds-ready-before-rules", s.XDS.ReadyBeforeRules, false), want("--statsd-addr", s.Statsd.Addr, ""))
+		}},
 		// Kubernetes sets STATSD_PORT=tcp://... for a Service named statsd.
 		{"Kubernetes Service links", map[string]string{"STATSD_PORT": "tcp://10.0.0.7:8125", "GRPC_PORT": "tcp://10.0.0.8:8081"}, nil, func(s flags.Serve) error {
 			return want("--grpc-addr", s.GRPCAddr, ":8081")
@@ -162,6 +197,16 @@ func want[T comparable](flag string, got, want T) error {
 		return fmt.Errorf("%s = %v, want %v", flag, got, want)
 	}
 	return nil
+}
+
+// notedAt reports whether a note at level names the variable name.
+func notedAt(notes []flags.PeerNote, name string, level slog.Level) bool {
+	for _, n := range notes {
+		if n.Level == level && noted([]flags.PeerNote{n}, name) {
+			return true
+		}
+	}
+	return false
 }
 
 func noted(notes []flags.PeerNote, name string) bool {
@@ -279,12 +324,12 @@ func TestPeerEnvRefusals(t *testing.T) {
 			`BACKEND_TYPE="memcache": not supported: sluice has no memcache backend: a token bucket needs an atomic read-modify-write (a Lua script on Redis), which memcache's increments cannot do`,
 			`MEMCACHE_HOST_PORT="m:11211": not supported: sluice has no memcache backend: a token bucket needs an atomic read-modify-write (a Lua script on Redis), which memcache's increments cannot do`,
 		}},
-		{"statsd", map[string]string{"USE_STATSD": "true", "STATSD_HOST": "statsd"}, nil, []string{
-			`USE_STATSD="true": not supported: sluice has no statsd: it serves Prometheus metrics at /metrics on --http-addr (docs/migrating-from-envoy-ratelimit.md maps the stat names)`,
-			`STATSD_HOST="statsd": not supported: sluice has no statsd: it serves Prometheus metrics at /metrics on --http-addr (docs/migrating-from-envoy-ratelimit.md maps the stat names)`,
+		{"DogStatsD", map[string]string{"USE_STATSD": "false", "USE_DOG_STATSD": "true", "USE_DOG_STATSD_MOGRIFIERS": "X"}, nil, []string{
+			`USE_DOG_STATSD="true": not supported: sluice sends plain statsd (USE_STATSD, --statsd-addr), not DogStatsD's tags`,
+			`USE_DOG_STATSD_MOGRIFIERS="X": not supported: sluice sends plain statsd (USE_STATSD, --statsd-addr), not DogStatsD's tags`,
 		}},
-		{"statsd by default", map[string]string{"STATSD_PORT": "9125"}, nil, []string{
-			`STATSD_PORT="9125": not supported: sluice has no statsd: it serves Prometheus metrics at /metrics on --http-addr (docs/migrating-from-envoy-ratelimit.md maps the stat names)`,
+		{"statsd tags", map[string]string{"USE_STATSD": "true", "EXTRA_TAGS": "a:b"}, nil, []string{
+			`EXTRA_TAGS="a:b": not supported: sluice adds no constant labels or tags to its metrics: add them when scraping (Prometheus relabel_configs or the ServiceMonitor's) or in the statsd server`,
 		}},
 		{"Redis timeout", map[string]string{"REDIS_TIMEOUT": "10s"}, nil, []string{
 			`REDIS_TIMEOUT="10s": not the same timeout: sluice's --redis-timeout (default 10ms) bounds every Redis call, after which the node answers from its fallback; the peer's bounds connections and I/O and then fails the request; give --redis-timeout instead`,
@@ -322,10 +367,6 @@ func TestPeerEnvRefusals(t *testing.T) {
 		{"tracing", map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "http"}, nil, []string{
 			`TRACING_ENABLED="true": sluice traces only with --tracing-endpoint, the collector's host:port (OTLP/gRPC); the peer read it from OTEL_EXPORTER_OTLP_ENDPOINT; give --tracing-endpoint instead`,
 			`TRACING_EXPORTER_PROTOCOL="http": not supported: sluice exports OTLP over gRPC only (--tracing-endpoint host:port, --tracing-insecure)`,
-		}},
-		{"Prometheus", map[string]string{"USE_STATSD": "false", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":9102"}, nil, []string{
-			`USE_PROMETHEUS="true": not supported: sluice serves its own Prometheus metrics at /metrics on --http-addr (default :8080), not on PROMETHEUS_ADDR, with other names (docs/migrating-from-envoy-ratelimit.md maps them): point the scrape there, then remove USE_PROMETHEUS`,
-			`PROMETHEUS_ADDR=":9102": not supported: sluice's metrics are at /metrics on --http-addr`,
 		}},
 		{"not a boolean", map[string]string{"SHADOW_MODE": "yes", "REDIS_POOL_SIZE": "many", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1"}, nil, []string{
 			`REDIS_POOL_SIZE="many" is not a number`,
@@ -395,6 +436,37 @@ func TestExampleRulesInKubernetes(t *testing.T) {
 	} {
 		if _, err := flags.ParseServe(tc.args, envOf(tc.env), &out); err != nil {
 			t.Errorf("args %q env %v: %v", tc.args, tc.env, err)
+		}
+	}
+}
+
+// TestEnvoyGatewayDeployment: the environment of the rate-limit Deployment
+// Envoy Gateway generates is accepted as it is, and means what it means to
+// the peer: rules over xDS with mTLS to Envoy Gateway, TLS towards Envoy,
+// Redis, ready before the first update.
+func TestEnvoyGatewayDeployment(t *testing.T) {
+	c := egtest.Load(t)
+	var out bytes.Buffer
+	s, err := flags.ParseServe(c.Args, c.Getenv(nil), &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	err = errors.Join(
+		want("--xds-server", s.XDS.Server, "envoy-gateway:18001"), want("--xds-node-id", s.XDS.NodeID, "envoy-ratelimit"),
+		want("--xds-tls-ca", s.XDS.TLSCA, "/certs/ca.crt"), want("--xds-tls-cert", s.XDS.TLSCert, "/certs/tls.crt"), want("--xds-tls-key", s.XDS.TLSKey, "/certs/tls.key"),
+		want("--xds-ready-before-rules", s.XDS.ReadyBeforeRules, true), want("--config", s.Config, ""),
+		want("--tls-cert", s.TLSCert, "/certs/tls.crt"), want("--tls-key", s.TLSKey, "/certs/tls.key"), want("--tls-client-ca", s.TLSClientCA, ""),
+		want("--redis", s.Redis, "redis://redis.redis.svc:6379"), want("--log-level", s.LogLevel, slog.LevelInfo),
+		// Its probes and ports: HTTP 8080, gRPC 8081.
+		want("--http-addr", s.HTTPAddr, fmt.Sprintf(":%d", c.ReadinessProbe.HTTPGet.Port)), want("--grpc-addr", s.GRPCAddr, ":8081"),
+		want("readiness probe path", c.ReadinessProbe.HTTPGet.Path, "/healthcheck"),
+	)
+	if err != nil {
+		t.Error(err)
+	}
+	for _, e := range c.Env {
+		if !noted(s.PeerNotes, e.Name) {
+			t.Errorf("no note about %s", e.Name)
 		}
 	}
 }

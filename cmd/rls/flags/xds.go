@@ -21,4 +21,5 @@ func registerXDS(fs *flag.FlagSet, x *node.XDS) {
 	fs.IntVar(&x.MaxResources, "xds-max-resources", xds.DefaultMaxResources, "most RateLimitConfig resources (domains) one xDS update may hold; a larger update is NACKed")
 	fs.IntVar(&x.MaxDescriptors, "xds-max-descriptors", xds.DefaultMaxDescriptors, "most descriptors one xDS update may hold, every level of every resource; a larger update is NACKed")
 	fs.IntVar(&x.MaxDepth, "xds-max-depth", xds.DefaultMaxDepth, "most levels descriptors of an xDS resource may nest (rule files: 64); a deeper update is NACKed")
+	fs.BoolVar(&x.ReadyBeforeRules, "xds-ready-before-rules", false, "report ready (/healthcheck, gRPC health) before the first xDS update, answering OK to every request meanwhile, as envoyproxy/ratelimit with FORCE_START_WITHOUT_INITIAL_CONFIG=true (default: not ready until the first update)")
 }
