@@ -39,8 +39,8 @@ var allowedImports = map[string][]string{
 	"audit":               {},
 	"audit/redisaudit":    {"audit"},
 	"node":                {"audit", "audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "bucket", "descriptors", "emergency", "fallback", "override", "override/redisstore", "ruleset", "service", "tracing", "xds"},
-	"cmd/rls":             {"audit", "audit/redisaudit", "backend/redis", "cmd/rls/flags", "node", "override", "service"},
-	"cmd/rls/flags":       {"audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "fallback", "node", "override", "ruleset", "service", "xds"},
+	"cmd/rls":             {"audit", "audit/redisaudit", "backend/redis", "cmd/rls/flags", "descriptors", "node", "override", "ruleset", "service"},
+	"cmd/rls/flags":       {"audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "fallback", "node", "override", "ruleset", "service", "tracing", "xds"},
 	"cmd/rlsbench":        {},
 }
 

@@ -139,14 +139,14 @@ func (n *Node) Run(ctx context.Context) error {
 	registerBucketGauge(reg, "local", local.Len)
 	registerFullRefusals(reg, "local", local.FullRefusals)
 	traces, err := tracing.New(ctx, tracing.Options{
-		Endpoint: st.TracingEndpoint, Insecure: st.TracingInsecure, SampleRatio: st.TracingSampleRatio, Version: st.Build.Version, Logger: log,
+		Endpoint: st.TracingEndpoint, Protocol: st.TracingProtocol, Insecure: st.TracingInsecure, SampleRatio: st.TracingSampleRatio, Version: st.Build.Version, Logger: log,
 	})
 	if err != nil {
 		return err
 	}
 	defer shutdownTracing(traces, st.DrainTimeout, log) // on early returns; a no-op after the drain's
 	if traces != nil {
-		log.Info("tracing on", "endpoint", st.TracingEndpoint, "sample_ratio", st.TracingSampleRatio, "insecure", st.TracingInsecure)
+		log.Info("tracing on", "endpoint", st.TracingEndpoint, "protocol", st.TracingProtocol, "sample_ratio", st.TracingSampleRatio, "insecure", st.TracingInsecure)
 	}
 	global, err := newGlobal(ctx, st, log, reg, traces.Tracer())
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-rls/sluice/node"
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
+	"github.com/sluice-rls/sluice/tracing"
 )
 
 // registerRules registers the rule-loading flags onto r.
@@ -71,7 +72,10 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	if fs.NArg() > 0 {
 		err = fmt.Errorf("serve takes no arguments, got %q", fs.Args())
 	} else if s.PeerNotes, err = applyPeerEnv(fs, s.PeerEnv, getenv, explicitFlags(fs, getenv)); err == nil {
-		err = s.Validate()
+		// After the peer's variables: those it mapped win too.
+		if err = applyOTelEnv(fs, getenv, explicitFlags(fs, getenv)); err == nil {
+			err = s.Validate()
+		}
 	}
 	if err == nil && s.Config == "" && s.XDS.Server == "" && !s.ExampleRules && getenv("KUBERNETES_SERVICE_HOST") != "" {
 		err = errExampleRulesInKubernetes
@@ -146,8 +150,9 @@ func newServeFlagSet(s *Serve, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.AdminTLSClientCA, "admin-tls-client-ca", "", "CA bundle (PEM) for operators' client certificates on the admin address (needs --tls-cert); enables mTLS there, and the certificate's subject authors /overrides calls. --tls-client-ca (Envoy's) never applies to the admin address; with it, a non-loopback --admin-addr needs this flag")
 	fs.StringVar(&s.AdminTLSClientSAN, "admin-tls-client-san", "", "with --admin-tls-client-ca, comma-separated names an operator's certificate must carry one of, as --tls-client-san (default: any certificate that CA signed)")
 	fs.DurationVar(&s.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
-	fs.StringVar(&s.TracingEndpoint, "tracing-endpoint", "", "OpenTelemetry collector (OTLP/gRPC) host:port to send traces to (default: tracing off)")
-	fs.Float64Var(&s.TracingSampleRatio, "tracing-sample-ratio", node.DefaultTracingSampleRatio, "share of requests traced when Envoy sent no trace context, in [0, 1]; Envoy's sampling decision wins when it sent one")
+	fs.StringVar(&s.TracingEndpoint, "tracing-endpoint", "", "OpenTelemetry collector to send traces to: host:port, or a URL (http://: plaintext); checked at start with an empty export (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else tracing off)")
+	fs.StringVar(&s.TracingProtocol, "tracing-protocol", tracing.ProtocolGRPC, "OTLP `protocol` to --tracing-endpoint: grpc | http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL; http/protobuf when the endpoint is OTEL_EXPORTER_OTLP_ENDPOINT's, else grpc)")
+	fs.Float64Var(&s.TracingSampleRatio, "tracing-sample-ratio", node.DefaultTracingSampleRatio, "share of requests traced when Envoy sent no trace context, in [0, 1]; Envoy's sampling decision wins when it sent one (default: from OTEL_TRACES_SAMPLER=parentbased_*)")
 	fs.BoolVar(&s.TracingInsecure, "tracing-insecure", false, "send traces without TLS (plaintext gRPC) to --tracing-endpoint")
 	fs.BoolVar(&s.ExampleRules, "example-rules", false, "without --config, serve the embedded example rules even in Kubernetes (KUBERNETES_SERVICE_HOST set), where rls serve refuses to otherwise")
 	fs.TextVar(&s.PeerEnv, "peer-env", PeerEnvMap, "`mode` for envoyproxy/ratelimit's environment variables (REDIS_URL, RUNTIME_ROOT, ...): map (use those that mean the same as a flag, refuse the others) | refuse (refuse to start while any is set) | ignore (log a warning for each)")
