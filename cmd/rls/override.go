@@ -167,7 +167,7 @@ func overrideCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintf(stdout, "set %s\n", out.String())
 		return nil
 	}
-	panic("unreachable: subcommand " + args[0])
+	return errUsage // not reached: the subcommand was checked above
 }
 
 // call sends one request to /overrides and decodes the answer into out.
