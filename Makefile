@@ -24,10 +24,13 @@ run:
 test: lint
 	./scripts/ensure-deps.sh
 	RLS_REQUIRE_REDIS=1 RLS_REQUIRE_PROMTOOL=1 $(GO) test -race -tags integration -timeout 30m -count=1 ./...
-	# The schema checks of envoy-examples/ and the Helm chart's tests live in
-	# modules of their own, so their heavy dependencies stay out of rls.
+	# The schema checks of envoy-examples/, the Helm chart's tests and the
+	# workflow lint live in modules of their own, so their heavy dependencies
+	# stay out of rls.
 	cd envoy-examples/schema && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd charts/sluice/test && $(GO) vet ./... && $(GO) test -count=1 ./...
+	# actionlint on .github/workflows/*.yml (shellcheck on run: scripts when installed).
+	cd .github/lint && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # Unit tests only (no build tag, no required Redis): quick inner loop.
 unit:
