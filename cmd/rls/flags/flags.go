@@ -153,7 +153,7 @@ func newServeFlagSet(s *Serve, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.TracingEndpoint, "tracing-endpoint", "", "OpenTelemetry collector to send traces to: host:port, or a URL (http://: plaintext); checked at start with an empty export (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else tracing off)")
 	fs.StringVar(&s.TracingProtocol, "tracing-protocol", tracing.ProtocolGRPC, "OTLP `protocol` to --tracing-endpoint: grpc | http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL; http/protobuf when the endpoint is OTEL_EXPORTER_OTLP_ENDPOINT's, else grpc)")
 	fs.Float64Var(&s.TracingSampleRatio, "tracing-sample-ratio", node.DefaultTracingSampleRatio, "share of requests traced when Envoy sent no trace context, in [0, 1]; Envoy's sampling decision wins when it sent one (default: from OTEL_TRACES_SAMPLER=parentbased_*)")
-	fs.BoolVar(&s.TracingInsecure, "tracing-insecure", false, "send traces without TLS (plaintext gRPC) to --tracing-endpoint")
+	fs.BoolVar(&s.TracingInsecure, "tracing-insecure", false, "send traces without TLS to a host:port --tracing-endpoint (a URL says it by its scheme, http://)")
 	fs.BoolVar(&s.ExampleRules, "example-rules", false, "without --config, serve the embedded example rules even in Kubernetes (KUBERNETES_SERVICE_HOST set), where rls serve refuses to otherwise")
 	fs.TextVar(&s.PeerEnv, "peer-env", PeerEnvMap, "`mode` for envoyproxy/ratelimit's environment variables (REDIS_URL, RUNTIME_ROOT, ...): map (use those that mean the same as a flag, refuse the others) | refuse (refuse to start while any is set) | ignore (log a warning for each)")
 	return fs
