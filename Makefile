@@ -19,11 +19,11 @@ build:
 run:
 	$(GO) run ./cmd/rls serve
 
-# The whole suite, as CI runs it: installs redis-server and promtool when missing, checks
+# The whole suite, as CI runs it: installs redis-server and prometheus (with promtool) when missing, checks
 # formatting and vet, then runs every test (unit, integration, fault) with -race.
 test: lint
 	./scripts/ensure-deps.sh
-	RLS_REQUIRE_REDIS=1 RLS_REQUIRE_PROMTOOL=1 $(GO) test -race -tags integration -timeout 30m -count=1 ./...
+	RLS_REQUIRE_REDIS=1 RLS_REQUIRE_PROMTOOL=1 RLS_REQUIRE_PROMETHEUS=1 $(GO) test -race -tags integration -timeout 30m -count=1 ./...
 	# The schema checks of envoy-examples/, the Helm chart's tests and the
 	# workflow lint live in modules of their own, so their heavy dependencies
 	# stay out of rls.
