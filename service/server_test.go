@@ -298,7 +298,7 @@ func TestInvalidRequests(t *testing.T) {
 		req  *rlsv3.RateLimitRequest
 		want string
 	}{
-		{"empty domain", request("", desc("a=b")), "domain must not be empty"},
+		{"empty domain", request("", desc("a=b")), "rate limit domain must not be empty"},
 		{"too many descriptors", request("edge", desc("a=1"), desc("a=2"), desc("a=3"), desc("a=4")), "4 descriptors"},
 		{"too many entries", request("edge", desc("a=1", "b=2", "c=3")), "3 entries"},
 		{"empty key", request("edge", desc("=v")), "empty key"},
