@@ -690,6 +690,14 @@ func (l *Limiter) apply(ops []redisbackend.LeaseOp, replies []redisbackend.Lease
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
+	for n := range needs {
+		// Run forgets idle keys without a pool: a call slower than a
+		// lease period can come back to a key forgotten meanwhile. It
+		// held nothing; it starts again from this reply.
+		if k := &needs[n]; l.entries[k.key] == nil {
+			l.entries[k.key] = &entry{key: k.key, limit: k.limit, fullLo: send, fullHi: now, fresh: true, used: now}
+		}
+	}
 	for j, op := range ops {
 		e := l.entries[op.Key]
 		if e == nil || e.limit != op.Limit {

@@ -1,0 +1,59 @@
+package lease
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	goredis "github.com/redis/go-redis/v9"
+
+	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/bucket"
+	"github.com/sluice-rls/sluice/internal/redistest"
+)
+
+// sweepingLeaser lets a lease period pass and Run's sweep forget idle keys
+// while its first call is on its way to Redis, as a Redis call slower
+// than the lease period does on a saturated node.
+type sweepingLeaser struct {
+	Leaser
+	l     *Limiter
+	clock *clockwork.FakeClock
+	swept atomic.Bool
+}
+
+func (s *sweepingLeaser) Lease(ctx context.Context, ops []redisbackend.LeaseOp, out []redisbackend.LeaseReply) error {
+	if s.swept.CompareAndSwap(false, true) {
+		s.clock.Advance(2 * s.l.opts.Period)
+		_ = s.l.step(ctx, stepTick) // its own calls come back here
+	}
+	return s.Leaser.Lease(ctx, ops, out)
+}
+
+// A key forgotten by the sweep while its decision waits on Redis is
+// decided from the reply all the same: the node neither crashes nor
+// counts the reply on an entry it no longer has.
+func TestKeySweptDuringItsCall(t *testing.T) {
+	srv := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	r := redisbackend.New(redisbackend.Options{Client: c, Prefix: "swept", Timeout: time.Second, CacheSize: -1})
+	t.Cleanup(r.Close)
+	clock := clockwork.NewFakeClock()
+	s := &sweepingLeaser{Leaser: r, clock: clock}
+	l := New(Options{Leaser: s, Exact: r, Default: bucket.Leased, Clock: clock, Period: time.Second, EagerLeases: true})
+	s.l = l
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	lim := bucket.Limit{Requests: 10, Period: time.Hour, Burst: 10}
+	hits := []bucket.Hit{{Key: bucket.SumKey([]byte("swept")), Limit: lim, Cost: 1}}
+	states := make([]bucket.State, 1)
+	d, err := l.Hit(context.Background(), hits, states)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Allowed {
+		t.Errorf("first take of a full bucket refused: %+v", states[0])
+	}
+}
