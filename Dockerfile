@@ -29,17 +29,31 @@ ARG COMMIT=unknown
 # readers and for Renovate/Dependabot. To refresh, read the current index
 # digest of the tag and replace the one after @sha256:
 #
-#   docker buildx imagetools inspect golang:1.26
+#   docker buildx imagetools inspect golang:1.26.8
 #   docker buildx imagetools inspect gcr.io/distroless/static-debian12:nonroot
 #
 # (the "Digest:" line of the top-level index). Both digests below were taken
 # without registry access, from public Dockerfiles that pin them (December
-# 2026): golang's from cilium/ariane's Renovate-maintained Dockerfile,
+# 2026): golang's as pinned for golang:1.26.8 in several Dockerfiles,
 # distroless's as pinned in over ten others. Check both with the commands
 # above before a release.
 #
-# Go 1.26, as go.mod requires.
-FROM golang:1.26@sha256:3aff6657219a4d9c14e27fb1d8976c49c29fddb70ba835014f477e1c70636647 AS build
+# The Go version is go.mod's, exactly: the tag here, GOTOOLCHAIN below and the
+# README say the same (envoy-examples/goversion_test.go fails when they
+# disagree). golang images set GOTOOLCHAIN=local, which refuses a go.mod that
+# asks for a newer patch than the image's. GOTOOLCHAIN=go<version> instead
+# runs exactly that toolchain: the image's own when the digest holds it (no
+# download), otherwise the go command fetches it from the module proxy and
+# checks it against the checksum database. So an unchecked digest cannot build
+# with another Go than go.mod's.
+#
+# The build stage runs on the builder's platform and cross-compiles for the
+# target's (TARGETOS/TARGETARCH, set by BuildKit): a multi-arch build
+# (docker buildx build --platform linux/amd64,linux/arm64) needs no emulation.
+FROM --platform=$BUILDPLATFORM golang:1.26.8@sha256:0f063af2d465d8dcae54cce04278ada488b96f77b42449c8d071e47d016cc65a AS build
+ARG TARGETOS
+ARG TARGETARCH
+ENV GOTOOLCHAIN=go1.26.8 GOOS=$TARGETOS GOARCH=$TARGETARCH
 ARG VERSION
 ARG COMMIT
 WORKDIR /src

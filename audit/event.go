@@ -21,6 +21,11 @@ const (
 	KindOverrideRestore = "override.restore"
 	// KindApplied: a node applied a change made elsewhere (Subject names it).
 	KindApplied = "applied"
+	// KindAdaptiveTrigger: an adaptive policy (Subject) lowered its scope's
+	// scale below 1; Reason holds the signal values.
+	KindAdaptiveTrigger = "adaptive.trigger"
+	// KindAdaptiveRestore: an adaptive policy's scale returned to 1.
+	KindAdaptiveRestore = "adaptive.restore"
 )
 
 // Event is one audited change. Its JSON form (lower-case keys, empty

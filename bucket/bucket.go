@@ -21,8 +21,20 @@ type Limit struct {
 
 // Hit is one bucket operation of a decision: take Cost tokens from the bucket
 // Key shaped by Limit, or with Give set return Cost tokens to it (never above
-// Burst). Cost 0 only checks: the hit is allowed when at least one token is
-// left, and takes nothing.
+// Burst). A take of Cost c is allowed when the bucket lacks at most Burst-c
+// tokens. So Cost 0 only checks, and is refused only when the bucket is in
+// debt: when it lacks more than Burst tokens, which only an Overdraw hit or
+// a lowered limit leaves (envoyproxy/ratelimit refuses a hits_addend of 0
+// only when its count is above the limit).
+//
+// An Overdraw hit that is Independent and not a Give is a charge for usage
+// that already happened (a post-charge): when the bucket lacks the tokens,
+// it is refused and takes them all the same, so that the bucket goes into
+// debt, never deeper than Burst tokens below empty (it lacks at most
+// 2×Burst), and a charge never lowers what the bucket lacks. Takes and
+// checks are then refused until the debt refilled: at most the time Burst
+// tokens take to refill. Overdraw on a hit that is not Independent, or on a
+// Give, changes nothing.
 //
 // A decision over several hits is all-or-nothing: tokens are taken only when
 // every take is allowed. A hit with Independent set (shadow mode) is decided
@@ -65,6 +77,9 @@ type Hit struct {
 	Cost        uint64
 	Give        bool
 	Independent bool
+	// Overdraw makes an Independent take record its Cost even when the
+	// bucket lacks it (above).
+	Overdraw bool
 	// Consistency is the rule's choice between exact and leased global
 	// buckets (package backend/lease); the zero value leaves it to the
 	// layer's default. Layers that do not lease ignore it.
@@ -121,8 +136,9 @@ type State struct {
 	Allowed bool
 	// Remaining is the number of whole tokens left after the decision.
 	Remaining uint64
-	// RetryAfter is, for a refused hit, the time until Cost tokens exist
-	// (or until the bucket is full when Cost exceeds Burst); zero otherwise.
+	// RetryAfter is, for a refused hit, the time until the bucket as the
+	// hit left it allows the hit (lacks at most Burst-Cost tokens), or until
+	// it is full when Cost exceeds Burst; zero otherwise.
 	RetryAfter time.Duration
 	// ResetAfter is the time until the bucket is full again.
 	ResetAfter time.Duration

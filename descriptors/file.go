@@ -37,6 +37,14 @@ type Descriptor struct {
 	// a rule without quota_mode refuses it or every quota rule of the
 	// request does. Its status still says OVER_LIMIT.
 	QuotaMode bool `yaml:"quota_mode,omitempty"`
+	// Postpaid makes the rule charge usage that already happened (a
+	// post-charge, such as Envoy's apply_on_stream_done hits_addend): a
+	// hit that does not fit is refused and still takes its tokens, into
+	// debt, at most one burst deep, and the rule's checks and takes are
+	// refused until the debt refilled. Its hits are decided on their own:
+	// a refused one refuses the request, yet the request's other rules
+	// keep their hits (bucket.Hit's Overdraw). quota_mode implies it.
+	Postpaid bool `yaml:"postpaid,omitempty"`
 	// Protected keeps runtime overrides from loosening the rule: it
 	// cannot be bypassed, scaled above 1 or given a higher limit.
 	Protected bool `yaml:"protected,omitempty"`

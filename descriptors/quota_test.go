@@ -77,3 +77,51 @@ func TestParseQuotaModeAndMetadataErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestParsePostpaid reads postpaid, and quota_mode implying it.
+func TestParsePostpaid(t *testing.T) {
+	t.Parallel()
+	const file = `domain: ai
+descriptors:
+  - key: tenant
+    postpaid: true
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: service
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`
+	f, err := Parse("postpaid.yaml", []byte(file))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	checkRoundTrip(t, f)
+	cfg, err := New([]*File{f}, Options{})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	for _, tt := range []struct {
+		key           string
+		postpaid      bool
+		quota         bool
+		wantInString  string
+		wantOutString string
+	}{
+		{"tenant", true, false, ", postpaid", "quota_mode"},
+		{"service", true, true, ", quota_mode", "postpaid"},
+		{"plain", false, false, "", "postpaid"},
+	} {
+		r := cfg.Domain("ai").Match([]Entry{{Key: tt.key, Value: "v"}})
+		if r == nil || r.Postpaid != tt.postpaid || r.QuotaMode != tt.quota {
+			t.Errorf("%s: rule %v, want postpaid %v, quota_mode %v", tt.key, r, tt.postpaid, tt.quota)
+			continue
+		}
+		if s := r.String(); !strings.Contains(s, tt.wantInString) || strings.Contains(s, tt.wantOutString) {
+			t.Errorf("%s: String() = %q, want %q in it and not %q", tt.key, s, tt.wantInString, tt.wantOutString)
+		}
+	}
+	if _, err := Parse("bad.yaml", []byte("domain: ai\ndescriptors:\n  - key: k\n    postpaid: maybe\n")); err == nil {
+		t.Errorf("postpaid: maybe parsed, want an error")
+	}
+}

@@ -44,6 +44,9 @@ type Rule struct {
 	// QuotaMode: the rule's refusal refuses the request only when every
 	// quota rule of the request refuses (Descriptor.QuotaMode).
 	QuotaMode bool
+	// Postpaid: a hit past the limit is charged all the same, into debt
+	// (Descriptor.Postpaid); QuotaMode implies it.
+	Postpaid bool
 	// Protected: runtime overrides may tighten the rule, never loosen it
 	// (Descriptor.Protected).
 	Protected bool
@@ -159,7 +162,8 @@ func ParseConsistency(s string) (bucket.Consistency, bool) {
 // String returns the rule's /rlconfig line, "<path>: <limits>", e.g.
 // "edge.remote_address: global 1000/second burst 2000, local 3200/second burst 64",
 // followed by ", exact" or ", leased" (a global rule's consistency), ", shadow_mode",
-// ", quota_mode", ", protected", ", name N" and ", replaces A B" when set.
+// ", quota_mode", ", postpaid", ", protected", ", name N" and ", replaces A B"
+// when set (postpaid only when quota_mode does not imply it).
 func (r *Rule) String() string {
 	var b strings.Builder
 	b.WriteString(r.Path)
@@ -189,6 +193,8 @@ func (r *Rule) String() string {
 	}
 	if r.QuotaMode {
 		b.WriteString(", quota_mode")
+	} else if r.Postpaid {
+		b.WriteString(", postpaid")
 	}
 	if r.Protected {
 		b.WriteString(", protected")

@@ -160,6 +160,7 @@ func (b *builder) rule(d *Descriptor, levels []level, file string) *Rule {
 		Unlimited:      rl.Unlimited,
 		ShadowMode:     d.ShadowMode,
 		QuotaMode:      d.QuotaMode,
+		Postpaid:       d.Postpaid || d.QuotaMode,
 		Protected:      d.Protected,
 		Metadata:       d.Metadata,
 		DetailedMetric: d.DetailedMetric,

@@ -6,9 +6,12 @@ import (
 	"testing"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	ratelimitfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	earlyhmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluice-rls/sluice/descriptors"
 )
 
 // docYAML returns the first yaml block of the section of a doc that starts
@@ -90,5 +93,75 @@ func TestGrayMarkerStripDoc(t *testing.T) {
 		if !slices.Contains(removed, h) {
 			t.Errorf("docs/config.md strips %q, not %q, the header envoy.yaml marks gray requests by", removed, h)
 		}
+	}
+}
+
+// TestUsageQuotaDoc checks the section of docs/config.md on usage-based
+// quotas: its rule file loads with a postpaid rule, and its Envoy rate
+// limits decode and pass Envoy's validation as a route's
+// typed_per_filter_config, a check of hits_addend 0 and a charge on stream
+// done whose hits_addend comes from a format, both on the rule's key.
+func TestUsageQuotaDoc(t *testing.T) {
+	const heading = "## Usage-based quotas"
+	_, section, ok := strings.Cut(repoFile(t, "docs/config.md"), heading)
+	if !ok {
+		t.Fatalf("docs/config.md: no section %q", heading)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var blocks []string
+	for {
+		var block string
+		if _, section, ok = strings.Cut(section, "```yaml\n"); !ok {
+			break
+		}
+		block, section, _ = strings.Cut(section, "```")
+		blocks = append(blocks, block)
+	}
+	if len(blocks) != 2 {
+		t.Fatalf("docs/config.md, %s: %d yaml blocks, want 2 (the rules, Envoy's rate limits)", heading, len(blocks))
+	}
+
+	f, err := descriptors.Parse("config.md", []byte(blocks[0]))
+	if err != nil {
+		t.Fatalf("the rule file: %v", err)
+	}
+	cfg, err := descriptors.New([]*descriptors.File{f}, descriptors.Options{})
+	if err != nil {
+		t.Fatalf("the rule file: %v", err)
+	}
+	r := cfg.Domain("llm").Match([]descriptors.Entry{{Key: "tenant", Value: "t"}})
+	if r == nil || !r.Postpaid {
+		t.Fatalf("the rule file: tenant matches %v, want a postpaid rule", r)
+	}
+
+	var v any
+	if err := yaml.Unmarshal([]byte(blocks[1]), &v); err != nil {
+		t.Fatalf("Envoy's block: %v", err)
+	}
+	route := map[string]any{"match": map[string]any{"prefix": "/"}, "route": map[string]any{"cluster": "llm"}, "typed_per_filter_config": v}
+	var rt routev3.Route
+	if err := unmarshalProto(route, &rt); err != nil {
+		t.Fatalf("Envoy's block as a route's typed_per_filter_config: %v", err)
+	}
+	validateProto(t, "docs/config.md usage-based quota route", &rt)
+	var per ratelimitfilterv3.RateLimitPerRoute
+	if err := rt.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"].UnmarshalTo(&per); err != nil {
+		t.Fatalf("envoy.filters.http.ratelimit: %v", err)
+	}
+	rls := per.GetRateLimits()
+	if len(rls) != 2 {
+		t.Fatalf("%d rate limits, want 2", len(rls))
+	}
+	check, charge := rls[0], rls[1]
+	for _, rl := range rls {
+		if a := rl.GetActions(); len(a) != 1 || a[0].GetRequestHeaders().GetDescriptorKey() != "tenant" {
+			t.Errorf("rate limit %v: want one action to descriptor key tenant, the rule's", rl)
+		}
+	}
+	if check.GetApplyOnStreamDone() || check.GetHitsAddend().GetNumber() == nil || check.GetHitsAddend().GetNumber().GetValue() != 0 {
+		t.Errorf("check %v: want hits_addend number 0 on the request path", check)
+	}
+	if !charge.GetApplyOnStreamDone() || !strings.HasPrefix(charge.GetHitsAddend().GetFormat(), "%DYNAMIC_METADATA(") {
+		t.Errorf("charge %v: want apply_on_stream_done and a hits_addend format from dynamic metadata", charge)
 	}
 }

@@ -141,6 +141,24 @@ type promRuleFile struct {
 	} `yaml:"groups"`
 }
 
+// runbookBase is where the alerts' runbooks live: docs/operations.md.
+const runbookBase = "https://github.com/sluice-rls/sluice/blob/main/docs/operations.md#"
+
+// checkScoped checks that an aggregation keeps job and namespace, so that two
+// sluice deployments scraped by one Prometheus alert apart.
+func checkScoped(t *testing.T, where, expr string) {
+	t.Helper()
+	for _, g := range grouping.FindAllStringSubmatch(expr, -1) {
+		if !strings.HasPrefix(strings.TrimSpace(g[0]), "by") && !strings.HasPrefix(strings.TrimSpace(g[0]), "on") {
+			continue
+		}
+		labels := strings.Split(strings.ReplaceAll(g[1], " ", ""), ",")
+		if !slices.Contains(labels, "job") || !slices.Contains(labels, "namespace") {
+			t.Errorf("%s: %s drops job or namespace", where, g[0])
+		}
+	}
+}
+
 func TestPrometheusRules(t *testing.T) {
 	data, err := os.ReadFile("prometheus-rules.yaml")
 	if err != nil {
@@ -163,6 +181,10 @@ func TestPrometheusRules(t *testing.T) {
 				t.Errorf("%s: wants labels.severity and annotations summary and description", where)
 			}
 			checkExpr(t, where, r.Expr)
+			checkScoped(t, where, r.Expr)
+			if !strings.HasPrefix(r.Annotations["runbook_url"], runbookBase) {
+				t.Errorf("%s: runbook_url %q, want a section of %s (integration/doclinks_test.go checks the anchor)", where, r.Annotations["runbook_url"], runbookBase)
+			}
 			alerts[r.Alert] = r.Expr
 		}
 	}
@@ -183,18 +205,27 @@ func TestPrometheusRules(t *testing.T) {
 		{"SluiceEmergencySecretGuessing", `ratelimit_emergency_requests_total{result="rejected"}`},
 		{"SluiceEmergencySecretsFileRejected", `ratelimit_emergency_secret_loads_total{result="error"}`},
 		{"SluiceAdminTokenFileInvalid", "ratelimit_admin_token_file_valid"},
+		{"SluiceEmbeddedExampleRules", "ratelimit_config_embedded == 1"},
+		{"SluiceOverrideStoreUnhealthy", "ratelimit_override_store_healthy == 0"},
+		{"SluiceXDSDisconnected", "ratelimit_xds_connected == 0"},
+		{"SluiceAuditEventsLost", `ratelimit_audit_stream_events_total{result=~"failed|dropped"}`},
+		{"SluiceTargetDown", "up == 0"},
+		{"SluiceMetricsAbsent", "absent(ratelimit_build_info)"},
 	} {
 		if expr, ok := alerts[want.alert]; !ok || !strings.Contains(expr, want.uses) {
 			t.Errorf("alert %s missing or not on %s: %q", want.alert, want.uses, expr)
 		}
 	}
-	// The blocklist rule of the example rules refuses everything by design;
-	// its rule path (checked against a real server in integration/) is
-	// excluded from the too-tight alert.
-	if !strings.Contains(alerts["SluiceRuleTooTight"], `rule!="edge.remote_address_50.0.0.5"`) {
-		t.Errorf("SluiceRuleTooTight does not exclude the blocklist rule edge.remote_address_50.0.0.5")
+	// No alert names a rule of the example rules (or any rule): yours differ.
+	for name, expr := range alerts {
+		if m := ruleMatcher.FindString(expr); m != "" {
+			t.Errorf("alert %s names a rule (%s): rule paths are the user's", name, m)
+		}
 	}
 }
+
+// ruleMatcher is a matcher on the rule label with a value.
+var ruleMatcher = regexp.MustCompile(`\brule\s*(=|!=|=~|!~)\s*"[^"]+"`)
 
 // promtool returns the path of promtool, skipping the test without it
 // (Debian: apt-get install prometheus).
@@ -295,6 +326,15 @@ func promQL(expr string) string {
 	})
 }
 
+// dashboardScope is the matchers every dashboard selector starts with.
+const dashboardScope = `job=~"$job", namespace=~"$namespace", instance=~"$instance"`
+
+var (
+	scopedSelector = regexp.MustCompile(`\b(ratelimit_[a-z_]+)\{([^}]*)\}`)
+	// bareMetric is a sluice metric followed by neither a selector nor more of its name.
+	bareMetric = regexp.MustCompile(`\bratelimit_[a-z_]+(?:[^{a-z_]|$)`)
+)
+
 func TestGrafanaDashboard(t *testing.T) {
 	d := loadDashboard(t)
 	if d.Title == "" || d.UID == "" {
@@ -331,8 +371,26 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 	checkLayout(t, panels)
 
-	// What the dashboard promises to show.
-	joined := strings.Join(all, "\n")
+	// Scoped: variables job, namespace and instance, and every selector of
+	// every query matches on all three.
+	for _, v := range []string{"job", "namespace", "instance"} {
+		if !slices.Contains(vars, v) {
+			t.Errorf("dashboard has no variable %s", v)
+		}
+	}
+	for _, q := range all {
+		for _, m := range scopedSelector.FindAllStringSubmatch(q, -1) {
+			if !strings.HasPrefix(m[2], dashboardScope) {
+				t.Errorf("query %q: %s{%s} is not scoped by {%s}", q, m[1], m[2], dashboardScope)
+			}
+		}
+		if bare := bareMetric.FindString(q); bare != "" {
+			t.Errorf("query %q: %s has no selector (not scoped by job, namespace, instance)", q, bare)
+		}
+	}
+
+	// What the dashboard promises to show (the scope left out).
+	joined := strings.NewReplacer(dashboardScope+", ", "", "{"+dashboardScope+"}", "").Replace(strings.Join(all, "\n"))
 	for _, want := range []struct{ what, uses string }{
 		{"requests", "rate(ratelimit_requests_total"},
 		{"429 rate by rule", `by (domain, rule) (rate(ratelimit_decisions_total{domain=~"$domain", result="over_limit"}`},

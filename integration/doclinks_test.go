@@ -81,6 +81,36 @@ func TestDocLinks(t *testing.T) {
 	}
 }
 
+// runbookURL is an alert's runbook link in a Prometheus rule file.
+var runbookURL = regexp.MustCompile(`(?m)^\s*runbook_url:\s*(\S+)\s*$`)
+
+// TestRunbookLinks checks the runbook_url of every alert of
+// envoy-examples/prometheus-rules.yaml: a heading of docs/operations.md on
+// the repository's main branch, which exists.
+func TestRunbookLinks(t *testing.T) {
+	const base = "https://github.com/sluice-rls/sluice/blob/main/docs/operations.md#"
+	rules, err := os.ReadFile("../envoy-examples/prometheus-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := headingAnchors(string(ops))
+	alerts := regexp.MustCompile(`(?m)^\s*- alert:`).FindAll(rules, -1)
+	links := runbookURL.FindAllSubmatch(rules, -1)
+	if len(links) != len(alerts) {
+		t.Errorf("%d alerts, %d runbook_url annotations: one each", len(alerts), len(links))
+	}
+	for _, m := range links {
+		anchor, ok := strings.CutPrefix(string(m[1]), base)
+		if !ok || !anchors[anchor] {
+			t.Errorf("runbook_url %s: want %s<anchor of a heading of docs/operations.md>", m[1], base)
+		}
+	}
+}
+
 // proseLines returns the lines of a Markdown text with fenced code blocks
 // and inline code blanked, so that code that looks like a link is not read
 // as one. Line numbers are kept.

@@ -591,8 +591,8 @@ func checkEnvoyPromises(t *testing.T, c envoyClient) {
 		}
 	})
 
-	// The alert SluiceRuleTooTight (prometheus-rules.yaml) excludes the
-	// blocklist rule by this rule label.
+	// The blocklist rule refuses every request under its own rule label (a
+	// refusal ratio of 1, which the alert SluiceRuleTooTight leaves out).
 	t.Run("blocklist rule label", func(t *testing.T) {
 		_, body := c.p.HTTPGet(t, "/metrics")
 		re := regexp.MustCompile(`(?m)^ratelimit_decisions_total\{[^}]*result="over_limit"[^}]*rule="edge\.remote_address_50\.0\.0\.5"[^}]*\} [1-9]`)

@@ -4,11 +4,63 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
 	"time"
 )
+
+// listeners are a node's three listeners, opened by listen.
+type listeners struct {
+	grpc, http net.Listener
+	admin      net.Listener // nil: --admin-addr is empty
+}
+
+// listen opens the gRPC, HTTP and admin listeners of st, or none: on an
+// error those already open are closed. An admin address the options do
+// not allow to be reached (checkAdminAddr) is an error too.
+func listen(st Options, log *slog.Logger) (listeners, error) {
+	var l listeners
+	var err error
+	if l.grpc, err = Listen(st.GRPCAddr); err != nil {
+		return listeners{}, fmt.Errorf("gRPC listener: %w", err)
+	}
+	if l.http, err = Listen(st.HTTPAddr); err != nil {
+		l.close()
+		return listeners{}, fmt.Errorf("HTTP listener: %w", err)
+	}
+	if st.AdminAddr == "" {
+		return l, nil
+	}
+	if l.admin, err = Listen(st.AdminAddr); err != nil {
+		l.close()
+		return listeners{}, fmt.Errorf("admin listener: %w", err)
+	}
+	if err := checkAdminAddr(st, l.admin.Addr(), log); err != nil {
+		l.close()
+		return listeners{}, err
+	}
+	return l, nil
+}
+
+// close closes the listeners that are open.
+func (l listeners) close() {
+	for _, lis := range []net.Listener{l.grpc, l.http, l.admin} {
+		if lis != nil {
+			lis.Close()
+		}
+	}
+}
+
+// addrs are the listeners' addresses.
+func (l listeners) addrs() Addrs {
+	a := Addrs{GRPC: l.grpc.Addr(), HTTP: l.http.Addr()}
+	if l.admin != nil {
+		a.Admin = l.admin.Addr()
+	}
+	return a
+}
 
 // socketMode is the permission of a unix socket rls serve creates: owner
 // and group may connect (connecting needs write permission), others not.

@@ -1,12 +1,16 @@
 package node
 
 import (
+	"context"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
 func TestUnixPath(t *testing.T) {
@@ -83,5 +87,39 @@ func TestListenUnixLeftovers(t *testing.T) {
 	lis.Close()
 	if _, err := os.Lstat(stale); !os.IsNotExist(err) {
 		t.Errorf("socket file after Close: %v, want it removed", err)
+	}
+}
+
+// TestServeOverUnixSockets runs a node with its gRPC and HTTP listeners on
+// unix sockets: a ShouldRateLimit call and /healthcheck go through, and the
+// socket files are gone once Run returns.
+func TestServeOverUnixSockets(t *testing.T) {
+	dir := t.TempDir()
+	grpcSock, httpSock := filepath.Join(dir, "grpc.sock"), filepath.Join(dir, "http.sock")
+	opts := testOptions()
+	opts.GRPCAddr, opts.HTTPAddr = "unix:"+grpcSock, "unix://"+httpSock
+	rls := start(t, opts)
+	if got := rls.Addrs().GRPC.String(); got != grpcSock {
+		t.Errorf("gRPC address %q, want %q", got, grpcSock)
+	}
+	// The example rules limit remote_address 50.0.0.5 globally to 0.
+	resp, err := rlsv3.NewRateLimitServiceClient(dial(t, "unix:"+grpcSock)).ShouldRateLimit(context.Background(), edgeRequest("remote_address", "50.0.0.5"))
+	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("ShouldRateLimit over %s: %v, %v; want OVER_LIMIT", grpcSock, resp.GetOverallCode(), err)
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", httpSock)
+	}}}
+	defer hc.CloseIdleConnections()
+	if r, err := hc.Get("http://rls/healthcheck"); err != nil || r.StatusCode != http.StatusOK {
+		t.Errorf("/healthcheck over %s: %v, %v; want 200", httpSock, r, err)
+	} else {
+		r.Body.Close()
+	}
+	rls.StopCleanly()
+	for _, p := range []string{grpcSock, httpSock} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s after shutdown: %v, want it removed", p, err)
+		}
 	}
 }

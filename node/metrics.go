@@ -2,7 +2,19 @@ package node
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
+
+// newRegistry returns the registry /metrics serves, holding the Go and
+// process collectors, ratelimit_build_info and ratelimit_config_embedded;
+// each part of the node registers its own metrics on it.
+func newRegistry(st Options) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerBuildInfo(reg, st.Build)
+	registerEmbeddedRules(reg, embeddedRules(st))
+	return reg
+}
 
 // registerBucketGauge exports ratelimit_memory_buckets{backend=name} for a
 // memory backend, read at scrape time.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/fallback"
+	"github.com/sluice-rls/sluice/service"
 )
 
 // DefaultFallbackNodesInitial is N for the fallback share while a node has
@@ -57,6 +58,9 @@ type Options struct {
 	XDS      XDS // --xds-*: the rules from an xDS management server instead of files
 	// Overrides: --admin-token-file, --override-file, --override-resync.
 	Overrides Overrides
+	// AdaptiveConfig is --adaptive-config: the adaptive limits' file
+	// (docs/adaptive.md); empty: off.
+	AdaptiveConfig string
 
 	// The admin listener: /json and /debug/pprof/, which spend tokens or
 	// expose internals. Loopback by default; TLS (and mTLS) as gRPC when
@@ -96,27 +100,13 @@ type Options struct {
 
 	Emergency Emergency // --emergency-key, --emergency-secret-file
 
-	Shadow           bool
-	QuotaMode        bool // every rule a quota (envoyproxy/ratelimit's quota mode)
-	ResponseMetadata bool // the response's dynamic_metadata, as the peer's RESPONSE_DYNAMIC_METADATA
-	RateLimitHeaders bool
-	// Names of the draft-03 headers of --ratelimit-headers.
-	HeaderLimit, HeaderRemaining, HeaderReset string
-	// RefusalDetails adds retry-after, x-ratelimit-* and the JSON body to
-	// refusals; off, a refusal is answered as envoyproxy/ratelimit's.
-	RefusalDetails bool
+	// How the service answers and how much of a request it takes:
+	// --shadow, --quota-mode, --response-metadata, --ratelimit-header*,
+	// --refusal-details, --log-refusals, --top-refused, --max-descriptors,
+	// --max-entries, --max-value-bytes, --max-metric-values.
+	service.Settings
 
-	MaxDescriptors int
-	MaxEntries     int
-	MaxValueBytes  int
-	MaxBuckets     int
-	// MaxMetricValues caps the rule labels carrying request values.
-	MaxMetricValues int
-
-	LogRefusals int
-	// TopRefused is the counters per rule and minute of the top-K of
-	// refused values (GET /usage/top); 0: off.
-	TopRefused int
+	MaxBuckets int
 	Pprof      bool
 
 	TLSCert     string
@@ -216,7 +206,7 @@ func (s Options) Validate() error {
 		return fmt.Errorf("--top-refused must be in [0, %d], not %d", MaxTopRefused, s.TopRefused)
 	}
 	if s.FallbackNodes < 0 || s.FallbackNodesInitial < 0 || s.MaxDescriptors < 1 || s.MaxEntries < 1 || s.MaxValueBytes < 1 || s.MaxBuckets < 1 ||
-		s.MaxMetricValues < 1 || s.LogRefusals < 0 {
+		s.MaxMetricValues < 1 || s.RefusalLogEvery < 0 {
 		return fmt.Errorf("--fallback-nodes, --fallback-nodes-initial and --log-refusals must be ≥ 0 and --max-* flags ≥ 1")
 	}
 	return nil

@@ -29,17 +29,18 @@ type overrides struct {
 	mgr   *override.Manager
 	rules *ruleset.Store
 	auth  *adminAuth
+	stop  func() // ends the Manager's run and closes the store
 }
 
 // startOverrides builds the override store (Redis with redisOpts, the
 // global layer's client options; else this node's --override-file or
 // memory), reads it once so that a restarted node applies its overrides
-// from the first request, and runs the Manager until ctx is done; stop
-// waits for it.
-func startOverrides(ctx context.Context, st Options, redisOpts *goredis.UniversalOptions, rules *ruleset.Store, trail auditTrail, log *slog.Logger, reg prometheus.Registerer) (*overrides, func(), error) {
+// from the first request, and runs the Manager until ctx is done; its
+// stop waits for it.
+func startOverrides(ctx context.Context, st Options, redisOpts *goredis.UniversalOptions, rules *ruleset.Store, trail auditTrail, log *slog.Logger, reg prometheus.Registerer) (*overrides, error) {
 	auth, err := newAdminAuth(st.Overrides.AdminTokenFile, st.AdminTLSClientCA != "", log, reg)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var store override.Store
 	closeStore := func() {}
@@ -52,7 +53,7 @@ func startOverrides(ctx context.Context, st Options, redisOpts *goredis.Universa
 	} else {
 		fs, err := override.OpenFile(st.Overrides.File)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		store = fs
 	}
@@ -80,12 +81,12 @@ func startOverrides(ctx context.Context, st Options, redisOpts *goredis.Universa
 		defer close(done)
 		mgr.Run(runCtx)
 	}()
-	stop := func() {
+	o.stop = func() {
 		cancel()
 		<-done
 		closeStore()
 	}
-	return o, stop, nil
+	return o, nil
 }
 
 // register adds ratelimit_overrides{kind}, ratelimit_override_malformed

@@ -2,15 +2,19 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	goredis "github.com/redis/go-redis/v9"
 
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/internal/pkitest"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -120,5 +124,72 @@ func TestTrustCA(t *testing.T) {
 	tlsOpts, _ := redisbackend.ParseURL("rediss://127.0.0.1:6379/0", time.Second)
 	if err := TrustCA(tlsOpts, bad); err == nil || !strings.Contains(err.Error(), "no PEM") {
 		t.Errorf("TrustCA with a bad bundle: %v", err)
+	}
+}
+
+// TestServeRedisClientCert runs a node against a real redis-server that
+// requires client certificates (tls-auth-clients yes): with RedisTLSCert
+// and RedisTLSKey the node decides in Redis (the request's bucket is
+// there); without a certificate Redis refuses a client.
+func TestServeRedisClientCert(t *testing.T) {
+	p := pkitest.New(t)
+	srv := redistest.Start(t, redistest.WithTLS(p, true))
+	redisURL := "rediss://" + srv.Addr() + "/0"
+
+	opts, err := redisbackend.ParseURL(redisURL, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := TrustCA(opts, p.CA); err != nil {
+		t.Fatal(err)
+	}
+	noCert := goredis.NewUniversalClient(opts)
+	defer noCert.Close()
+	if err := noCert.Ping(context.Background()).Err(); err == nil {
+		t.Fatal("Redis with tls-auth-clients yes answered a client without a certificate")
+	}
+
+	o := testOptions()
+	o.Redis, o.RedisCA, o.RedisTimeout = redisURL, p.CA, time.Second
+	o.RedisTLSCert, o.RedisTLSKey = p.ClientCert, p.ClientKey
+	rls := start(t, o)
+	// The example rules limit user_id globally: the decision leaves its
+	// bucket in Redis before the answer, unless the node is in fallback.
+	if _, err := rls.Client().ShouldRateLimit(context.Background(), edgeRequest("user_id", "tls-client")); err != nil {
+		t.Fatal(err)
+	}
+	opts.TLSConfig.Certificates = []tls.Certificate{p.Client}
+	withCert := goredis.NewUniversalClient(opts)
+	defer withCert.Close()
+	keys, err := withCert.Keys(context.Background(), "*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Errorf("keys in Redis after a decision: %q, %v; want the bucket\nlog:\n%s", keys, err, rls.Log.String())
+	}
+	if strings.Contains(rls.Log.String(), "fallback") {
+		t.Errorf("the node went to fallback:\n%s", rls.Log.String())
+	}
+	rls.StopCleanly()
+}
+
+// TestServeWithRedisStopsCleanly runs a node on a real Redis, makes one
+// call through the global layer and stops it: Run returns nil, and
+// TestMain's goleak finds nothing of the Redis client, the node registry,
+// the fallback probe or the memory backends still running.
+func TestServeWithRedisStopsCleanly(t *testing.T) {
+	srv := redistest.Start(t)
+	o := testOptions()
+	o.Redis, o.RedisTimeout = "redis://"+srv.Addr()+"/0", time.Second
+	s := start(t, o)
+	// The example rules limit remote_address 50.0.0.5 globally to 0.
+	resp, err := s.Client().ShouldRateLimit(context.Background(), edgeRequest("remote_address", "50.0.0.5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || s.Serving()["backend"] != "redis" {
+		t.Errorf("answer %v, log:\n%s\nwant OVER_LIMIT from the Redis backend", resp.GetOverallCode(), s.Log.String())
+	}
+	s.StopCleanly()
+	if !strings.Contains(s.Log.String(), `"msg":"stopped"`) {
+		t.Errorf("no stopped line:\n%s", s.Log.String())
 	}
 }

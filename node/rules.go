@@ -2,13 +2,86 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rls/sluice/descriptors"
 	"github.com/sluice-rls/sluice/ruleset"
+	"github.com/sluice-rls/sluice/xds"
 )
+
+// ruleSource is where a running node's rules come from: the store the
+// service reads, kept up to date from files (reloaded on change and on
+// SIGHUP) or from an xDS management server.
+type ruleSource struct {
+	store   *ruleset.Store
+	xds     *xds.Source // nil: rules from files
+	initial int         // the rules the node started with, for the "serving" line
+	stop    func()
+}
+
+// startRules loads the initial rules into a store and keeps it up to
+// date until ctx is done: from --xds-server, or by reloading --config
+// when it changes and on SIGHUP. stop ends what ctx does not.
+func startRules(ctx context.Context, st Options, log *slog.Logger, reg prometheus.Registerer, trail auditTrail) (ruleSource, error) {
+	if embeddedRules(st) {
+		// README's first command; a deployment without --config is a mistake
+		// (refused in Kubernetes unless --example-rules): say so loudly, and
+		// in ratelimit_config_embedded.
+		log.Warn("no --config: serving the embedded EXAMPLE rules, which limit traffic by rules written for the README, not for this deployment; give --config", "rules", ruleset.DefaultRulesName)
+	}
+	rules, err := initialRules(st)
+	if err != nil {
+		return ruleSource{}, fmt.Errorf("loading rules: %w", err)
+	}
+	ruleset.LogWarnings(log, rules)
+	src := ruleSource{store: ruleset.NewStore(rules), initial: rules.Len()}
+	reloadMetrics := ruleset.NewReloadMetrics(reg)
+	stopXDS := func() {}
+	if st.XDS.Server != "" {
+		src.xds, stopXDS, err = startXDS(ctx, st, src.store, log, reg, reloadMetrics, trail)
+		if err != nil {
+			return ruleSource{}, err
+		}
+	} else {
+		reloadMetrics.Loaded(true, time.Now())
+	}
+	reloader := &ruleset.Reloader{
+		Path:     st.Config,
+		Options:  st.Rules.descriptorOptions(),
+		MaxBytes: st.MaxRuleBytes,
+		Store:    src.store,
+		Log:      log,
+		Metrics:  reloadMetrics,
+		Audit:    trail.rec,
+		Node:     trail.node,
+	}
+	// Registered before serving, so an early SIGHUP reloads instead of
+	// terminating the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	if src.xds == nil { // with xDS, SIGHUP does nothing
+		go reloadOn(ctx, hup, reloader)
+	}
+	if st.Config != "" {
+		go func() {
+			if err := reloader.Watch(ctx); err != nil {
+				log.Error("rule files are not watched; reload with SIGHUP", "err", err)
+			}
+		}()
+	}
+	src.stop = func() {
+		signal.Stop(hup)
+		stopXDS()
+	}
+	return src, nil
+}
 
 // Load loads the rule files at paths as one rule set, with the loading
 // options r (--merge-domains, --max-rule-bytes, --gray-key): a node loads
@@ -36,13 +109,6 @@ func reloadOn(ctx context.Context, hup <-chan os.Signal, r *ruleset.Reloader) {
 			_ = r.Reload() // logged and counted by Reload
 		}
 	}
-}
-
-func ruleSource(path string) string {
-	if path == "" {
-		return ruleset.DefaultRulesName
-	}
-	return path
 }
 
 // embeddedRules reports whether serve runs the embedded example rules:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"slices"
@@ -74,6 +75,26 @@ func newAdminTLS(st Options, grpcTLS *serverTLS, clock clockwork.Clock, log *slo
 // of its own: it used to take gRPC's, which made Envoy an operator, and
 // serving it without client certificates would open it silently.
 var errAdminNeedsOwnCA = errors.New("--tls-client-ca verifies the gRPC port's clients (Envoy) only; the admin address is reachable from the network and needs its own --admin-tls-client-ca (the operators' CA): give it, bind --admin-addr to loopback, or turn the admin address off with --admin-addr ''")
+
+// checkAdminAddr refuses the admin listener at addr with
+// errAdminNeedsOwnCA, and warns when it asks no client certificate where
+// --tls-client-ca may make an operator believe it does, or where the
+// network reaches it.
+func checkAdminAddr(st Options, addr net.Addr, log *slog.Logger) error {
+	ownCA := st.AdminTLSClientCA != ""
+	if st.TLSClientCA != "" && !ownCA && !isLoopback(addr) {
+		return fmt.Errorf("admin listener %s: %w", addr, errAdminNeedsOwnCA)
+	}
+	if !isLoopback(addr) && !ownCA {
+		log.Warn("the admin address is reachable from the network without client certificates: anyone who reaches it can spend tokens through /json",
+			"admin_addr", addr.String())
+	}
+	if st.TLSClientCA != "" && !ownCA {
+		log.Warn("the admin address (loopback) asks no client certificate: --tls-client-ca verifies Envoy on the gRPC port only; give --admin-tls-client-ca for operators' certificates",
+			"admin_addr", addr.String())
+	}
+	return nil
+}
 
 // config returns a listener's TLS configuration: each handshake gets the
 // certificate and client CA in use at that moment, offering nextProtos by

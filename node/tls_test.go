@@ -265,3 +265,52 @@ func TestClientSANMatchesIP(t *testing.T) {
 		t.Error("matched names the certificate does not carry")
 	}
 }
+
+// TestServerTLSOptionsErrors: TLS options that do not go together are
+// refused by New, and files that do not fit each other by Run, naming
+// the flags.
+func TestServerTLSOptionsErrors(t *testing.T) {
+	p := pkitest.New(t)
+	tests := []struct {
+		name string
+		set  func(*Options)
+		want string
+	}{
+		{"SAN without client CA", func(o *Options) {
+			o.TLSCert, o.TLSKey, o.TLSClientSAN = p.ServerCert, p.ServerKey, "envoy"
+		}, "--tls-client-san needs --tls-client-ca"},
+		{"empty SAN list", func(o *Options) {
+			o.TLSCert, o.TLSKey, o.TLSClientCA, o.TLSClientSAN = p.ServerCert, p.ServerKey, p.CA, " , "
+		}, "at least one name"},
+		{"Redis cert without key", func(o *Options) {
+			o.Redis, o.RedisTLSCert = "rediss://127.0.0.1:1", p.ClientCert
+		}, "go together"},
+		{"Redis cert on redis://", func(o *Options) {
+			o.Redis, o.RedisTLSCert, o.RedisTLSKey = "redis://127.0.0.1:1", p.ClientCert, p.ClientKey
+		}, "needs a TLS URL"},
+		{"Redis key of another cert", func(o *Options) {
+			o.Redis, o.RedisTLSCert, o.RedisTLSKey = "rediss://127.0.0.1:1", p.ClientCert, p.ServerKey
+		}, "private key does not match"},
+		{"server key of another cert", func(o *Options) {
+			o.TLSCert, o.TLSKey = p.ServerCert, p.ClientKey
+		}, "private key does not match"},
+		{"admin CA without TLS", func(o *Options) {
+			o.AdminAddr, o.AdminTLSClientCA = "127.0.0.1:0", p.OtherCA
+		}, "--admin-tls-client-ca needs --tls-cert"},
+		{"admin SAN without admin CA", func(o *Options) {
+			o.AdminAddr, o.TLSCert, o.TLSKey, o.AdminTLSClientSAN = "127.0.0.1:0", p.ServerCert, p.ServerKey, "ops"
+		}, "--admin-tls-client-san needs --admin-tls-client-ca"},
+		{"admin CA not PEM", func(o *Options) {
+			o.AdminAddr, o.TLSCert, o.TLSKey, o.AdminTLSClientCA = "127.0.0.1:0", p.ServerCert, p.ServerKey, p.ServerKey
+		}, "admin TLS"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := testOptions()
+			tt.set(&opts)
+			if err := runErr(t, opts); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("%v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}

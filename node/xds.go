@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -40,7 +41,7 @@ func rulesName(st Options) string {
 	if st.XDS.Server != "" {
 		return "xds://" + st.XDS.Server
 	}
-	return ruleSource(st.Config)
+	return cmp.Or(st.Config, ruleset.DefaultRulesName)
 }
 
 // startXDS runs the xDS source of --xds-server into store until ctx is

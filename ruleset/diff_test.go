@@ -54,7 +54,8 @@ var diffCases = []struct {
 	{"key", "key: k\n", "key: k2\n", []string{"+ d.k2_v*", "- d.k_v*"}},
 	{"value", `value: "v*"`, `value: "w*"`, []string{"+ d.k_w*", "- d.k_v*"}},
 	{"shadow_mode", "EXTRA", "shadow_mode: true", []string{"d.k_v*: shadow_mode: false → true"}},
-	{"quota_mode", "EXTRA", "quota_mode: true", []string{"d.k_v*: quota_mode: false → true"}},
+	{"quota_mode", "EXTRA", "quota_mode: true", []string{"d.k_v*: quota_mode: false → true", "d.k_v*: postpaid: false → true"}}, // quota_mode implies postpaid
+	{"postpaid", "EXTRA", "postpaid: true", []string{"d.k_v*: postpaid: false → true"}},
 	{"metadata", "EXTRA", "metadata: {tier: gold, w: 2}", []string{`d.k_v*: metadata:  → {"tier":"gold","w":2}`}},
 	{"detailed_metric", "EXTRA", "detailed_metric: true", []string{"d.k_v*: detailed_metric: false → true"}},
 	{"protected", "EXTRA", "protected: true", []string{"d.k_v*: protected: false → true"}},

@@ -1,12 +1,13 @@
 #!/bin/sh
 # Installs what the tests need from Debian's packages when missing:
 # redis-server and redis-cli (the tests start their own servers on free
-# loopback ports; nothing here starts one) and promtool, from the prometheus
-# package, which checks envoy-examples/prometheus-rules.yaml.
+# loopback ports; nothing here starts one) and the prometheus package:
+# promtool checks envoy-examples/prometheus-rules.yaml, and the adaptive
+# limits' tests start their own prometheus servers.
 set -eu
 missing=""
 command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-server"
-command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
+command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || missing="$missing prometheus"
 [ -z "$missing" ] && exit 0
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

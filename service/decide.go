@@ -28,6 +28,7 @@ type descState struct {
 	unlimited  bool   // matched an unlimited rule
 	shadow     bool   // its rule's shadow_mode applies: a refusal answers OK
 	quota      bool   // a quota: refuses the request only with every other quota
+	postpaid   bool   // charged past its limit, into debt (rule.Postpaid; quotas are)
 	override   bool   // limited by Envoy's limit override, not by its rule
 }
 
@@ -43,6 +44,7 @@ type scratch struct {
 	refund       []bucket.Hit
 	keyBuf       []byte
 	quotas       int             // descriptors with ds.quota
+	postpaids    int             // descriptors with ds.postpaid but not ds.quota
 	overrides    *override.Table // the request's runtime overrides; nil: none
 }
 
@@ -53,6 +55,7 @@ func (sc *scratch) reset() {
 	sc.global = sc.global[:0]
 	sc.refund = sc.refund[:0]
 	sc.quotas = 0
+	sc.postpaids = 0
 }
 
 // outcome is the decision of both layers for a request.
@@ -114,7 +117,8 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, note *
 			s.giveGlobal(ctx, sc)
 		}
 	}
-	if out.allowed && sc.quotas > 0 && !s.opts.Shadow && s.quotaRefused(sc, &out) {
+	if out.allowed && !s.opts.Shadow &&
+		(sc.postpaids > 0 && s.postpaidRefused(sc, &out) || sc.quotas > 0 && s.quotaRefused(sc, &out)) {
 		s.giveBackTakes(ctx, sc, &out)
 	}
 	resp := s.respond(sc, req, &out)
@@ -159,9 +163,27 @@ func (s *Server) quotaRefused(sc *scratch, out *outcome) bool {
 	return true
 }
 
+// postpaidRefused reports whether a postpaid descriptor that is not a
+// quota was refused, which refuses the request as any other rule's refusal
+// does (its hit is independent, so the layers did not), and marks out so.
+// One in shadow mode is not refused: its status says OK.
+func (s *Server) postpaidRefused(sc *scratch, out *outcome) bool {
+	for i := range sc.descs {
+		ds := &sc.descs[i]
+		if !ds.postpaid || ds.quota || ds.shadow {
+			continue
+		}
+		if c, ok := pick(sc, ds, out); ok && !c.state.Allowed {
+			out.allowed, out.layer = false, c.layer
+			return true
+		}
+	}
+	return false
+}
+
 // giveBackTakes returns the tokens an allowed call of each layer took for
-// a request refused afterwards (by its quotas): a refused request takes
-// nothing, as when a layer refuses it. Quota and shadow hits are
+// a request refused afterwards (by its quotas or a postpaid rule): a refused request takes
+// nothing, as when a layer refuses it. Quota, postpaid and shadow hits are
 // independent and keep their effect, as they do in a refused call.
 func (s *Server) giveBackTakes(ctx context.Context, sc *scratch, out *outcome) {
 	if out.localDone {
@@ -238,12 +260,13 @@ func (s *Server) refundLocal(ctx context.Context, sc *scratch) {
 	sc.refund = sc.refund[:0]
 }
 
-// giveGlobal applies the request's global gives after the local layer
-// refused it: a give is never refused, whichever layer refuses the rest
-// (bucket.Hit). A request without gives costs nothing here.
+// giveGlobal applies the request's global gives and postpaid charges
+// after the local layer refused it: a give is never refused, and usage
+// that happened is charged, whichever layer refuses the rest (bucket.Hit).
+// A request without either costs nothing here.
 func (s *Server) giveGlobal(ctx context.Context, sc *scratch) {
 	for _, h := range sc.global {
-		if h.Give && h.Cost > 0 {
+		if (h.Give || h.Overdraw) && h.Cost > 0 {
 			sc.refund = append(sc.refund, h)
 		}
 	}
@@ -398,11 +421,17 @@ func (s *Server) buildHits(sc *scratch, req *rlsv3.RateLimitRequest, gray bool) 
 			ds.quota = true
 			sc.quotas++
 		}
+		// A quota is postpaid (envoyproxy/ratelimit charges every hit), as
+		// is a postpaid rule unless Envoy's override names the limit.
+		ds.postpaid = ds.quota || (rule != nil && rule.Postpaid && !hasOverride)
+		if ds.postpaid && !ds.quota {
+			sc.postpaids++
+		}
 		if rule == nil && !hasOverride {
 			continue
 		}
-		hit := bucket.Hit{Cost: cost(req, d), Give: d.GetIsNegativeHits()}
-		hit.Independent = s.opts.Shadow || ds.shadow || ds.quota
+		hit := bucket.Hit{Cost: cost(req, d), Give: d.GetIsNegativeHits(), Overdraw: ds.postpaid}
+		hit.Independent = s.opts.Shadow || ds.shadow || ds.postpaid
 		if rule != nil {
 			ds.name = rule.Name
 		}

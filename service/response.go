@@ -231,8 +231,9 @@ func fillStatus(p *statusParts, c chosen, name string) {
 const never = time.Duration(math.MaxInt64)
 
 // addRefusal adds the retry headers and the JSON body of an OVER_LIMIT
-// answer. A refusal that never passes has no retry header and no
-// retry_after_ms: telling a client to retry would only bring it back.
+// answer. A refusal that never passes has no retry header, no
+// retry_after_ms and no reset: telling a client to retry would only bring
+// it back.
 func (s *Server) addRefusal(resp *rlsv3.RateLimitResponse, c chosen, retry time.Duration, gray bool) {
 	ms := ceilDiv(retry, time.Millisecond)
 	if retry != never {
@@ -251,8 +252,12 @@ func (s *Server) addRefusal(resp *rlsv3.RateLimitResponse, c chosen, retry time.
 	b := make([]byte, 0, 128)
 	b = append(b, `{"code":429,"message":"Too Many Requests",`...)
 	if retry != never {
+		// reset: seconds until the bucket is full again, as the draft
+		// RateLimit-Reset header, at least 1 (a refusal never says "now").
 		b = append(b, `"retry_after_ms":`...)
 		b = strconv.AppendInt(b, ms, 10)
+		b = append(b, `,"reset":`...)
+		b = strconv.AppendInt(b, max(ceilDiv(c.state.ResetAfter, time.Second), 1), 10)
 		b = append(b, ',')
 	}
 	b = append(b, `"limit":`...)

@@ -87,6 +87,29 @@ type Options struct {
 	EmergencyKey string
 	// Emergency holds the accepted secrets; nil accepts none.
 	Emergency EmergencySecrets
+	// Settings are how the server answers and how much of a request it
+	// takes.
+	Settings
+	// TopRefusedRules caps the rules Settings.TopRefused tracks; default
+	// DefaultTopRefusedRules.
+	TopRefusedRules int
+
+	// Overrides are the runtime overrides (override.Manager); nil: none.
+	Overrides OverrideSource
+
+	// Tracer writes a span per ShouldRateLimit, the child of the W3C trace
+	// context (traceparent) in the call's gRPC metadata. Its sampler is
+	// taken to be parent-based: a call whose traceparent says "not
+	// sampled" gets no span, without asking it. Nil: a no-op tracer, and a
+	// request costs nothing more than without tracing.
+	Tracer trace.Tracer
+}
+
+// Settings are the options of a Server that an operator chooses (rls
+// serve's flags set them; node.Options carries them whole): how it
+// answers, and how much of a request it takes. The zero value answers as
+// the defaults say.
+type Settings struct {
 	// Shadow puts every rule in shadow mode, as envoyproxy/ratelimit's
 	// SHADOW_MODE: decide and count, answer OK overall, while each
 	// refused descriptor's status still says OVER_LIMIT.
@@ -113,9 +136,7 @@ type Options struct {
 	RefusalLogEvery  int // log one refused request in N (0 = none)
 	// TopRefused keeps, per rule, the values refused most over the last
 	// minutes in TopRefused counters per minute (GET /usage/top); 0: off.
-	// TopRefusedRules caps the rules tracked; default
-	// DefaultTopRefusedRules.
-	TopRefused, TopRefusedRules int
+	TopRefused int
 
 	MaxDescriptors int // per request; default 256
 	MaxEntries     int // per descriptor; default 32
@@ -125,16 +146,6 @@ type Options struct {
 	// (detailed_metric, value_to_metric) in Metrics; values beyond it are
 	// counted under "<rule path>:overflow". Default DefaultMaxMetricValues.
 	MaxMetricValues int
-
-	// Overrides are the runtime overrides (override.Manager); nil: none.
-	Overrides OverrideSource
-
-	// Tracer writes a span per ShouldRateLimit, the child of the W3C trace
-	// context (traceparent) in the call's gRPC metadata. Its sampler is
-	// taken to be parent-based: a call whose traceparent says "not
-	// sampled" gets no span, without asking it. Nil: a no-op tracer, and a
-	// request costs nothing more than without tracing.
-	Tracer trace.Tracer
 }
 
 // Server implements rlsv3.RateLimitServiceServer. Build it with New.

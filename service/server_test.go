@@ -235,6 +235,7 @@ func TestOverLimitHeadersAndBody(t *testing.T) {
 	var body struct {
 		Code         int    `json:"code"`
 		RetryAfterMS int64  `json:"retry_after_ms"`
+		Reset        int64  `json:"reset"`
 		Limit        uint64 `json:"limit"`
 		Remaining    uint64 `json:"remaining"`
 		Layer        string `json:"layer"`
@@ -243,7 +244,7 @@ func TestOverLimitHeadersAndBody(t *testing.T) {
 	if err := json.Unmarshal(resp.GetRawBody(), &body); err != nil {
 		t.Fatalf("raw_body %q: %v", resp.GetRawBody(), err)
 	}
-	if body.Code != 429 || body.RetryAfterMS != 100 || body.Limit != 10 || body.Layer != "global" || body.Message == "" {
+	if body.Code != 429 || body.RetryAfterMS != 100 || body.Reset != 1 || body.Limit != 10 || body.Layer != "global" || body.Message == "" {
 		t.Errorf("raw_body = %+v", body)
 	}
 	st := resp.GetStatuses()[0]

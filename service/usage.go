@@ -164,7 +164,7 @@ func (s *Server) replacedRule(dom *descriptors.Domain, d *commonv3.RateLimitDesc
 // the answer is the fleet's).
 func checkOnly(hits []bucket.Hit) {
 	for i := range hits {
-		hits[i].Cost, hits[i].Give, hits[i].Independent = 0, false, true
+		hits[i].Cost, hits[i].Give, hits[i].Independent, hits[i].Overdraw = 0, false, true, false
 	}
 }
 

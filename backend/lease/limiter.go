@@ -325,7 +325,7 @@ type keyNeed struct {
 	key      bucket.Key
 	limit    bucket.Limit
 	total    uint64    // tokens the takes take
-	need     uint64    // tokens that must exist: max over takes of the ones before plus max(cost, 1)
+	need     uint64    // tokens that must exist: max over takes of the ones before plus cost (0: not in debt)
 	reserved uint64    // held tokens reserved for it
 	close    bool      // Redis decides it: its pool goes back first
 	until    time.Time // the end of the pool they came from
@@ -374,7 +374,7 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 			needs = append(needs, keyNeed{key: h.Key, limit: h.Limit, op: -1})
 		}
 		k := &needs[n]
-		k.need = max(k.need, k.total+max(h.Cost, 1))
+		k.need = max(k.need, k.total+h.Cost)
 		k.total += h.Cost
 	}
 	allowed := !zero
@@ -442,15 +442,18 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 				continue
 			}
 			k.until = e.expires
-			if e.held >= k.need {
+			// Held tokens are not in debt: a check (need 0) passes on one.
+			if e.held >= max(k.need, 1) {
 				e.held -= k.total
 				k.reserved = k.total
 				l.lowWater(k.key, e)
 				continue
 			}
-			if e.held == 0 && now.Before(e.emptyUntil) {
+			if e.held == 0 && k.need > 0 && now.Before(e.emptyUntil) {
 				// Known empty (the empty-bucket cache): refused without
-				// Redis until its next token is due.
+				// Redis until its next token is due. (A check asks Redis:
+				// it is refused only in debt, which the cache does not
+				// know.)
 				interval := e.limit.Period / time.Duration(e.limit.Requests)
 				k.refused, k.retry = true, e.emptyUntil.Sub(now)+time.Duration(k.need-1)*interval
 				cached = true
@@ -858,12 +861,12 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 			states[i] = st
 			continue
 		default:
-			need := max(h.Cost, 1)
 			ops = append(ops, redisbackend.LeaseOp{
 				Key: h.Key, Limit: h.Limit, Decision: d, Kind: redisbackend.LeaseIndependent,
-				Need: need, Take: h.Cost, Extra: l.maxLease(h.Limit), Share: l.share(),
+				Need: h.Cost, Take: h.Cost, Extra: l.maxLease(h.Limit), Share: l.share(),
+				Overdraw: h.Overdraw,
 			})
-			if need > h.Limit.Burst {
+			if h.Cost > h.Limit.Burst && !h.Overdraw {
 				ops[len(ops)-1].Take = 0
 			}
 		}

@@ -126,12 +126,15 @@ func bucketAt(now int64, d u128, r uint64) gcra {
 
 // apply decides one hit of cost tokens (a give-back when give is set) under
 // lim against b at now, in nanoseconds since the epoch, b being the bucket's
-// state under lim (cell.view). It is a pure function: it returns the state
-// after the hit, the state to report, and whether the bucket changed (only
-// then must the caller store next, under lim).
+// state under lim (cell.view). With overdraw set (and give not), a refused
+// take takes its tokens all the same, into debt: the bucket then lacks at
+// most 2×Burst tokens, and never less than before (bucket.Hit's Overdraw).
+// It is a pure function: it returns the state after the hit, the state to
+// report, and whether the bucket changed (only then must the caller store
+// next, under lim).
 //
 // An absent bucket is passed as gcra{tat: minTime}.
-func apply(b gcra, lim bucket.Limit, now int64, cost uint64, give bool) (next gcra, st bucket.State, changed bool) {
+func apply(b gcra, lim bucket.Limit, now int64, cost uint64, give, overdraw bool) (next gcra, st bucket.State, changed bool) {
 	if lim.Requests == 0 || lim.Period <= 0 || lim.Burst == 0 {
 		// Never allows. There is no "full" to wait for, so a refusal asks to
 		// come back after one Period, as a fixed window would.
@@ -152,15 +155,21 @@ func apply(b gcra, lim bucket.Limit, now int64, cost uint64, give bool) (next gc
 		changed = cost > 0
 	case cost > burst:
 		// Never satisfiable; the soonest anything changes is when full.
+		if overdraw {
+			d, changed = overdrawn(d, cost, p, burst)
+		}
 		st.RetryAfter = duration(d.ceilDiv(r))
 	default:
-		// Cost 0 checks for one token and takes nothing.
-		room := mul64(burst-max(cost, 1), p) // largest deficit that still allows
+		// Cost 0 checks for debt and takes nothing.
+		room := mul64(burst-cost, p) // largest deficit that still allows
 		if d.lessEq(room) {
 			st.Allowed = true
 			d = d.add(mul64(cost, p))
 			changed = cost > 0
 		} else {
+			if overdraw {
+				d, changed = overdrawn(d, cost, p, burst)
+			}
 			st.RetryAfter = duration(d.sub(room).ceilDiv(r))
 		}
 	}
@@ -169,6 +178,22 @@ func apply(b gcra, lim bucket.Limit, now int64, cost uint64, give bool) (next gc
 	}
 	st.ResetAfter = duration(d.ceilDiv(r))
 	return bucketAt(now, d, r), st, changed
+}
+
+// overdrawn returns deficit d (in 1/r ns, a token being p of them) after a
+// refused overdraw take of cost tokens: d plus the cost, at most 2×burst
+// tokens, and never less than d (a bucket converted from a larger limit may
+// lack more already: the bound never forgives), and whether it changed.
+func overdrawn(d u128, cost, p, burst uint64) (u128, bool) {
+	bound := mul64(burst, p).add(mul64(burst, p))
+	next := d.add(mul64(cost, p))
+	if bound.less(next) {
+		next = bound
+	}
+	if next.lessEq(d) {
+		return d, false
+	}
+	return next, true
 }
 
 // duration converts nanoseconds to a Duration, saturating at its maximum.

@@ -19,7 +19,7 @@ const year = 365 * 24 * time.Hour
 // read under lim (converted when written under another Limit), and the
 // result recorded under lim.
 func applyCell(b cell, lim bucket.Limit, now int64, cost uint64, give bool) (cell, bucket.State, bool) {
-	g, st, changed := apply(b.view(now, lim), lim, now, cost, give)
+	g, st, changed := apply(b.view(now, lim), lim, now, cost, give, false)
 	return cell{gcra: g, lim: lim}, st, changed
 }
 
@@ -116,7 +116,7 @@ var bucketScenarios = []bucketScenario{
 		steps: []bucketStep{
 			{at: 0, cost: 0, times: 100, want: ok(10, 0)},
 			{at: 0, cost: 10, want: ok(0, time.Second)},
-			{at: 0, cost: 0, want: refused(0, 100*time.Millisecond, time.Second)},
+			{at: 0, cost: 0, want: ok(0, time.Second)}, // empty, not in debt
 			{at: 100 * time.Millisecond, cost: 0, want: ok(1, 900*time.Millisecond)},
 			{at: 100 * time.Millisecond, cost: 0, want: ok(1, 900*time.Millisecond)},
 			{at: 100 * time.Millisecond, cost: 1, want: ok(0, time.Second)},
@@ -297,15 +297,11 @@ func (rb *refBucket) hit(now int64, cost uint64, give bool) bucket.State {
 	case cost > rb.lim.Burst:
 		st.RetryAfter = timeFor(burst)
 	default:
-		need := c
-		if cost == 0 {
-			need = big.NewRat(1, 1)
-		}
-		if rb.tokens.Cmp(need) >= 0 {
+		if rb.tokens.Cmp(c) >= 0 { // a check (cost 0) is refused only in debt
 			st.Allowed = true
 			rb.tokens.Sub(rb.tokens, c)
 		} else {
-			st.RetryAfter = timeFor(need)
+			st.RetryAfter = timeFor(c)
 		}
 	}
 	whole := new(big.Int).Quo(rb.tokens.Num(), rb.tokens.Denom())
@@ -620,7 +616,7 @@ func TestApplyLimitChange(t *testing.T) {
 		// and back under burst 6, 1 left.
 		{"burst lowered alone: nothing forgiven", []step{
 			{bucket.Limit{Requests: 3, Period: day, Burst: 6}, 0, 5, ok(1, 40*time.Hour)},
-			{per(3, day), 0, 0, refused(0, day, 40*time.Hour)},
+			{per(3, day), 0, 0, refused(0, 16*time.Hour, 40*time.Hour)}, // 5 lacking of 3: in debt until 2 refilled
 			{bucket.Limit{Requests: 3, Period: day, Burst: 6}, 0, 0, ok(1, 40*time.Hour)},
 			{per(3, day), day - 1, 1, refused(0, 1, 16*time.Hour+1)},
 			{per(3, day), day, 1, ok(0, day)},
@@ -635,7 +631,7 @@ func TestApplyLimitChange(t *testing.T) {
 		// unchanged Limit is not clamped (it would make tokens).
 		{"an earlier time under the same limit is not a lowered burst", []step{
 			{per(3, day), 10 * time.Hour, 3, ok(0, day)},
-			{per(3, day), 9 * time.Hour, 0, refused(0, 9*time.Hour, 25*time.Hour)},
+			{per(3, day), 9 * time.Hour, 0, refused(0, time.Hour, 25*time.Hour)}, // 3⅛ lacking of 3: in debt
 			{per(3, day), 18*time.Hour - 1, 1, refused(0, 1, 16*time.Hour+1)},
 		}},
 		{"period changed: 3/day spent 2, now 3/hour: 2 of 3 lacking", []step{

@@ -139,10 +139,11 @@ func (l *Limiter) Shared() bool { return false }
 // bucket. Then the Give and Independent hits, one by one in call order,
 // whatever the takes' decision, each against its bucket as everything
 // before it left it: an Independent hit takes its tokens when they exist
-// and never blocks the others; a Give is always allowed and adds Cost
-// tokens (never above Burst).
+// (with Overdraw, also when they do not, into debt) and never blocks the
+// others; a Give is always allowed and adds Cost tokens (never above
+// Burst).
 //
-// Cost 0 checks for at least one token and takes nothing. A Cost above
+// Cost 0 checks that the bucket is not in debt and takes nothing. A Cost above
 // Burst, any take or check on a Limit with Requests 0, and a hit that needs
 // a new bucket in a shard full of partly drained ones (see
 // Options.MaxBuckets) are refused. A Give to a Limit with Requests 0 does
@@ -250,7 +251,7 @@ func (l *Limiter) apply(h *bucket.Hit, t int64, st *bucket.State) (old cell, exi
 		}
 	}
 	// old is under h.Limit now, unless it is full or h.Limit never allows.
-	next, s, changed := apply(old.gcra, h.Limit, t, h.Cost, h.Give)
+	next, s, changed := apply(old.gcra, h.Limit, t, h.Cost, h.Give, h.Overdraw && h.Independent)
 	if changed && !existed && len(sh.m) >= l.perShard && !next.fullAt(t) && !sh.makeRoom(t, l.perShard) {
 		*st = refuseFull(sh, h.Limit, t)
 		return old, false, false, true
@@ -307,7 +308,7 @@ func (l *Limiter) settle(hits []bucket.Hit, t int64, states []bucket.State, log 
 		if !ok {
 			b = absent
 		}
-		_, now, _ := apply(b.view(t, h.Limit), h.Limit, t, 0, false)
+		_, now, _ := apply(b.view(t, h.Limit), h.Limit, t, 0, false, false)
 		states[i].Remaining, states[i].ResetAfter = now.Remaining, now.ResetAfter
 	}
 	for i := range log {

@@ -121,6 +121,7 @@ func TestHitAtAllOrNothing(t *testing.T) {
 		return bucket.Hit{Key: k, Limit: tenPerSecond, Cost: cost, Give: true}
 	}
 	shadow := func(h bucket.Hit) bucket.Hit { h.Independent = true; return h }
+	overdraw := func(h bucket.Hit) bucket.Hit { h.Independent, h.Overdraw = true, true; return h }
 
 	tests := []struct {
 		name      string
@@ -263,12 +264,14 @@ func TestHitAtAllOrNothing(t *testing.T) {
 			remaining: map[bucket.Key]uint64{a: 10, b: 9},
 		},
 		{
-			name: "a check-only hit can refuse the call",
+			name: "a check-only hit refuses the call when its bucket is in debt",
 			calls: []call{
 				{hits: []bucket.Hit{take(a, 10)}, want: true},
+				{hits: []bucket.Hit{take(b, 1), take(a, 0)}, want: true}, // empty, not in debt
+				{hits: []bucket.Hit{overdraw(take(a, 1))}, want: true},
 				{hits: []bucket.Hit{take(b, 1), take(a, 0)}, want: false},
 			},
-			remaining: map[bucket.Key]uint64{a: 0, b: 10},
+			remaining: map[bucket.Key]uint64{a: 0, b: 9},
 		},
 		{
 			name: "a Requests 0 rule refuses the call",

@@ -127,7 +127,7 @@ func cachedState(h *bucket.Hit, e emptyEntry, now time.Time) bucket.State {
 	retry := e.next.Sub(now)
 	if h.Cost > h.Limit.Burst {
 		retry = reset
-	} else if h.Cost > 1 {
+	} else if h.Cost > 1 { // (never 0: a check asks Redis)
 		interval := h.Limit.Period / time.Duration(h.Limit.Requests)
 		retry += time.Duration(h.Cost-1) * interval
 	}

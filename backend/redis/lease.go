@@ -43,8 +43,9 @@ const (
 	// that the fleet's bucket (Redis' plus the leases) stays within the
 	// burst, as exact mode's.
 	LeaseGive
-	// LeaseIndependent is a LeaseTake decided alone (a shadow-mode hit, or a
-	// prefetch with Need 0, which is always allowed).
+	// LeaseIndependent is a LeaseTake decided alone (a shadow-mode or quota
+	// hit, or a prefetch with Need 0, refused only in debt and then leasing
+	// nothing).
 	LeaseIndependent
 	// LeaseReturn closes a node's pool of leased tokens: it takes the
 	// pool's Unpark granted tokens (first granted at Since) out of the
@@ -63,9 +64,14 @@ type LeaseOp struct {
 	Limit    bucket.Limit
 	Decision uint64
 	Kind     LeaseKind
-	// Need is how many tokens must exist for a take to be allowed; Take how
+	// Need is how many tokens must exist for a take to be allowed (0: the
+	// bucket must not be in debt, lacking more than its burst); Take how
 	// many it takes then (Take ≤ Need), or how many a give gives back.
 	Need, Take uint64
+	// Overdraw, on a LeaseIndependent op, takes Take tokens also when the
+	// take is refused, into debt (bucket.Hit's Overdraw), and leases
+	// nothing then.
+	Overdraw bool
 	// Extra bounds the tokens leased beyond Take once the decision is
 	// allowed; they are at most the tokens then left divided by Share.
 	Extra, Share uint64
@@ -316,7 +322,7 @@ func (l *Limiter) leaseCall(ctx context.Context, ks keyspace, ops []LeaseOp, idx
 		share := max(op.Share, 1)
 		for _, v := range [leaseArgs]uint64{
 			op.Decision, uint64(op.Limit.Period / time.Microsecond), op.Limit.Requests, op.Limit.Burst,
-			op.Need, op.Take, op.Extra, share, uint64(op.Kind),
+			op.Need, op.Take, op.Extra, share, leaseFlags(op),
 			uint64(op.Window / time.Microsecond), op.Since, op.Unpark,
 		} {
 			args = binary.LittleEndian.AppendUint64(args, math.Float64bits(float64(v)))
@@ -360,4 +366,13 @@ func (l *Limiter) leaseCall(ctx context.Context, ks keyspace, ops []LeaseOp, idx
 		}
 	}
 	return nil
+}
+
+// leaseFlags is op's flags as lease.lua reads them: its Kind, and 6 for an
+// independent take that overdraws.
+func leaseFlags(op *LeaseOp) uint64 {
+	if op.Overdraw && op.Kind == LeaseIndependent {
+		return 6
+	}
+	return uint64(op.Kind)
 }

@@ -42,8 +42,8 @@
 -- TAT' = now + D * interval, D never clamped to the new burst (that would
 -- forgive the excess at each switch to a smaller burst). A take or a lease
 -- needs D + tokens <= the caller's burst, so a bucket beyond a lowered
--- burst refuses takes, leases nothing (a prefetch, need 0, is allowed and
--- gets nothing) and reports 0 remaining until the excess refilled. Any op
+-- burst refuses takes and checks, leases nothing and reports 0 remaining
+-- until the excess refilled. Any op
 -- under another limit (take, check, lease, give, independent take)
 -- converts the bucket and writes it back under its limit, D unchanged,
 -- whatever the decision. Except a return (flags 3): tokens a node leased
@@ -69,8 +69,9 @@
 --   period    in microseconds (> 0)
 --   requests  tokens added per period (0 = never allowed)
 --   burst     capacity in tokens
---   need      tokens that must exist for the key to be allowed (1 for a
---             check, 0 for a prefetch, which is always allowed)
+--   need      the key is allowed when its bucket lacks at most burst - need
+--             tokens: 0 for a check or a prefetch, refused only in debt
+--             (lacking more than burst)
 --   take      tokens taken when the decision is allowed (<= need)
 --   extra     at most this many more whole tokens are leased once the
 --             decision is allowed: floor(tokens left / share), capped here
@@ -78,7 +79,11 @@
 --   flags     0 = take (all-or-nothing within the decision), 1 = give back
 --             take tokens (never refused), 2 = independent take (decided
 --             alone), 3 = return take leased tokens (a give, but nothing
---             when the bucket was written under another limit)
+--             when the bucket was written under another limit), 6 = an
+--             independent take that overdraws: refused when the bucket
+--             lacks need, it takes take tokens all the same, into debt (a
+--             post-charge; TAT at most now + 2 * tau, one burst of debt,
+--             and never below where it was), and leases nothing
 --   window    µs a lease of this call may stay parked, at most (0: none)
 --   since     a return: µs of Redis' clock of the first grant of the
 --             node's pool it closes (the reply's granted), 0 if none
@@ -90,8 +95,9 @@
 --   allowed   1 or 0
 --   leased    whole tokens leased to the caller beyond take
 --   remaining whole tokens left in Redis after the key
---   retry     for a refused key, microseconds until need tokens exist
---             (until the bucket is full when need > burst), rounded up
+--   retry     for a refused key, microseconds until its bucket, as the key
+--             left it, allows need (until it is full when need > burst),
+--             rounded up
 --   reset     microseconds until Redis' bucket is full, rounded up
 --   granted   when leased > 0, Redis' clock (µs) at the grant, else 0
 --
@@ -252,11 +258,24 @@ local function clampgive(k, key, tat, new)
   return new
 end
 
+-- overdraw returns the TAT of a refused take of key k's take tokens from
+-- base (>= now) that overdraws: into debt, at most one burst, never below
+-- base; and the reply's retry for it.
+local function overdraw(k, base)
+  local interval, tau = IV[k], TAU[k]
+  local new = base + TAKE[k] * interval
+  if new > now + 2 * tau then new = now + 2 * tau end
+  if new < base then new = base end
+  if NEED[k] > BUR[k] then return new, new - now end
+  return new, new + NEED[k] * interval - tau - now
+end
+
 -- decide applies key k to tat, measured under iv and bu (not the leases),
 -- and returns allowed, the new TAT, the reply fields but leased, and, when
 -- tat was measured under another limit than key k's, tat converted to it
--- (nil otherwise). Both TATs are then measured under key k's limit.
-local function decide(k, tat, iv, bu, give)
+-- (nil otherwise). Both TATs are then measured under key k's limit. With
+-- ov set, a refused take overdraws.
+local function decide(k, tat, iv, bu, give, ov)
   local interval, burst, need, take = IV[k], BUR[k], NEED[k], TAKE[k]
   if interval == nil then
     if give then return true, tat, 0, 0, 0 end
@@ -274,11 +293,13 @@ local function decide(k, tat, iv, bu, give)
     if tat <= now then new = tat end
     return true, new, 0, 0, 0, conv
   end
-  if need > burst then
-    return false, tat, 0, base - now, base - now, conv
-  end
   local wait = base + need * interval - tau - now
-  if wait > EPS and need > 0 then -- (a prefetch is allowed also in debt beyond the burst)
+  if need > burst or wait > EPS then
+    if ov then
+      local new, retry = overdraw(k, base)
+      return false, new, 0, retry, new - now, conv
+    end
+    if need > burst then wait = base - now end
     return false, tat, 0, wait, base - now, conv
   end
   if take > 0 then return true, base + take * interval, 0, 0, 0, conv end
@@ -379,6 +400,8 @@ while i <= n do
   -- of tokens leased under another limit than the bucket's does nothing.
   for k = i, j do
     local f = flags[k]
+    local ov = f == 6
+    if ov then f = 2 end
     if f ~= 0 then
       local key = KEYS[k]
       local tat, iv, bu = committed(key)
@@ -389,12 +412,13 @@ while i <= n do
       if f == 3 and tat > now and (iv ~= interval or bu ~= burst) then
         report(k, true, 0, 0, key)
       else
-        local allowed, new, _, retry, _, conv = decide(k, tat, iv, bu, f ~= 2)
+        local allowed, new, _, retry, _, conv = decide(k, tat, iv, bu, f ~= 2, ov)
         if conv then store(key, k, conv); tat = conv end
         local leased = 0
         if allowed and f == 2 then new, leased = lease(k, new); grant(key, k, leased) end
         if f ~= 2 then new = clampgive(k, key, tat, new) end
-        if allowed and new ~= tat then store(key, k, new) end
+        -- (a refused key leaves new at tat, unless it overdrew)
+        if new ~= tat then store(key, k, new) end
         report(k, allowed, leased, retry, key)
       end
     end

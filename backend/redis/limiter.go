@@ -266,8 +266,8 @@ func (l *Limiter) decideLocally(d *decision, now time.Time) bool {
 			}
 			continue
 		}
-		if !isTake(h) {
-			continue
+		if !isTake(h) || h.Cost == 0 {
+			continue // a check is refused only in debt, which the cache does not know
 		}
 		if e, ok := l.cache.get(h.Key, h.Limit, now); ok {
 			d.setLocal(i)

@@ -278,22 +278,28 @@ func testCostAndCheckOnly(t *testing.T, e env) {
 	k := f.key(0)
 	per := hourly.Period / time.Duration(hourly.Requests) // one token
 	steps := []struct {
-		cost          uint64
-		wantAllowed   bool
-		wantRemaining uint64
-		wantRetry     time.Duration // approximately
+		cost             uint64
+		charge           bool // an independent take that overdraws
+		wantAllowed      bool
+		wantStateRefused bool // a charge: the call allowed, its state refused
+		wantRemaining    uint64
+		wantRetry        time.Duration // approximately
 	}{
 		{cost: 3, wantAllowed: true, wantRemaining: 2},
 		{cost: 0, wantAllowed: true, wantRemaining: 2},
 		{cost: 3, wantAllowed: false, wantRemaining: 2, wantRetry: per},
 		{cost: 2, wantAllowed: true, wantRemaining: 0},
-		{cost: 0, wantAllowed: false, wantRemaining: 0, wantRetry: per},
+		// Empty is not in debt: a check passes.
+		{cost: 0, wantAllowed: true, wantRemaining: 0},
 		{cost: 2, wantAllowed: false, wantRemaining: 0, wantRetry: 2 * per},
+		// A charge past the limit: one token of debt, which refuses checks.
+		{cost: 1, charge: true, wantAllowed: true, wantStateRefused: true, wantRemaining: 0, wantRetry: 2 * per},
+		{cost: 0, wantAllowed: false, wantRemaining: 0, wantRetry: per},
 	}
 	t0 := time.Now()
 	for i, s := range steps {
-		ok, st := f.hit(bucket.Hit{Key: k, Limit: hourly, Cost: s.cost})
-		if ok != s.wantAllowed || st[0].Allowed != s.wantAllowed || st[0].Remaining != s.wantRemaining ||
+		ok, st := f.hit(bucket.Hit{Key: k, Limit: hourly, Cost: s.cost, Independent: s.charge, Overdraw: s.charge})
+		if ok != s.wantAllowed || st[0].Allowed != (s.wantAllowed && !s.wantStateRefused) || st[0].Remaining != s.wantRemaining ||
 			!near(st[0].RetryAfter, s.wantRetry, elapsed(t0)) {
 			t.Errorf("step %d, cost %d: got %v %+v, want allowed %v, Remaining %d, RetryAfter ≈ %v",
 				i, s.cost, ok, st[0], s.wantAllowed, s.wantRemaining, s.wantRetry)
@@ -557,11 +563,19 @@ func testEmptyCache(t *testing.T, e env) {
 	if ok, st := f.hit(take); !ok || st[0].Remaining != 0 {
 		t.Fatalf("second token: %v %+v, want allowed, 0 left", ok, st[0])
 	}
+	// A check goes to Redis, and passes: empty is not in debt.
 	before := f.calls.Load()
+	if ok, st := f.hit(bucket.Hit{Key: k, Limit: lim}); !ok || !st[0].Allowed {
+		t.Errorf("check of a known-empty bucket: %v %+v, want allowed", ok, st[0])
+	}
+	if n := f.calls.Load() - before; n != 1 {
+		t.Errorf("check of a known-empty bucket: %d script calls, want 1", n)
+	}
+	before = f.calls.Load()
 	clk.Advance(2 * time.Second)
-	for _, cost := range []uint64{1, 0, 2} {
+	for _, cost := range []uint64{1, 2} {
 		ok, st := f.hit(bucket.Hit{Key: k, Limit: lim, Cost: cost})
-		wantRetry := 8*time.Second + time.Duration(max(cost, 1)-1)*10*time.Second
+		wantRetry := 8*time.Second + time.Duration(cost-1)*10*time.Second
 		if ok || st[0].Allowed || st[0].Remaining != 0 || !near(st[0].RetryAfter, wantRetry, 200*time.Millisecond) ||
 			!near(st[0].ResetAfter, 18*time.Second, 200*time.Millisecond) {
 			t.Errorf("cost %d on a known-empty bucket: %v %+v, want refused, RetryAfter ≈ %v, ResetAfter ≈ 18s",

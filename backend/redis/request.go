@@ -215,6 +215,9 @@ func flags(h *bucket.Hit) int {
 	}
 	if h.Independent {
 		f |= flagIndependent
+		if h.Overdraw && !h.Give {
+			f |= flagOverdraw
+		}
 	}
 	return f
 }

@@ -27,6 +27,7 @@ const (
 const (
 	flagGive        = 1
 	flagIndependent = 2
+	flagOverdraw    = 4 // with flagIndependent only
 )
 
 // maxReplyValue bounds every reply value: the script clamps to 2^53 - 1,

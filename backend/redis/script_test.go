@@ -69,7 +69,7 @@ func TestScriptInline(t *testing.T) {
 			case last >= 0 && len(decisions[last]) == 1 && rng.IntN(2) == 0:
 				decisions = append(decisions, decisions[last]) // a hot key's batch
 			case rng.IntN(2) == 0:
-				decisions = append(decisions, []hitOn{{rng.IntN(buckets), randHit(pick(0, 0, 1, 2, 3))}})
+				decisions = append(decisions, []hitOn{{rng.IntN(buckets), randHit(pick(0, 0, 1, 2, 3, 6))}})
 			default:
 				var d []hitOn
 				for _, b := range rng.Perm(buckets)[:2+rng.IntN(buckets-1)] {
@@ -324,7 +324,7 @@ func TestScriptSameAsOld(t *testing.T) {
 				if rng.IntN(4) == 0 {
 					h = limits()
 				}
-				h.cost, h.flags = pick(0, 1, 1, 2, 7, 1<<41), pick(0, 0, 0, 1, 2, 3)
+				h.cost, h.flags = pick(0, 1, 1, 2, 7, 1<<41), pick(0, 0, 0, 1, 2, 3, 6)
 				keys, newKeys = append(keys, key("o", b)), append(newKeys, key("n", b))
 				blob = appendArgs(blob, uint64(d+1), h.args())
 			}

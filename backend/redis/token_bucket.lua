@@ -52,10 +52,15 @@
 --   period    in microseconds (> 0)
 --   requests  tokens added per period (0 = never allowed)
 --   burst     capacity in tokens
---   cost      tokens to take, or to give back; 0 = check only (allowed when
---             at least one token is left, takes nothing)
+--   cost      tokens to take, or to give back; 0 = check only (refused only
+--             when the bucket is in debt, lacking more than burst; takes
+--             nothing)
 --   flags     0 = take, 1 = give back, 2 = independent take, 3 = independent
---             give back
+--             give back, 6 = independent take that overdraws: refused when
+--             the tokens lack, it takes them all the same, into debt (a
+--             post-charge): TAT moves to max(TAT, now) + cost * interval,
+--             at most now + 2 * tau (one burst of debt), never below where
+--             it was (a converted bucket may lack more already)
 --
 -- Semantics, per decision: the takes (flags 0) are all-or-nothing: they take
 -- their tokens only when every one of them is allowed. Then the gives and
@@ -69,9 +74,10 @@
 -- doubles, each an integer in [0, 2^53), for key i at byte 40(i-1) + 1:
 --   allowed   1 or 0
 --   remaining whole tokens left after the decision
---   retry     for a refused key, microseconds until cost tokens exist (until
---             the bucket is full when cost > burst, one period when requests
---             is 0), rounded up; 0 when allowed
+--   retry     for a refused key, microseconds until its bucket, as the key
+--             left it, lacks at most burst - cost tokens (until it is full
+--             when cost > burst, one period when requests is 0), rounded
+--             up; 0 when allowed
 --   reset     microseconds until the bucket is full again, rounded up (one
 --             period when requests is 0)
 --   next      when remaining is 0, microseconds until one whole token exists,
@@ -241,14 +247,18 @@ local function decide(k, tat, iv, bu, give)
   if give then
     new = base - cost * interval
     if new < now then new = now end
-  elseif cost > burst then
-    allowed, retry = false, base - now
   else
-    local need = cost
-    if need < 1 then need = 1 end
-    local wait = base + need * interval - tau - now -- > 0: tokens missing
-    if wait > EPS then
-      allowed, retry = false, wait
+    local wait = base + cost * interval - tau - now -- > 0: tokens missing
+    if cost > burst or wait > EPS then
+      allowed = false
+      if R[p + 4] >= 4 then -- overdraw: into debt, at most one burst
+        new = base + cost * interval
+        if new > now + 2 * tau then new = now + 2 * tau end
+        if new < base then new = base end
+        base = new
+        wait = new + cost * interval - tau - now
+      end
+      if cost > burst then retry = base - now else retry = wait end
     else
       new = base + cost * interval
     end
@@ -265,9 +275,10 @@ end
 local function alone(k, give)
   local b = S[k]
   local tat = TAT[b]
-  local allowed, new, conv, civ, cbu = decide(k, tat, IV[b], BU[b], give)
+  local _, new, conv, civ, cbu = decide(k, tat, IV[b], BU[b], give)
   if conv then TAT[b], IV[b], BU[b], DIRTY[b] = conv, civ, cbu, true; tat = conv end
-  if allowed and new ~= tat then TAT[b], IV[b], BU[b], DIRTY[b] = new, civ, cbu, true end
+  -- (a refused key leaves new at tat, unless it overdrew)
+  if new ~= tat then TAT[b], IV[b], BU[b], DIRTY[b] = new, civ, cbu, true end
 end
 
 -- Scratch state of one decision's takes, by bucket, emptied after each.
@@ -330,14 +341,18 @@ while i <= n do
         if f % 2 == 1 then
           new = base - cost * interval
           if new < now then new = now end
-        elseif cost > burst then
-          allowed, retry = false, base - now
         else
-          local need = cost
-          if need < 1 then need = 1 end
-          local wait = base + need * interval - tau - now -- > 0: tokens missing
-          if wait > EPS then
-            allowed, retry = false, wait
+          local wait = base + cost * interval - tau - now -- > 0: tokens missing
+          if cost > burst or wait > EPS then
+            allowed = false
+            if f >= 4 then -- overdraw: into debt, at most one burst
+              new = base + cost * interval
+              if new > now + 2 * tau then new = now + 2 * tau end
+              if new < base then new = base end
+              base = new
+              wait = new + cost * interval - tau - now
+            end
+            if cost > burst then retry = base - now else retry = wait end
           else
             new = base + cost * interval
           end
@@ -347,6 +362,9 @@ while i <= n do
         end
         if not allowed then
           NEW[k], ok = false, false
+          if new ~= tat then -- overdrew (one key, a flag: never in a batch of takes)
+            TAT[b], IV[b], BU[b], DIRTY[b] = new, interval, burst, true
+          end
         elseif i < j then
           NEW[k] = new
         elseif new ~= tat then -- one key: its decision is final

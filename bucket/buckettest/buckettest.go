@@ -159,7 +159,7 @@ func runScenario(t *testing.T, h Harness, sc scenario, attempt int) (errs []stri
 		}
 		hits := make([]bucket.Hit, len(c.hits))
 		for j, ht := range c.hits {
-			hits[j] = bucket.Hit{Key: keyOf(ht.key), Limit: ht.limit, Cost: ht.cost, Give: ht.give, Independent: ht.independent}
+			hits[j] = bucket.Hit{Key: keyOf(ht.key), Limit: ht.limit, Cost: ht.cost, Give: ht.give, Independent: ht.independent, Overdraw: ht.overdraw}
 		}
 		states := make([]bucket.State, len(hits))
 		began := s.Now()
@@ -245,7 +245,10 @@ func describe(hits []hit) string {
 		case h.cost == 0:
 			op = "check"
 		}
-		if h.independent {
+		switch {
+		case h.overdraw:
+			op = "charge (overdraw)"
+		case h.independent:
 			op = "independent " + op
 		}
 		parts[i] = fmt.Sprintf("%s %d of key %d (%d per %v, burst %d)", op, h.cost, h.key, h.limit.Requests, h.limit.Period, h.limit.Burst)

@@ -32,6 +32,7 @@ type hit struct {
 	cost        uint64
 	give        bool
 	independent bool
+	overdraw    bool
 }
 
 func take(k int, lim bucket.Limit, cost uint64) hit { return hit{key: k, limit: lim, cost: cost} }
@@ -40,6 +41,9 @@ func give(k int, lim bucket.Limit, cost uint64) hit {
 	return hit{key: k, limit: lim, cost: cost, give: true}
 }
 func shadow(h hit) hit { h.independent = true; return h }
+
+// charge is a post-charge: an independent take that overdraws.
+func charge(h hit) hit { h.independent, h.overdraw = true, true; return h }
 
 // ok is the state of an allowed hit that leaves remaining tokens, the
 // bucket full again after reset.
@@ -69,6 +73,7 @@ var (
 	twoPerDay   = bucket.Limit{Requests: 2, Period: day, Burst: 2}
 	threePerDay = bucket.Limit{Requests: 3, Period: day, Burst: 3}
 	fourPerDay  = bucket.Limit{Requests: 4, Period: day, Burst: 4}
+	onePerDay   = bucket.Limit{Requests: 1, Period: day, Burst: 1}
 	// perMinute with twice the burst, and at a sixth of its rate.
 	bigBurst  = bucket.Limit{Requests: 10, Period: 10 * time.Minute, Burst: 20}
 	tenAnHour = bucket.Limit{Requests: 10, Period: time.Hour, Burst: 10}
@@ -166,16 +171,20 @@ var scenarios = []scenario{
 		},
 	},
 	{
-		// Cost 0 checks for one token and takes nothing.
+		// Cost 0 takes nothing and is refused only when the bucket is in
+		// debt (lacks more than its burst), not when it is empty.
 		name: "check only",
 		calls: []call{
 			{hits: []hit{check(0, perMinute)}, allowed: true, states: []bucket.State{ok(10, 0)}},
 			{hits: []hit{take(0, perMinute, 9)}, allowed: true, states: []bucket.State{ok(1, 9*minute)}},
 			{hits: []hit{check(0, perMinute), check(0, perMinute)}, allowed: true, states: []bucket.State{ok(1, 9*minute), ok(1, 9*minute)}},
 			{hits: []hit{take(0, perMinute, 1)}, allowed: true, states: []bucket.State{ok(0, 10*minute)}},
-			{hits: []hit{check(0, perMinute)}, allowed: false, states: []bucket.State{no(0, minute, 10*minute)}},
+			{hits: []hit{check(0, perMinute)}, allowed: true, states: []bucket.State{ok(0, 10*minute)}},
+			// 2 tokens of debt: 12 lacking of 10.
+			{hits: []hit{charge(take(0, perMinute, 2))}, allowed: true, states: []bucket.State{no(0, 4*minute, 12*minute)}},
+			{hits: []hit{check(0, perMinute)}, allowed: false, states: []bucket.State{no(0, 2*minute, 12*minute)}},
 			// A refused check refuses its call.
-			{hits: []hit{take(1, perMinute, 1), check(0, perMinute)}, allowed: false, states: []bucket.State{ok(10, 0), no(0, minute, 10*minute)}},
+			{hits: []hit{take(1, perMinute, 1), check(0, perMinute)}, allowed: false, states: []bucket.State{ok(10, 0), no(0, 2*minute, 12*minute)}},
 			{hits: []hit{check(1, perMinute)}, allowed: true, states: []bucket.State{ok(10, 0)}},
 		},
 	},
@@ -188,8 +197,8 @@ var scenarios = []scenario{
 			{hits: []hit{take(0, perMinute, 4)}, allowed: true, states: []bucket.State{ok(6, 4*minute)}},
 			{hits: []hit{shadow(check(0, perMinute)), shadow(check(1, perMinute))}, allowed: true, states: []bucket.State{ok(6, 4*minute), ok(10, 0)}},
 			{hits: []hit{take(0, perMinute, 6)}, allowed: true, states: []bucket.State{ok(0, 10*minute)}},
-			{hits: []hit{shadow(check(0, perMinute)), take(1, perMinute, 1)}, allowed: true, states: []bucket.State{no(0, minute, 10*minute), ok(9, minute)}},
-			{hits: []hit{shadow(check(0, perMinute)), shadow(check(1, perMinute))}, allowed: true, states: []bucket.State{no(0, minute, 10*minute), ok(9, minute)}},
+			{hits: []hit{shadow(check(0, perMinute)), take(1, perMinute, 1)}, allowed: true, states: []bucket.State{ok(0, 10*minute), ok(9, minute)}},
+			{hits: []hit{shadow(check(0, perMinute)), shadow(check(1, perMinute))}, allowed: true, states: []bucket.State{ok(0, 10*minute), ok(9, minute)}},
 			{hits: []hit{take(1, perMinute, 9)}, allowed: true, states: []bucket.State{ok(0, 10*minute)}},
 		},
 	},
@@ -302,7 +311,7 @@ var scenarios = []scenario{
 		name: "same key twice in one call",
 		calls: []call{
 			{hits: []hit{take(0, perMinute, 6), take(0, perMinute, 4)}, allowed: true, states: []bucket.State{ok(4, 6*minute), ok(0, 10*minute)}},
-			{hits: []hit{check(0, perMinute)}, allowed: false, states: []bucket.State{no(0, minute, 10*minute)}},
+			{hits: []hit{check(0, perMinute)}, allowed: true, states: []bucket.State{ok(0, 10*minute)}},
 			{hits: []hit{take(1, perMinute, 4), check(1, perMinute)}, allowed: true, states: []bucket.State{ok(6, 4*minute), ok(6, 4*minute)}},
 			{hits: []hit{take(1, perMinute, 3), take(1, perMinute, 3)}, allowed: true, states: []bucket.State{ok(3, 7*minute), ok(0, 10*minute)}},
 		},
@@ -356,7 +365,7 @@ var scenarios = []scenario{
 		name: "limit changed: a fraction of a token converts",
 		calls: []call{
 			{hits: []hit{take(0, halfFast, 3)}, allowed: true, states: []bucket.State{ok(0, 600*ms)}},
-			{advance: 100 * ms, hits: []hit{check(0, fast)}, allowed: false, states: []bucket.State{no(0, 50*ms, 250*ms)}},
+			{advance: 100 * ms, hits: []hit{check(0, fast)}, allowed: true, states: []bucket.State{ok(0, 250*ms)}},
 			// 1 lacking 150ms later: a token edge, which lag only moves away from.
 			{advance: 150 * ms, hits: []hit{take(0, fast, 1)}, allowed: true, states: []bucket.State{ok(1, 200*ms)}},
 		},
@@ -374,8 +383,8 @@ var scenarios = []scenario{
 		name: "burst lowered alone: spent stays spent",
 		calls: []call{
 			{hits: []hit{take(0, perMinute, 6)}, allowed: true, states: []bucket.State{ok(4, 6*minute)}},
-			// 6 spent of 4: a token once 3 refilled.
-			{hits: []hit{check(0, smallBurst)}, allowed: false, states: []bucket.State{no(0, 3*minute, 6*minute)}},
+			// 6 spent of 4: in debt until 2 refilled, a token once 3 did.
+			{hits: []hit{check(0, smallBurst)}, allowed: false, states: []bucket.State{no(0, 2*minute, 6*minute)}},
 			{hits: []hit{take(0, smallBurst, 1)}, allowed: false, states: []bucket.State{no(0, 3*minute, 6*minute)}},
 			// Nothing forgiven: back at burst 10, still 6 spent.
 			{hits: []hit{check(0, perMinute)}, allowed: true, states: []bucket.State{ok(4, 6*minute)}},
@@ -406,7 +415,61 @@ var scenarios = []scenario{
 			// 4 spent at 6 minutes a token.
 			{hits: []hit{check(0, tenAnHour)}, allowed: true, states: []bucket.State{ok(6, 24*minute)}},
 			{hits: []hit{take(0, tenAnHour, 6)}, allowed: true, states: []bucket.State{ok(0, time.Hour)}},
-			{hits: []hit{check(0, tenAnHour)}, allowed: false, states: []bucket.State{no(0, 6*minute, time.Hour)}},
+			{hits: []hit{take(0, tenAnHour, 1)}, allowed: false, states: []bucket.State{no(0, 6*minute, time.Hour)}},
+		},
+	},
+	// Post-charges (Overdraw): usage that already happened is recorded
+	// even past the limit, into debt, at most one burst deep; checks and
+	// takes are refused until the debt refilled.
+	{
+		name: "charge: past the limit into debt",
+		calls: []call{
+			{hits: []hit{take(0, perMinute, 8)}, allowed: true, states: []bucket.State{ok(2, 8*minute)}},
+			// 13 lacking of 10: a charge of 5 fits once 8 refilled.
+			{hits: []hit{charge(take(0, perMinute, 5))}, allowed: true, states: []bucket.State{no(0, 8*minute, 13*minute)}},
+			{hits: []hit{check(0, perMinute)}, allowed: false, states: []bucket.State{no(0, 3*minute, 13*minute)}},
+			{hits: []hit{take(0, perMinute, 1)}, allowed: false, states: []bucket.State{no(0, 4*minute, 13*minute)}},
+			// A charge that fits is an allowed take.
+			{hits: []hit{charge(take(1, perMinute, 4))}, allowed: true, states: []bucket.State{ok(6, 4*minute)}},
+		},
+	},
+	{
+		// One huge charge locks the key out for at most one burst's refill.
+		name: "charge: the debt is at most one burst",
+		calls: []call{
+			{hits: []hit{charge(take(0, perMinute, 1000))}, allowed: true, states: []bucket.State{no(0, 20*minute, 20*minute)}},
+			{hits: []hit{check(0, perMinute)}, allowed: false, states: []bucket.State{no(0, 10*minute, 20*minute)}},
+			{hits: []hit{charge(take(0, perMinute, 1))}, allowed: true, states: []bucket.State{no(0, 11*minute, 20*minute)}},
+		},
+	},
+	{
+		name: "charge: the debt refills",
+		calls: []call{
+			{hits: []hit{take(0, fast, 3)}, allowed: true, states: []bucket.State{ok(0, 300*ms)}},
+			{hits: []hit{charge(take(0, fast, 2))}, allowed: true, states: []bucket.State{no(0, 400*ms, 500*ms)}},
+			{advance: 100 * ms, hits: []hit{check(0, fast)}, allowed: false, states: []bucket.State{no(0, 100*ms, 400*ms)}},
+			{advance: 200 * ms, hits: []hit{check(0, fast)}, allowed: true, states: []bucket.State{ok(1, 200*ms)}},
+		},
+	},
+	{
+		// A charge neither blocks the call's takes nor is undone when
+		// they are refused.
+		name: "charge: applied in a refused call",
+		calls: []call{
+			{hits: []hit{take(1, perMinute, 10)}, allowed: true, states: []bucket.State{ok(0, 10*minute)}},
+			{hits: []hit{charge(take(0, perMinute, 3)), take(1, perMinute, 1)}, allowed: false, states: []bucket.State{ok(7, 3*minute), no(0, minute, 10*minute)}},
+			{hits: []hit{check(0, perMinute), check(1, perMinute)}, allowed: true, states: []bucket.State{ok(7, 3*minute), ok(0, 10*minute)}},
+		},
+	},
+	{
+		// The bound never lowers what a bucket lacks: 4 lacking of 4/day
+		// met under 1/day (bound 2) stay 4 lacking.
+		name:    "charge: the bound forgives nothing of a converted bucket",
+		stretch: 4,
+		calls: []call{
+			{hits: []hit{take(0, fourPerDay, 4)}, allowed: true, states: []bucket.State{ok(0, day)}},
+			{hits: []hit{charge(take(0, onePerDay, 1))}, allowed: true, states: []bucket.State{no(0, 4*day, 4*day)}},
+			{hits: []hit{check(0, fourPerDay)}, allowed: true, states: []bucket.State{ok(0, day)}},
 		},
 	},
 	{

@@ -7,10 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/goleak"
-
-	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
 // TestMain fails the package when goroutines outlive its tests: serve's
@@ -61,26 +58,5 @@ func TestRunErrors(t *testing.T) {
 				t.Errorf("usage error exits %d, want 2", exitCode(err))
 			}
 		})
-	}
-}
-
-// TestServeWithRedisStopsCleanly runs serve on a real Redis, makes one
-// call through the global layer and stops it: serve returns nil, and
-// TestMain's goleak finds nothing of the Redis client, the node registry,
-// the fallback probe or the memory backends still running.
-func TestServeWithRedisStopsCleanly(t *testing.T) {
-	srv := redistest.Start(t)
-	s := serveInProcess(t, noEnv, loopback("--redis", "redis://"+srv.Addr()+"/0", "--redis-timeout", "1s")...)
-	// The example rules limit remote_address 50.0.0.5 globally to 0.
-	resp, err := s.Client().ShouldRateLimit(context.Background(), edgeRequest("remote_address", "50.0.0.5"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || !strings.Contains(s.Log.String(), `"backend":"redis"`) {
-		t.Errorf("answer %v, log:\n%s\nwant OVER_LIMIT from the Redis backend", resp.GetOverallCode(), s.Log.String())
-	}
-	s.StopCleanly()
-	if !strings.Contains(s.Log.String(), `"msg":"stopped"`) {
-		t.Errorf("no stopped line:\n%s", s.Log.String())
 	}
 }

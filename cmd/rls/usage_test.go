@@ -132,9 +132,8 @@ func TestUsageOffWhenTopRefusedZero(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	admin := "unix:" + filepath.Join(dir, "admin.sock")
-	line := serveInProcess(t, noEnv, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", admin,
+	serveInProcess(t, noEnv, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", admin,
 		"--log-format", "json", "--top-refused", "0").Serving()
-	httpAddr := line["http_addr"].(string)
 	code, out, errOut := runRLS(t, nil, "usage", "--addr", admin, "--top")
 	if code != 2 || !strings.Contains(errOut, "--top-refused 0") {
 		t.Fatalf("rls usage --top: exit %d, stdout %q, stderr %q; want 2 naming --top-refused 0", code, out, errOut)
@@ -143,9 +142,5 @@ func TestUsageOffWhenTopRefusedZero(t *testing.T) {
 	code, out, errOut = runRLS(t, nil, "usage", "--addr", admin, "--domain", "edge", "user_id=zed")
 	if code != 0 || !strings.Contains(out, "global: limit 10/second, burst 20, remaining 20, full in 0s") {
 		t.Fatalf("rls usage: exit %d, stdout %q, stderr %q", code, out, errOut)
-	}
-	// Not on the HTTP port: it says where.
-	if code, body := httpGet(t, "http://"+httpAddr+"/usage?domain=edge&descriptor=user_id%3Da"); code != 404 || !strings.Contains(body, "/usage is served on the admin address") {
-		t.Fatalf("/usage on the HTTP port: %d %q", code, body)
 	}
 }

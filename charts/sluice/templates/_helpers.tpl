@@ -80,6 +80,20 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end }}
 
+{{/* The chart creates the rules ConfigMap (from rules.files or the example rules). */}}
+{{- define "sluice.createRulesConfigMap" -}}
+{{- if or .Values.rules.files .Values.rules.examples }}true{{ end }}
+{{- end }}
+
+{{/* GOMEMLIMIT from the memory limit: on, a limit set, and not in extraEnv. */}}
+{{- define "sluice.goMemLimit" -}}
+{{- if and .Values.goMemLimit (dig "limits" "memory" "" (.Values.resources | default dict)) }}
+{{- $own := false }}
+{{- range .Values.extraEnv }}{{ if eq .name "GOMEMLIMIT" }}{{ $own = true }}{{ end }}{{ end }}
+{{- if not $own }}true{{ end }}
+{{- end }}
+{{- end }}
+
 {{- define "sluice.rulesConfigMap" -}}
 {{- if .Values.rules.existingConfigMap }}
 {{- .Values.rules.existingConfigMap }}
@@ -114,7 +128,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if and .Values.networkPolicy.enabled (or (empty .Values.networkPolicy.grpcFrom) (empty .Values.networkPolicy.httpFrom)) }}
 {{- fail "networkPolicy.grpcFrom and networkPolicy.httpFrom must not be empty (an empty from admits every pod)" }}
 {{- end }}
-{{- if not .Values.rules.existingConfigMap }}
+{{- $sources := list }}
+{{- if .Values.rules.existingConfigMap }}{{ $sources = append $sources "rules.existingConfigMap" }}{{ end }}
+{{- if .Values.rules.files }}{{ $sources = append $sources "rules.files" }}{{ end }}
+{{- if .Values.rules.examples }}{{ $sources = append $sources "rules.examples" }}{{ end }}
+{{- if .Values.xds.server }}{{ $sources = append $sources "xds.server" }}{{ end }}
+{{- if not $sources }}
+{{- fail "sluice needs rules: set rules.files, rules.existingConfigMap or xds.server (rules.examples=true serves the example rules, for trials only: they block 50.0.0.5 and limit every address to 100/s)" }}
+{{- end }}
+{{- if gt (len $sources) 1 }}
+{{- fail (printf "give one source of rules, not %s" (join " and " $sources)) }}
+{{- end }}
+{{- if and .Values.xds.nodeID (not .Values.xds.server) }}
+{{- fail "xds.nodeID needs xds.server" }}
+{{- end }}
+{{- if and .Values.metrics.serviceMonitor.enabled .Values.metrics.podMonitor.enabled }}
+{{- fail "metrics.serviceMonitor.enabled and metrics.podMonitor.enabled: choose one (both would scrape every pod twice)" }}
+{{- end }}
+{{- if .Values.rules.files }}
 {{- range $name, $_ := .Values.rules.files }}
 {{- if not (hasSuffix ".yaml" $name) }}
 {{- fail (printf "rules.files key %q must end in .yaml (sluice reads *.yaml only)" $name) }}

@@ -57,6 +57,17 @@ func flag(args []string, name string) (string, bool) {
 	return args[i+1], true
 }
 
+// countEnv returns how often c sets the variable name.
+func countEnv(c *corev1.Container, name string) int {
+	n := 0
+	for _, e := range c.Env {
+		if e.Name == name {
+			n++
+		}
+	}
+	return n
+}
+
 func env(c *corev1.Container, name string) *corev1.EnvVar {
 	for i := range c.Env {
 		if c.Env[i].Name == name {
@@ -122,6 +133,11 @@ func checkCommon(t *testing.T, o *objects) {
 		}
 		if !slices.Equal(found, []string{releaseName}) {
 			t.Errorf("ServiceMonitor selects Services %v, want [%s]", found, releaseName)
+		}
+	}
+	for _, pm := range o.PodMonitors {
+		if !selects(t, &pm.Spec.Selector, podLabels) {
+			t.Errorf("PodMonitor selector %v does not select the pods", pm.Spec.Selector)
 		}
 	}
 	for _, other := range o.Deployments {
@@ -205,8 +221,12 @@ func checkCommon(t *testing.T, o *objects) {
 		}
 	}
 
-	// Rules: --config is the mount of a ConfigMap volume, a directory (no subPath).
-	cfg, _ := flag(c.Args, "--config")
+	// Rules: --xds-server, or --config, the mount of a ConfigMap volume, a
+	// directory (no subPath); never both.
+	cfg, hasConfig := flag(c.Args, "--config")
+	if _, xds := flag(c.Args, "--xds-server"); xds == hasConfig {
+		t.Errorf("args %v: want one of --config and --xds-server", c.Args)
+	}
 	var rulesVol string
 	for _, m := range c.VolumeMounts {
 		if m.MountPath == cfg {
@@ -222,7 +242,7 @@ func checkCommon(t *testing.T, o *objects) {
 			rulesCM = v.ConfigMap.Name
 		}
 	}
-	if rulesCM == "" {
+	if hasConfig && rulesCM == "" {
 		t.Errorf("--config %q is not a mounted ConfigMap", cfg)
 	}
 
@@ -231,7 +251,9 @@ func checkCommon(t *testing.T, o *objects) {
 	if psc == nil || csc == nil {
 		t.Fatalf("missing securityContext")
 	}
-	if !ptrIs(psc.RunAsNonRoot, true) || !ptrIs(psc.RunAsUser, int64(65532)) ||
+	// runAsUser: 65532 (the image's), or none (OpenShift picks one); never root.
+	image := func(uid *int64) bool { return uid == nil || *uid == 65532 }
+	if !ptrIs(psc.RunAsNonRoot, true) || !image(psc.RunAsUser) || !image(csc.RunAsUser) ||
 		psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 		t.Errorf("pod securityContext %+v", psc)
 	}
@@ -239,6 +261,9 @@ func checkCommon(t *testing.T, o *objects) {
 		!ptrIs(csc.AllowPrivilegeEscalation, false) || csc.Capabilities == nil ||
 		!slices.Equal(csc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(csc.Capabilities.Add) != 0 {
 		t.Errorf("container securityContext %+v", csc)
+	}
+	if n := countEnv(c, "GOMEMLIMIT"); n > 1 {
+		t.Errorf("GOMEMLIMIT set %d times", n)
 	}
 	if !ptrIs(pod.Spec.AutomountServiceAccountToken, false) {
 		t.Errorf("service account token mounted")

@@ -48,13 +48,17 @@ func diff(t *testing.T, what string, got, want any) {
 	}
 }
 
-// TestDefaultsMatchPlainManifests: with release name sluice and the default
-// values (ServiceMonitor switched on, as the plain manifests have one), the
-// chart renders the objects of envoy-examples/kubernetes/, with these
-// differences only: selectors add app.kubernetes.io/instance; the Redis URL
-// is RLS_REDIS from a Secret instead of --redis; the pods run as a
-// ServiceAccount of their own, repeat runAsUser on the container, and also
-// spread over zones.
+// plainValues are the values beyond the defaults that the plain manifests
+// have: their example rules, their Redis, their ServiceMonitor.
+const plainValues = "rules: {examples: true}\nredis: {url: 'redis://redis:6379/0'}\nmetrics: {serviceMonitor: {enabled: true}}"
+
+// TestDefaultsMatchPlainManifests: with release name sluice, the default
+// values and plainValues, the chart renders the objects of
+// envoy-examples/kubernetes/, with these differences only: selectors add
+// app.kubernetes.io/instance; the Redis URL is RLS_REDIS from a Secret
+// instead of --redis; GOMEMLIMIT is set from the memory limit; the pods run
+// as a ServiceAccount of their own, repeat runAsUser on the container, and
+// also spread over zones.
 func TestDefaultsMatchPlainManifests(t *testing.T) {
 	plain := plainObjects(t)
 	for _, k := range []string{"ConfigMap", "Service", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "ServiceMonitor"} {
@@ -62,7 +66,7 @@ func TestDefaultsMatchPlainManifests(t *testing.T) {
 			t.Fatalf("no %s among the plain manifests", k)
 		}
 	}
-	o := decodeAll(t, mustRender(t, "metrics: {serviceMonitor: {enabled: true}}"))
+	o := decodeAll(t, mustRender(t, plainValues))
 
 	// Rules: the same files.
 	diff(t, "ConfigMap data", o.ConfigMaps[0].Data, plain["ConfigMap"].(*corev1.ConfigMap).Data)

@@ -93,6 +93,7 @@ var kinds = map[string]struct {
 	"PodDisruptionBudget":     {"policy/v1", func() any { return new(policyv1.PodDisruptionBudget) }},
 	"NetworkPolicy":           {"networking.k8s.io/v1", func() any { return new(networkingv1.NetworkPolicy) }},
 	"ServiceMonitor":          {"monitoring.coreos.com/v1", func() any { return new(monitoringv1.ServiceMonitor) }},
+	"PodMonitor":              {"monitoring.coreos.com/v1", func() any { return new(monitoringv1.PodMonitor) }},
 	"PrometheusRule":          {"monitoring.coreos.com/v1", func() any { return new(monitoringv1.PrometheusRule) }},
 }
 
@@ -155,6 +156,7 @@ type objects struct {
 	PDBs            []*policyv1.PodDisruptionBudget
 	NetworkPolicies []*networkingv1.NetworkPolicy
 	ServiceMonitors []*monitoringv1.ServiceMonitor
+	PodMonitors     []*monitoringv1.PodMonitor
 	PrometheusRules []*monitoringv1.PrometheusRule
 	names           []string // kind/name, sorted
 }
@@ -210,6 +212,8 @@ func decodeAll(t *testing.T, out map[string]string) *objects {
 				o.NetworkPolicies = append(o.NetworkPolicies, v)
 			case *monitoringv1.ServiceMonitor:
 				o.ServiceMonitors = append(o.ServiceMonitors, v)
+			case *monitoringv1.PodMonitor:
+				o.PodMonitors = append(o.PodMonitors, v)
 			case *monitoringv1.PrometheusRule:
 				o.PrometheusRules = append(o.PrometheusRules, v)
 			}

@@ -7,10 +7,11 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// renderedDoc returns the one document of template file name in the default rendering.
+// renderedDoc returns the one document of template file name in the
+// rendering with the example rules.
 func renderedDoc(t *testing.T, name string) []byte {
 	t.Helper()
-	out := mustRender(t, "")
+	out := mustRender(t, "rules: {examples: true}")
 	docs := splitDocs(out["sluice/templates/"+name])
 	if len(docs) != 1 {
 		t.Fatalf("%s: %d documents", name, len(docs))
@@ -87,7 +88,7 @@ func TestStrictDecodeRejectsTypos(t *testing.T) {
 	}
 
 	// A ServiceMonitor too (a CRD type, decoded into monitoringv1).
-	out := mustRender(t, "metrics: {serviceMonitor: {enabled: true}}")
+	out := mustRender(t, "rules: {examples: true}\nmetrics: {serviceMonitor: {enabled: true}}")
 	doc := splitDocs(out["sluice/templates/servicemonitor.yaml"])[0]
 	bad := inject(t, doc, func(m map[string]any) {
 		get(m, "spec", "endpoints", 0).(map[string]any)["scrapeInterval"] = "15s"
@@ -106,16 +107,22 @@ func TestStrictDecodeRejectsTypos(t *testing.T) {
 // fail to render, with a message naming the value.
 func TestRenderRefuses(t *testing.T) {
 	for _, tc := range []struct{ vals, msg string }{
-		{"tls: {enabled: true}", "tls.secretName"},
-		{"tls: {enabled: false, clientCA: {enabled: true, secretName: ca}}", "needs tls.enabled"},
-		{"tls: {enabled: true, secretName: s, clientCA: {enabled: true}}", "tls.clientCA.secretName"},
-		{"tls: {enabled: true, secretName: s}\nprobes: {type: grpc}", "gRPC probe has no TLS"},
-		{"probes: {type: tcp}", "probes.type"},
-		{"networkPolicy: {enabled: true, grpcFrom: []}", "must not be empty"},
-		{"networkPolicy: {enabled: true, httpFrom: []}", "must not be empty"},
+		{"", "sluice needs rules: set rules.files, rules.existingConfigMap or xds.server"},
+		{"rules: {examples: false}\nredis: {url: 'redis://redis:6379/0'}", "sluice needs rules"},
+		{"rules: {examples: true, existingConfigMap: mine}", "give one source of rules, not rules.existingConfigMap and rules.examples"},
+		{"rules: {files: {a.yaml: 'domain: a'}}\nxds: {server: 'cp:18001'}", "give one source of rules, not rules.files and xds.server"},
+		{"xds: {nodeID: envoy-ratelimit}\nrules: {examples: true}", "xds.nodeID needs xds.server"},
+		{"rules: {examples: true}\nmetrics: {serviceMonitor: {enabled: true}, podMonitor: {enabled: true}}", "choose one"},
+		{"rules: {examples: true}\ntls: {enabled: true}", "tls.secretName"},
+		{"rules: {examples: true}\ntls: {enabled: false, clientCA: {enabled: true, secretName: ca}}", "needs tls.enabled"},
+		{"rules: {examples: true}\ntls: {enabled: true, secretName: s, clientCA: {enabled: true}}", "tls.clientCA.secretName"},
+		{"rules: {examples: true}\ntls: {enabled: true, secretName: s}\nprobes: {type: grpc}", "gRPC probe has no TLS"},
+		{"rules: {examples: true}\nprobes: {type: tcp}", "probes/type"},
+		{"rules: {examples: true}\nnetworkPolicy: {enabled: true, grpcFrom: []}", "must not be empty"},
+		{"rules: {examples: true}\nnetworkPolicy: {enabled: true, httpFrom: []}", "must not be empty"},
 		{"rules: {files: {edge.yml: 'domain: edge'}}", "must end in .yaml"},
-		{"autoscaling: {minReplicas: 5, maxReplicas: 3}", "maxReplicas must be at least"},
-		{"autoscaling: {enabled: false}\nreplicaCount: 0", "at least 1"},
+		{"rules: {examples: true}\nautoscaling: {minReplicas: 5, maxReplicas: 3}", "maxReplicas must be at least"},
+		{"rules: {examples: true}\nautoscaling: {enabled: false}\nreplicaCount: 0", "replicaCount"},
 	} {
 		_, err := render(t, tc.vals)
 		if err == nil || !strings.Contains(err.Error(), tc.msg) {

@@ -2,6 +2,7 @@ package charttest
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -25,11 +26,16 @@ var valueSets = []struct {
 	check func(t *testing.T, o *objects)
 }{
 	{
-		name:  "defaults",
-		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		name:  "example rules, otherwise defaults",
+		vals:  "rules: {examples: true}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
 		check: func(t *testing.T, o *objects) {
 			_, c := o.sluice(t)
-			wantRedisSecret(t, o, c, "sluice-redis", "url", "redis://redis:6379/0")
+			if env(c, "RLS_REDIS") != nil {
+				t.Errorf("RLS_REDIS set by default: the chart assumes no Redis")
+			}
+			wantExampleRules(t, o)
+			wantGoMemLimit(t, c)
 			if got, _ := flag(c.Args, "--fallback-nodes-initial"); got != "12" {
 				t.Errorf("--fallback-nodes-initial %q, want 12", got)
 			}
@@ -43,8 +49,8 @@ var valueSets = []struct {
 	},
 	{
 		name:  "hpa",
-		vals:  "autoscaling: {enabled: true, minReplicas: 4, maxReplicas: 20, targetCPUUtilizationPercentage: 70}",
-		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		vals:  "rules: {examples: true}\nautoscaling: {enabled: true, minReplicas: 4, maxReplicas: 20, targetCPUUtilizationPercentage: 70}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
 		check: func(t *testing.T, o *objects) {
 			d, c := o.sluice(t)
 			h := o.HPAs[0].Spec
@@ -62,8 +68,8 @@ var valueSets = []struct {
 	},
 	{
 		name:  "fixed replicas",
-		vals:  "autoscaling: {enabled: false}\nreplicaCount: 5",
-		kinds: "ConfigMap/sluice-rules Deployment/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		vals:  "rules: {examples: true}\nautoscaling: {enabled: false}\nreplicaCount: 5",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
 		check: func(t *testing.T, o *objects) {
 			d, c := o.sluice(t)
 			if d.Spec.Replicas == nil || *d.Spec.Replicas != 5 {
@@ -76,7 +82,7 @@ var valueSets = []struct {
 	},
 	{
 		name:  "redis from an existing secret",
-		vals:  "redis: {existingSecret: {name: platform-redis, key: uri}}",
+		vals:  "rules: {examples: true}\nredis: {existingSecret: {name: platform-redis, key: uri}}",
 		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
 		check: func(t *testing.T, o *objects) {
 			d, c := o.sluice(t)
@@ -88,7 +94,7 @@ var valueSets = []struct {
 	},
 	{
 		name:  "redis url from values",
-		vals:  "redis: {url: 'rediss://sluice:s3cret@redis.example:6380/0'}",
+		vals:  "rules: {examples: true}\nredis: {url: 'rediss://sluice:s3cret@redis.example:6380/0'}",
 		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
 		check: func(t *testing.T, o *objects) {
 			d, c := o.sluice(t)
@@ -99,18 +105,8 @@ var valueSets = []struct {
 		},
 	},
 	{
-		name:  "no redis",
-		vals:  "redis: {url: ''}",
-		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
-		check: func(t *testing.T, o *objects) {
-			if _, c := o.sluice(t); env(c, "RLS_REDIS") != nil {
-				t.Errorf("RLS_REDIS set without a Redis")
-			}
-		},
-	},
-	{
 		name:  "bundled redis",
-		vals:  "redis: {bundled: {enabled: true}}",
+		vals:  "rules: {examples: true}\nredis: {bundled: {enabled: true}}",
 		kinds: "ConfigMap/sluice-rules Deployment/sluice Deployment/sluice-redis HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice Service/sluice-redis ServiceAccount/sluice",
 		check: func(t *testing.T, o *objects) {
 			_, c := o.sluice(t)
@@ -132,8 +128,8 @@ var valueSets = []struct {
 	},
 	{
 		name:  "tls and mtls",
-		vals:  "tls: {enabled: true, secretName: sluice-tls, clientCA: {enabled: true, secretName: envoy-ca, key: ca.pem, sans: [envoy.edge.svc, 'spiffe://cluster.local/ns/edge/sa/envoy']}}",
-		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		vals:  "rules: {examples: true}\ntls: {enabled: true, secretName: sluice-tls, clientCA: {enabled: true, secretName: envoy-ca, key: ca.pem, sans: [envoy.edge.svc, 'spiffe://cluster.local/ns/edge/sa/envoy']}}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
 		check: func(t *testing.T, o *objects) {
 			d, c := o.sluice(t)
 			if got, _ := flag(c.Args, "--tls-client-san"); got != "envoy.edge.svc,spiffe://cluster.local/ns/edge/sa/envoy" {
@@ -157,8 +153,8 @@ var valueSets = []struct {
 	},
 	{
 		name:  "tls without client ca",
-		vals:  "tls: {enabled: true, secretName: sluice-tls}",
-		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		vals:  "rules: {examples: true}\ntls: {enabled: true, secretName: sluice-tls}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
 		check: func(t *testing.T, o *objects) {
 			_, c := o.sluice(t)
 			if _, ok := flag(c.Args, "--tls-cert"); !ok {
@@ -174,8 +170,8 @@ var valueSets = []struct {
 	},
 	{
 		name:  "grpc probes",
-		vals:  "probes: {type: grpc}",
-		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		vals:  "rules: {examples: true}\nprobes: {type: grpc}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
 		check: func(t *testing.T, o *objects) {
 			_, c := o.sluice(t)
 			for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
@@ -187,8 +183,8 @@ var valueSets = []struct {
 	},
 	{
 		name:  "servicemonitor and prometheusrule",
-		vals:  "metrics: {serviceMonitor: {enabled: true, labels: {release: kps}}, prometheusRule: {enabled: true, labels: {release: kps}}}",
-		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice PrometheusRule/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice ServiceMonitor/sluice",
+		vals:  "rules: {examples: true}\nmetrics: {serviceMonitor: {enabled: true, labels: {release: kps}}, prometheusRule: {enabled: true, labels: {release: kps}}}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice PrometheusRule/sluice Service/sluice ServiceAccount/sluice ServiceMonitor/sluice",
 		check: func(t *testing.T, o *objects) {
 			sm := o.ServiceMonitors[0]
 			if sm.Labels["release"] != "kps" || o.PrometheusRules[0].Labels["release"] != "kps" {
@@ -210,7 +206,7 @@ var valueSets = []struct {
 	{
 		name:  "rules from an existing configmap",
 		vals:  "rules: {existingConfigMap: platform-rules}",
-		kinds: "Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		kinds: "Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
 		check: func(t *testing.T, o *objects) {
 			if got := rulesConfigMap(t, o); got != "platform-rules" {
 				t.Errorf("rules volume from ConfigMap %q, want platform-rules", got)
@@ -220,7 +216,7 @@ var valueSets = []struct {
 	{
 		name:  "rules from values",
 		vals:  "rules: {files: {a.yaml: 'domain: a', b.yaml: 'domain: b'}}",
-		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
 		check: func(t *testing.T, o *objects) {
 			cm := o.ConfigMaps[0]
 			if rulesConfigMap(t, o) != cm.Name || len(cm.Data) != 2 || cm.Data["a.yaml"] != "domain: a" || cm.Data["b.yaml"] != "domain: b" {
@@ -230,7 +226,8 @@ var valueSets = []struct {
 	},
 	{
 		name: "networkpolicy",
-		vals: `networkPolicy:
+		vals: `rules: {examples: true}
+networkPolicy:
   enabled: true
   grpcFrom:
     - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: istio-system}}
@@ -238,7 +235,7 @@ var valueSets = []struct {
   httpFrom:
     - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}
     - ipBlock: {cidr: 10.0.0.0/16}`,
-		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice NetworkPolicy/sluice PodDisruptionBudget/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice NetworkPolicy/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
 		check: func(t *testing.T, o *objects) {
 			np := o.NetworkPolicies[0].Spec
 			if !slices.Equal(np.PolicyTypes, []networkingv1.PolicyType{"Ingress"}) || len(np.Ingress) != 2 {
@@ -257,8 +254,8 @@ var valueSets = []struct {
 	},
 	{
 		name:  "spread and pdb off",
-		vals:  "topologySpread: {zone: {enabled: false}, host: {whenUnsatisfiable: DoNotSchedule}}\npodDisruptionBudget: {enabled: false}",
-		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice Secret/sluice-redis Service/sluice ServiceAccount/sluice",
+		vals:  "rules: {examples: true}\ntopologySpread: {zone: {enabled: false}, host: {whenUnsatisfiable: DoNotSchedule}}\npodDisruptionBudget: {enabled: false}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice Service/sluice ServiceAccount/sluice",
 		check: func(t *testing.T, o *objects) {
 			d, _ := o.sluice(t)
 			tsc := d.Spec.Template.Spec.TopologySpreadConstraints
@@ -269,8 +266,113 @@ var valueSets = []struct {
 	},
 	{
 		name:  "release name without the chart name",
-		vals:  "fullnameOverride: rl",
-		kinds: "ConfigMap/rl-rules Deployment/rl HorizontalPodAutoscaler/rl PodDisruptionBudget/rl Secret/rl-redis Service/rl ServiceAccount/rl",
+		vals:  "rules: {examples: true}\nfullnameOverride: rl",
+		kinds: "ConfigMap/rl-rules Deployment/rl HorizontalPodAutoscaler/rl PodDisruptionBudget/rl Service/rl ServiceAccount/rl",
+	},
+	{
+		name:  "rules from xds",
+		vals:  "xds: {server: 'envoy-gateway.envoy-gateway-system.svc:18001', nodeID: envoy-ratelimit}",
+		kinds: "Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			d, c := o.sluice(t)
+			if got, _ := flag(c.Args, "--xds-server"); got != "envoy-gateway.envoy-gateway-system.svc:18001" {
+				t.Errorf("--xds-server %q in %v", got, c.Args)
+			}
+			if got, _ := flag(c.Args, "--xds-node-id"); got != "envoy-ratelimit" {
+				t.Errorf("--xds-node-id %q in %v", got, c.Args)
+			}
+			if _, ok := flag(c.Args, "--config"); ok || len(d.Spec.Template.Spec.Volumes) != 0 || len(c.VolumeMounts) != 0 {
+				t.Errorf("rule files beside xDS: args %v, volumes %v", c.Args, d.Spec.Template.Spec.Volumes)
+			}
+		},
+	},
+	{
+		name: "extra volumes, env and envFrom",
+		vals: `rules: {examples: true}
+extraArgs: [--emergency-key, x-emergency, --emergency-secret-file, /etc/sluice/emergency/digests]
+extraEnv: [{name: RLS_LOG_LEVEL, value: debug}]
+envFrom: [{secretRef: {name: sluice-env}}]
+extraVolumes: [{name: emergency, secret: {secretName: sluice-emergency}}]
+extraVolumeMounts: [{name: emergency, mountPath: /etc/sluice/emergency, readOnly: true}]`,
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			d, c := o.sluice(t)
+			if e := env(c, "RLS_LOG_LEVEL"); e == nil || e.Value != "debug" {
+				t.Errorf("extraEnv RLS_LOG_LEVEL: %+v", e)
+			}
+			if len(c.EnvFrom) != 1 || c.EnvFrom[0].SecretRef == nil || c.EnvFrom[0].SecretRef.Name != "sluice-env" {
+				t.Errorf("envFrom %+v", c.EnvFrom)
+			}
+			file, _ := flag(c.Args, "--emergency-secret-file")
+			mounted := false
+			for _, m := range c.VolumeMounts {
+				if m.Name == "emergency" && strings.HasPrefix(file, m.MountPath+"/") {
+					mounted = true
+				}
+			}
+			vol := slices.IndexFunc(d.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "emergency" })
+			if !mounted || vol < 0 || d.Spec.Template.Spec.Volumes[vol].Secret.SecretName != "sluice-emergency" {
+				t.Errorf("--emergency-secret-file %s is not in the Secret sluice-emergency: mounts %+v", file, c.VolumeMounts)
+			}
+			if rulesConfigMap(t, o) != "sluice-rules" {
+				t.Errorf("extra volumes replaced the rules volume")
+			}
+			wantGoMemLimit(t, c)
+		},
+	},
+	{
+		name:  "goMemLimit from extraEnv, or none without a memory limit",
+		vals:  "rules: {examples: true}\nextraEnv: [{name: GOMEMLIMIT, value: 400MiB}]",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			_, c := o.sluice(t)
+			if n := countEnv(c, "GOMEMLIMIT"); n != 1 || env(c, "GOMEMLIMIT").Value != "400MiB" {
+				t.Errorf("GOMEMLIMIT %d times, %+v; want only extraEnv's 400MiB", n, env(c, "GOMEMLIMIT"))
+			}
+			_, c = decodeAll(t, mustRender(t, "rules: {examples: true}\nresources: {limits: {memory: null}}")).sluice(t)
+			if env(c, "GOMEMLIMIT") != nil {
+				t.Errorf("GOMEMLIMIT without a memory limit: %+v", env(c, "GOMEMLIMIT"))
+			}
+		},
+	},
+	{
+		name:  "openshift: no fixed user",
+		vals:  "rules: {examples: true}\npodSecurityContext: {runAsUser: null, runAsGroup: null}\nsecurityContext: {runAsUser: null}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			d, c := o.sluice(t)
+			psc, csc := d.Spec.Template.Spec.SecurityContext, c.SecurityContext
+			if psc.RunAsUser != nil || psc.RunAsGroup != nil || csc.RunAsUser != nil {
+				t.Errorf("fixed IDs left: pod %+v, container %+v", psc, csc)
+			}
+		},
+	},
+	{
+		name:  "podmonitor and dashboard",
+		vals:  "rules: {examples: true}\nmetrics: {podMonitor: {enabled: true, labels: {release: kps}}, dashboard: {enabled: true, annotations: {grafana_folder: sluice}}}",
+		kinds: "ConfigMap/sluice-dashboard ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice PodMonitor/sluice Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			d, c := o.sluice(t)
+			pm := o.PodMonitors[0]
+			if pm.Labels["release"] != "kps" || !selects(t, &pm.Spec.Selector, d.Spec.Template.Labels) {
+				t.Errorf("PodMonitor labels %v selector %v", pm.Labels, pm.Spec.Selector)
+			}
+			if len(pm.Spec.PodMetricsEndpoints) != 1 || pm.Spec.PodMetricsEndpoints[0].Port == nil || *pm.Spec.PodMetricsEndpoints[0].Port != "http" ||
+				pm.Spec.PodMetricsEndpoints[0].Path != "/metrics" ||
+				!slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "http" && p.ContainerPort == 8080 }) {
+				t.Errorf("PodMetricsEndpoints %+v vs container ports %+v", pm.Spec.PodMetricsEndpoints, c.Ports)
+			}
+			i := slices.IndexFunc(o.ConfigMaps, func(cm *corev1.ConfigMap) bool { return cm.Name == "sluice-dashboard" })
+			cm := o.ConfigMaps[i]
+			want, err := os.ReadFile("../../../envoy-examples/grafana-dashboard.json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cm.Labels["grafana_dashboard"] != "1" || cm.Annotations["grafana_folder"] != "sluice" || cm.Data["sluice.json"] != string(want) {
+				t.Errorf("dashboard ConfigMap labels %v annotations %v, data equal to envoy-examples/grafana-dashboard.json: %v",
+					cm.Labels, cm.Annotations, cm.Data["sluice.json"] == string(want))
+			}
+		},
 	},
 }
 
@@ -289,6 +391,40 @@ func TestValueSets(t *testing.T) {
 				vs.check(t, o)
 			}
 		})
+	}
+}
+
+// wantExampleRules asserts that the rules ConfigMap holds the chart's example rules, files/rules/.
+func wantExampleRules(t *testing.T, o *objects) {
+	t.Helper()
+	files, err := filepath.Glob("../files/rules/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example rules in files/rules: %v", err)
+	}
+	want := map[string]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[filepath.Base(f)] = string(b)
+	}
+	i := slices.IndexFunc(o.ConfigMaps, func(cm *corev1.ConfigMap) bool { return cm.Name == rulesConfigMap(t, o) })
+	if i < 0 || !equality.Semantic.DeepEqual(o.ConfigMaps[i].Data, want) {
+		t.Errorf("rules ConfigMap is not files/rules/")
+	}
+}
+
+// wantGoMemLimit asserts that GOMEMLIMIT is the sluice container's memory limit, through the downward API.
+func wantGoMemLimit(t *testing.T, c *corev1.Container) {
+	t.Helper()
+	e := env(c, "GOMEMLIMIT")
+	if e == nil || e.ValueFrom == nil || e.ValueFrom.ResourceFieldRef == nil ||
+		e.ValueFrom.ResourceFieldRef.Resource != "limits.memory" || e.ValueFrom.ResourceFieldRef.ContainerName != c.Name {
+		t.Errorf("GOMEMLIMIT %+v, want the resourceFieldRef limits.memory of container %s", e, c.Name)
+	}
+	if c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("GOMEMLIMIT from a memory limit that is not set")
 	}
 }
 
@@ -365,18 +501,20 @@ func plainRuleGroups(t *testing.T) monitoringv1.PrometheusRuleSpec {
 	return spec
 }
 
-// TestPrometheusRulesCopy keeps the chart's copy of the alerts equal to
-// envoy-examples/prometheus-rules.yaml (promtool tests that one).
-func TestPrometheusRulesCopy(t *testing.T) {
-	want, err := os.ReadFile("../../../envoy-examples/prometheus-rules.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile("../files/prometheus-rules.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != string(want) {
-		t.Errorf("charts/sluice/files/prometheus-rules.yaml differs from envoy-examples/prometheus-rules.yaml: cp envoy-examples/prometheus-rules.yaml charts/sluice/files/")
+// TestFileCopies keeps the chart's copies of the alerts (promtool tests the
+// original) and of the dashboard equal to those of envoy-examples/.
+func TestFileCopies(t *testing.T) {
+	for _, name := range []string{"prometheus-rules.yaml", "grafana-dashboard.json"} {
+		want, err := os.ReadFile("../../../envoy-examples/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile("../files/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("charts/sluice/files/%s differs from envoy-examples/%s: cp envoy-examples/%s charts/sluice/files/", name, name, name)
+		}
 	}
 }

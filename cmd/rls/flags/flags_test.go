@@ -58,6 +58,78 @@ func TestParseServe(t *testing.T) {
 	}
 }
 
+// TestServeFlagsSetTheirOptions: each flag of the node's listeners, TLS,
+// xDS, tracing, emergency channel and refusals, from the command line or its RLS_*
+// variable, sets its own field of node.Options (the node's tests set the
+// fields directly).
+func TestServeFlagsSetTheirOptions(t *testing.T) {
+	env := map[string]string{
+		"RLS_EMERGENCY_SECRET_FILE": "digests",
+		"RLS_TRACING_ENDPOINT":      "collector:4317",
+		"RLS_TRACING_INSECURE":      "true",
+	}
+	st, err := flags.ParseServe([]string{
+		"--grpc-addr", "unix:/run/grpc.sock", "--http-addr", "unix:///run/http.sock", "--admin-addr", "127.0.0.1:0",
+		"--grpc-first-call-timeout", "2s", "--grpc-max-conns", "2",
+		"--tls-cert", "server.pem", "--tls-key", "server.key", "--tls-client-ca", "envoy-ca.pem", "--tls-client-san", "envoy",
+		"--admin-tls-client-ca", "ops-ca.pem", "--admin-tls-client-san", "alice",
+		"--redis", "rediss://redis:6379", "--redis-ca", "redis-ca.pem", "--redis-tls-cert", "client.pem", "--redis-tls-key", "client.key",
+		"--emergency-key", "emergency",
+		"--max-rule-bytes", "2000", "--refusal-details=false", "--log-refusals", "7",
+	}, envOf(env), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xdsSt, err := flags.ParseServe([]string{
+		"--xds-server", "cp:18000", "--xds-node-id", "envoy-ratelimit", "--xds-tls-ca", "xds-ca.pem",
+		"--xds-tls-cert", "xds.pem", "--xds-tls-key", "xds.key", "--xds-tls-server-name", "cp.example",
+		"--xds-backoff-min", "10ms", "--xds-backoff-max", "20ms", "--xds-max-depth", "2",
+	}, envOf(map[string]string{"RLS_XDS_MAX_RESOURCES": "3"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []struct {
+		flag      string
+		got, want any
+	}{
+		{"--grpc-addr", st.GRPCAddr, "unix:/run/grpc.sock"},
+		{"--http-addr", st.HTTPAddr, "unix:///run/http.sock"},
+		{"--admin-addr", st.AdminAddr, "127.0.0.1:0"},
+		{"--grpc-first-call-timeout", st.GRPCFirstCallTimeout, 2 * time.Second},
+		{"--grpc-max-conns", st.GRPCMaxConns, 2},
+		{"--tls-cert", st.TLSCert, "server.pem"},
+		{"--tls-key", st.TLSKey, "server.key"},
+		{"--tls-client-ca", st.TLSClientCA, "envoy-ca.pem"},
+		{"--tls-client-san", st.TLSClientSAN, "envoy"},
+		{"--admin-tls-client-ca", st.AdminTLSClientCA, "ops-ca.pem"},
+		{"--admin-tls-client-san", st.AdminTLSClientSAN, "alice"},
+		{"--redis-ca", st.RedisCA, "redis-ca.pem"},
+		{"--redis-tls-cert", st.RedisTLSCert, "client.pem"},
+		{"--redis-tls-key", st.RedisTLSKey, "client.key"},
+		{"--emergency-key", st.Emergency.Key, "emergency"},
+		{"RLS_EMERGENCY_SECRET_FILE", st.Emergency.SecretFile, "digests"},
+		{"RLS_TRACING_ENDPOINT", st.TracingEndpoint, "collector:4317"},
+		{"RLS_TRACING_INSECURE", st.TracingInsecure, true},
+		{"--max-rule-bytes", st.MaxRuleBytes, int64(2000)},
+		{"--refusal-details=false", st.NoRefusalDetails, true},
+		{"--log-refusals", st.RefusalLogEvery, 7},
+		{"--xds-server", xdsSt.XDS.Server, "cp:18000"},
+		{"--xds-node-id", xdsSt.XDS.NodeID, "envoy-ratelimit"},
+		{"--xds-tls-ca", xdsSt.XDS.TLSCA, "xds-ca.pem"},
+		{"--xds-tls-cert", xdsSt.XDS.TLSCert, "xds.pem"},
+		{"--xds-tls-key", xdsSt.XDS.TLSKey, "xds.key"},
+		{"--xds-tls-server-name", xdsSt.XDS.TLSServerName, "cp.example"},
+		{"--xds-backoff-min", xdsSt.XDS.BackoffMin, 10 * time.Millisecond},
+		{"--xds-backoff-max", xdsSt.XDS.BackoffMax, 20 * time.Millisecond},
+		{"--xds-max-depth", xdsSt.XDS.MaxDepth, 2},
+		{"RLS_XDS_MAX_RESOURCES", xdsSt.XDS.MaxResources, 3},
+	} {
+		if f.got != f.want {
+			t.Errorf("%s set %v, want %v", f.flag, f.got, f.want)
+		}
+	}
+}
+
 // TestServeDefaultsAreTheOwners: a flag whose default belongs to another
 // package has that package's default, not a copy that may drift.
 func TestServeDefaultsAreTheOwners(t *testing.T) {
@@ -78,7 +150,7 @@ func TestServeDefaultsAreTheOwners(t *testing.T) {
 		{"--ratelimit-header-limit", st.HeaderLimit, service.DefaultHeaderLimit},
 		{"--ratelimit-header-remaining", st.HeaderRemaining, service.DefaultHeaderRemaining},
 		{"--ratelimit-header-reset", st.HeaderReset, service.DefaultHeaderReset},
-		{"--refusal-details", st.RefusalDetails, true},
+		{"--refusal-details", !st.NoRefusalDetails, true},
 		{"--quota-mode", st.QuotaMode, false},
 		{"--response-metadata", st.ResponseMetadata, false},
 		{"--max-descriptors", st.MaxDescriptors, service.DefaultMaxDescriptors},

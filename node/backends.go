@@ -13,6 +13,33 @@ import (
 	"github.com/sluice-rls/sluice/fallback"
 )
 
+// backends are the node's two limiting layers as the service sees them.
+type backends struct {
+	// local is the per-node layer: a memory backend, behind the fail-open
+	// switch's guard with Redis (--redis-failure allow bypasses it).
+	local  bucket.Limiter
+	global globalLayer
+}
+
+// newBackends builds the local layer and the global one (newGlobal),
+// running their memory backends' eviction until ctx is done. The caller
+// closes the global layer.
+func newBackends(ctx context.Context, st Options, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (backends, error) {
+	local := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
+	go local.Run(ctx, memory.DefaultEvictEvery)
+	registerBucketGauge(reg, "local", local.Len)
+	registerFullRefusals(reg, "local", local.FullRefusals)
+	global, err := newGlobal(ctx, st, log, reg, tracer)
+	if err != nil {
+		return backends{}, err
+	}
+	b := backends{local: local, global: global}
+	if global.sw != nil {
+		b.local = global.sw.GuardLocal(local)
+	}
+	return b, nil
+}
+
 // globalLayer is the cluster-wide layer as the node wires it.
 type globalLayer struct {
 	limiter bucket.Limiter

@@ -1,7 +1,6 @@
-package main
+package node
 
 import (
-	"context"
 	"crypto/tls"
 	"io"
 	"net/http"
@@ -9,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rls/sluice/internal/logtest"
 	"github.com/sluice-rls/sluice/internal/pkitest"
 )
 
@@ -43,11 +41,12 @@ func TestAdminClientCertificatesHaveTheirOwnCA(t *testing.T) {
 	ops := pkitest.New(t)   // the operators' CA
 	alice := ops.IssueClient(t, []string{"alice.ops.example"}, nil).Pair
 	mallory := ops.IssueClient(t, []string{"mallory.example"}, nil).Pair
-	s := serveInProcess(t, noEnv, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-format", "json",
-		"--tls-cert", envoy.ServerCert, "--tls-key", envoy.ServerKey, "--tls-client-ca", envoy.CA,
-		"--admin-tls-client-ca", ops.CA, "--admin-tls-client-san", "alice.ops.example")
-	line := s.Serving()
-	admin, grpcAddr := line["admin_addr"].(string), line["grpc_addr"].(string)
+	opts := testOptions()
+	opts.AdminAddr = "127.0.0.1:0"
+	opts.TLSCert, opts.TLSKey, opts.TLSClientCA = envoy.ServerCert, envoy.ServerKey, envoy.CA
+	opts.AdminTLSClientCA, opts.AdminTLSClientSAN = ops.CA, "alice.ops.example"
+	a := start(t, opts).Addrs()
+	admin, grpcAddr := a.Admin.String(), a.GRPC.String()
 
 	if _, err := pkitest.ServerSerial(t, envoy.DialGRPC(t, grpcAddr, envoy.Client)); err != nil {
 		t.Errorf("Envoy's certificate on gRPC: %v, want accepted", err)
@@ -69,16 +68,18 @@ func TestAdminClientCertificatesHaveTheirOwnCA(t *testing.T) {
 	}
 }
 
-// TestAdminNeverTakesGRPCsCA: with --tls-client-ca and no
-// --admin-tls-client-ca, gRPC's CA is not used on the admin address. On
+// TestAdminNeverTakesGRPCsCA: with TLSClientCA (--tls-client-ca) and no
+// AdminTLSClientCA, gRPC's CA is not used on the admin address. On
 // loopback it serves TLS without client certificates, /overrides is off
 // (Envoy's certificate authors nothing) and a warning says so; on a
-// network address serve refuses to start.
+// network address the node refuses to start.
 func TestAdminNeverTakesGRPCsCA(t *testing.T) {
 	envoy := pkitest.New(t)
-	s := serveInProcess(t, noEnv, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--log-format", "json",
-		"--tls-cert", envoy.ServerCert, "--tls-key", envoy.ServerKey, "--tls-client-ca", envoy.CA)
-	admin := s.Serving()["admin_addr"].(string)
+	opts := testOptions()
+	opts.AdminAddr = "127.0.0.1:0"
+	opts.TLSCert, opts.TLSKey, opts.TLSClientCA = envoy.ServerCert, envoy.ServerKey, envoy.CA
+	s := start(t, opts)
+	admin := s.Addrs().Admin.String()
 	if code, body, err := adminGet(t, admin, envoy, envoy.Client); err != nil || code == http.StatusOK {
 		t.Errorf("Envoy's certificate on /overrides with gRPC's CA alone: %d %s %v, want not 200", code, body, err)
 	}
@@ -87,12 +88,8 @@ func TestAdminNeverTakesGRPCsCA(t *testing.T) {
 	}
 	s.StopCleanly()
 
-	var out logtest.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := run(ctx, []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", ":0",
-		"--tls-cert", envoy.ServerCert, "--tls-key", envoy.ServerKey, "--tls-client-ca", envoy.CA}, &out, &out, noEnv)
-	if err == nil || !strings.Contains(err.Error(), "needs its own --admin-tls-client-ca") {
-		t.Errorf("--tls-client-ca with a network --admin-addr and no --admin-tls-client-ca: %v, want refused to start\n%s", err, out.String())
+	opts.AdminAddr = ":0"
+	if err := runErr(t, opts); err == nil || !strings.Contains(err.Error(), "needs its own --admin-tls-client-ca") {
+		t.Errorf("TLSClientCA with a network AdminAddr and no AdminTLSClientCA: %v, want refused to start", err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -12,8 +12,6 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluice-rls/sluice/internal/pkitest"
 )
@@ -46,17 +44,7 @@ func closedWithin(c net.Conn, deadline time.Duration) time.Duration {
 	return time.Since(start)
 }
 
-// grpcClient dials addr in plaintext; closed at the test's end.
-func grpcClient(t *testing.T, addr string) (*grpc.ClientConn, rlsv3.RateLimitServiceClient) {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn, rlsv3.NewRateLimitServiceClient(conn)
-}
-
+// call makes one ShouldRateLimit call on c.
 func call(c rlsv3.RateLimitServiceClient) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -66,13 +54,13 @@ func call(c rlsv3.RateLimitServiceClient) error {
 
 // TestSilentHTTP2ConnectionClosed: a connection that sends the HTTP/2
 // preface and SETTINGS and then nothing is closed within
-// --grpc-first-call-timeout (default 5 s); a connection that made a call
-// stays open past it, and the closure is counted.
+// GRPCFirstCallTimeout (--grpc-first-call-timeout's default, 5 s); a
+// connection that made a call stays open past it, and the closure is
+// counted.
 func TestSilentHTTP2ConnectionClosed(t *testing.T) {
-	s := serveInProcess(t, noEnv, loopback()...)
-	line := s.Serving()
-	addr, httpAddr := line["grpc_addr"].(string), line["http_addr"].(string)
-	_, client := grpcClient(t, addr)
+	s := start(t, testOptions())
+	addr := s.Addrs().GRPC.String()
+	client := s.Client()
 	if err := call(client); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +73,7 @@ func TestSilentHTTP2ConnectionClosed(t *testing.T) {
 	if err := call(client); err != nil {
 		t.Errorf("a call on the connection that made one before, past the bound: %v", err)
 	}
-	if _, metrics := httpGet(t, "http://"+httpAddr+"/metrics"); !strings.Contains(metrics, "ratelimit_grpc_connections_closed_no_call_total 1\n") {
+	if _, metrics := httpGet(t, s.HTTP()+"/metrics"); !strings.Contains(metrics, "ratelimit_grpc_connections_closed_no_call_total 1\n") {
 		t.Errorf("/metrics does not count one connection closed without a call:\n%s", grepLines(metrics, "ratelimit_grpc_connections"))
 	}
 }
@@ -95,9 +83,10 @@ func TestSilentHTTP2ConnectionClosed(t *testing.T) {
 // TLS call before and after it succeeds.
 func TestSilentHTTP2ConnectionClosedTLS(t *testing.T) {
 	p := pkitest.New(t)
-	s := serveInProcess(t, noEnv, loopback("--grpc-first-call-timeout", "2s",
-		"--tls-cert", p.ServerCert, "--tls-key", p.ServerKey, "--tls-client-ca", p.CA)...)
-	addr := s.Addr()
+	opts := testOptions()
+	opts.GRPCFirstCallTimeout = 2 * time.Second
+	opts.TLSCert, opts.TLSKey, opts.TLSClientCA = p.ServerCert, p.ServerKey, p.CA
+	addr := start(t, opts).Addrs().GRPC.String()
 	conn := p.DialGRPC(t, addr, p.Client)
 	if _, err := pkitest.ServerSerial(t, conn); err != nil {
 		t.Fatal(err)
@@ -122,15 +111,16 @@ func TestSilentHTTP2ConnectionClosedTLS(t *testing.T) {
 	}
 }
 
-// TestGRPCMaxConns: with --grpc-max-conns 2 and two connections open, a
+// TestGRPCMaxConns: with GRPCMaxConns 2 and two connections open, a
 // third waits (the server says nothing on it) while calls on the two
 // succeed and /healthcheck answers; when one closes, the third is served.
 func TestGRPCMaxConns(t *testing.T) {
-	s := serveInProcess(t, noEnv, loopback("--grpc-max-conns", "2")...)
-	line := s.Serving()
-	addr, httpAddr := line["grpc_addr"].(string), line["http_addr"].(string)
-	connA, a := grpcClient(t, addr)
-	_, b := grpcClient(t, addr)
+	opts := testOptions()
+	opts.GRPCMaxConns = 2
+	s := start(t, opts)
+	addr := s.Addrs().GRPC.String()
+	connA := dial(t, addr)
+	a, b := rlsv3.NewRateLimitServiceClient(connA), s.Client()
 	if err := call(a); err != nil {
 		t.Fatal(err)
 	}
@@ -145,10 +135,10 @@ func TestGRPCMaxConns(t *testing.T) {
 	if err := call(a); err != nil {
 		t.Errorf("a call on an open connection at the cap: %v", err)
 	}
-	if code, body := httpGet(t, "http://"+httpAddr+"/healthcheck"); code != http.StatusOK {
+	if code, body := httpGet(t, s.HTTP()+"/healthcheck"); code != http.StatusOK {
 		t.Errorf("/healthcheck at the gRPC cap: %d %q", code, body)
 	}
-	if _, metrics := httpGet(t, "http://"+httpAddr+"/metrics"); !strings.Contains(metrics, "ratelimit_grpc_connections_open 2\n") ||
+	if _, metrics := httpGet(t, s.HTTP()+"/metrics"); !strings.Contains(metrics, "ratelimit_grpc_connections_open 2\n") ||
 		!strings.Contains(metrics, "ratelimit_grpc_connections_max 2\n") {
 		t.Errorf("/metrics at the cap:\n%s", grepLines(metrics, "ratelimit_grpc_connections"))
 	}
@@ -163,15 +153,4 @@ func TestGRPCMaxConns(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// grepLines returns the lines of s that contain sub.
-func grepLines(s, sub string) string {
-	var out []string
-	for l := range strings.SplitSeq(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }

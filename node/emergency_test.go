@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -11,11 +11,10 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluice-rls/sluice/emergency"
-	"github.com/sluice-rls/sluice/internal/logtest"
 )
 
-// TestServeEmergencyChannel: --emergency-key and --emergency-secret-file
-// reach the server: on the embedded rules, the blocklisted 50.0.0.5 is let
+// TestServeEmergencyChannel: Emergency's key and secret file reach the
+// service: on the embedded rules, the blocklisted 50.0.0.5 is let
 // through with the secret, logged with the rule it bypassed and without
 // the secret, and refused with a wrong one.
 func TestServeEmergencyChannel(t *testing.T) {
@@ -24,8 +23,9 @@ func TestServeEmergencyChannel(t *testing.T) {
 	if err := os.WriteFile(path, []byte("# on-call, 2026-12\n"+emergency.Digest(secret)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv := serveInProcess(t, func(k string) string { return map[string]string{"RLS_EMERGENCY_SECRET_FILE": path}[k] },
-		loopback("--emergency-key", "emergency")...)
+	opts := testOptions()
+	opts.Emergency = Emergency{Key: "emergency", SecretFile: path}
+	srv := start(t, opts)
 	client := srv.Client()
 	call := func(value string) rlsv3.RateLimitResponse_Code {
 		t.Helper()
@@ -45,7 +45,7 @@ func TestServeEmergencyChannel(t *testing.T) {
 		t.Errorf("blocklisted address with a wrong secret: %v, want OVER_LIMIT", got)
 	}
 	if err := srv.Stop(); err != nil {
-		t.Fatalf("serve: %v", err)
+		t.Fatalf("Run: %v", err)
 	}
 	logs := srv.Log.String()
 	for _, want := range []string{`"msg":"emergency channel on"`, `"secrets":1`, `"bypassed_rules":["edge.remote_address_50.0.0.5"]`} {
@@ -58,17 +58,17 @@ func TestServeEmergencyChannel(t *testing.T) {
 	}
 }
 
-// TestServeEmergencyBadFile: a secrets file that does not parse stops rls
-// serve at start, naming the line and not repeating it.
+// TestServeEmergencyBadFile: a secrets file that does not parse stops the
+// node at start, naming the line and not repeating it.
 func TestServeEmergencyBadFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "digests")
 	if err := os.WriteFile(path, []byte("plain-secret-by-mistake\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var stderr logtest.Buffer
-	err := run(context.Background(), []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "",
-		"--emergency-key", "emergency", "--emergency-secret-file", path}, &stderr, &stderr, noEnv)
+	opts := testOptions()
+	opts.Emergency = Emergency{Key: "emergency", SecretFile: path}
+	err := runErr(t, opts)
 	if err == nil || !strings.Contains(err.Error(), "line 1: not a SHA-256 digest") || strings.Contains(err.Error(), "plain-secret") {
-		t.Errorf("serve with a bad secrets file: %v, want an error naming line 1 without its content", err)
+		t.Errorf("a node with a bad secrets file: %v, want an error naming line 1 without its content", err)
 	}
 }

@@ -1,10 +1,9 @@
-package main
+package node
 
 import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluice-rls/sluice/internal/pkitest"
@@ -45,21 +43,7 @@ func egConfig(rpu uint32, unit rlsconfv3.RateLimitUnit) *rlsconfv3.RateLimitConf
 	}
 }
 
-func httpGet(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
-}
-
-// TestServeFromXDS runs serve on rules from a real management server over
+// TestServeFromXDS runs a node on rules from a real management server over
 // mTLS, as Envoy Gateway deploys it: no rules and not ready until the
 // first update, then the update decides, /rlconfig and the metrics show
 // its version, and a bad update is NACKed while the running rules keep
@@ -71,18 +55,16 @@ func TestServeFromXDS(t *testing.T) {
 		ClientCAs:    pki.Roots,
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 	})))
-	srv := serveInProcess(t, noEnv, loopback("--xds-server", mgmt.Addr, "--xds-node-id", "envoy-ratelimit",
-		"--xds-tls-ca", pki.CA, "--xds-tls-cert", pki.ClientCert, "--xds-tls-key", pki.ClientKey, "--xds-tls-server-name", pkitest.ServerName)...)
-	start := srv.Serving()
-	httpBase := "http://" + start["http_addr"].(string)
-	if start["rules"] != "xds://"+mgmt.Addr || start["rule_count"] != float64(0) {
-		t.Errorf("serving line: rules %v, rule_count %v; want xds://%s and 0", start["rules"], start["rule_count"], mgmt.Addr)
+	opts := testOptions()
+	opts.XDS.Server, opts.XDS.NodeID = mgmt.Addr, "envoy-ratelimit"
+	opts.XDS.TLSCA, opts.XDS.TLSCert, opts.XDS.TLSKey, opts.XDS.TLSServerName = pki.CA, pki.ClientCert, pki.ClientKey, pkitest.ServerName
+	srv := start(t, opts)
+	line := srv.Serving()
+	httpBase := srv.HTTP()
+	if line["rules"] != "xds://"+mgmt.Addr || line["rule_count"] != float64(0) {
+		t.Errorf("serving line: rules %v, rule_count %v; want xds://%s and 0", line["rules"], line["rule_count"], mgmt.Addr)
 	}
-	conn, err := grpc.NewClient(start["grpc_addr"].(string), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dial(t, srv.Addrs().GRPC.String())
 	rls := rlsv3.NewRateLimitServiceClient(conn)
 	decide := func() rlsv3.RateLimitResponse_Code {
 		t.Helper()
@@ -135,7 +117,7 @@ func TestServeFromXDS(t *testing.T) {
 	}
 	if _, metrics := httpGet(t, httpBase+"/metrics"); !strings.Contains(metrics, `ratelimit_config_info{source="xds",version="v1"} 1`) ||
 		!strings.Contains(metrics, "ratelimit_xds_connected 1") {
-		t.Errorf("/metrics lacks the xDS version or connection:\n%s", grep(metrics, "xds"))
+		t.Errorf("/metrics lacks the xDS version or connection:\n%s", grepLines(metrics, "xds"))
 	}
 
 	// A bad update (no unit) is NACKed with its reason; v1 keeps deciding.
@@ -154,19 +136,8 @@ func TestServeFromXDS(t *testing.T) {
 	srv.StopCleanly()
 }
 
-// grep returns the lines of s that contain sub.
-func grep(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
-}
-
 // TestServeXDSUpdateOverMaxRuleBytes: an xDS response larger than
-// --max-rule-bytes is refused by gRPC (the stream fails and sluice
+// MaxRuleBytes (--max-rule-bytes) is refused by gRPC (the stream fails and sluice
 // reconnects, keeping its rules), and a smaller update is then applied.
 func TestServeXDSUpdateOverMaxRuleBytes(t *testing.T) {
 	mgmt := xdstest.Start(t, "")
@@ -177,8 +148,11 @@ func TestServeXDSUpdateOverMaxRuleBytes(t *testing.T) {
 			RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 1}})
 	}
 	mgmt.Set(t, "default", "big", big)
-	srv := serveInProcess(t, noEnv, loopback("--xds-server", mgmt.Addr, "--max-rule-bytes", "2000", "--xds-backoff-min", "10ms", "--xds-backoff-max", "20ms")...)
-	httpBase := "http://" + srv.Serving()["http_addr"].(string)
+	opts := testOptions()
+	opts.XDS.Server, opts.MaxRuleBytes = mgmt.Addr, 2000
+	opts.XDS.BackoffMin, opts.XDS.BackoffMax = 10*time.Millisecond, 20*time.Millisecond
+	srv := start(t, opts)
+	httpBase := srv.HTTP()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(srv.Log.String(), "larger than max") {
 		if time.Now().After(deadline) {
@@ -197,19 +171,16 @@ func TestServeXDSUpdateOverMaxRuleBytes(t *testing.T) {
 	srv.StopCleanly()
 }
 
-// TestServeXDSLimits: --xds-max-depth and RLS_XDS_MAX_RESOURCES reach the
-// xDS source: an update over either is NACKed naming the flag, before it
+// TestServeXDSLimits: XDS.MaxDepth and XDS.MaxResources reach the xDS
+// source: an update over either is NACKed naming the flag, before it
 // is rendered, and the running rules stay; one within them is applied.
 func TestServeXDSLimits(t *testing.T) {
 	mgmt := xdstest.Start(t, "")
 	mgmt.Set(t, "default", "v1", egConfig(1, rlsconfv3.RateLimitUnit_SECOND)) // two levels
-	env := func(k string) string {
-		if k == "RLS_XDS_MAX_RESOURCES" {
-			return "1"
-		}
-		return ""
-	}
-	srv := serveInProcess(t, env, loopback("--xds-server", mgmt.Addr, "--xds-max-depth", "2", "--xds-backoff-min", "10ms", "--xds-backoff-max", "20ms")...)
+	opts := testOptions()
+	opts.XDS.Server, opts.XDS.MaxDepth, opts.XDS.MaxResources = mgmt.Addr, 2, 1
+	opts.XDS.BackoffMin, opts.XDS.BackoffMax = 10*time.Millisecond, 20*time.Millisecond
+	srv := start(t, opts)
 	mgmt.WaitRequest(t, xdstest.ACK("v1"))
 
 	deep := egConfig(1, rlsconfv3.RateLimitUnit_SECOND)
@@ -230,8 +201,7 @@ func TestServeXDSLimits(t *testing.T) {
 	if msg := mgmt.WaitRequest(t, nackOf("two")).GetErrorDetail().GetMessage(); !strings.Contains(msg, "update holds 2 resources, more than the 1 allowed (--xds-max-resources)") {
 		t.Errorf("NACK of a 2-resource update: %q, want --xds-max-resources", msg)
 	}
-	httpBase := "http://" + srv.Serving()["http_addr"].(string)
-	if _, rlconfig := httpGet(t, httpBase+"/rlconfig"); !strings.HasPrefix(rlconfig, "# version: v1 source: xds\n") {
+	if _, rlconfig := httpGet(t, srv.HTTP()+"/rlconfig"); !strings.HasPrefix(rlconfig, "# version: v1 source: xds\n") {
 		t.Errorf("/rlconfig after the refused updates:\n%s\nwant version v1", rlconfig)
 	}
 	srv.StopCleanly()
