@@ -770,10 +770,15 @@ func TestRenewAtPoolEnd(t *testing.T) {
 	if err := clock.BlockUntilContext(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	calls := r.calls.Load()
+	calls, leases := r.calls.Load(), counter(t, reg, "ratelimit_lease_leases_total", "")
 	clock.Advance(time.Hour) // both pools end
 	// busy: 497 back (997), then half of it leased (498): 499 in Redis.
-	waitFor(t, func() bool { return r.inRedis(t, idle, big) == 999 && r.inRedis(t, busy, big) == 499 })
+	// Redis holds that before Run has the reply: the lease counted is Run
+	// done with it, and busy's next decision must find its new pool.
+	waitFor(t, func() bool {
+		return r.inRedis(t, idle, big) == 999 && r.inRedis(t, busy, big) == 499 &&
+			counter(t, reg, "ratelimit_lease_leases_total", "") == leases+1
+	})
 	if n := r.calls.Load() - calls; n != 1 {
 		t.Errorf("%d Lease calls at the pools' end, want 1 (Run's round)", n)
 	}
