@@ -137,6 +137,14 @@ func TestFaultRedisDebugSleep(t *testing.T) {
 	p := startFaultRLS(t, "redis://"+s.Addr()+"/0")
 	admin := goredis.NewClient(&goredis.Options{Addr: s.Addr(), ReadTimeout: 10 * time.Second})
 	defer admin.Close()
+	// Dial now: sent as the client's first command, DEBUG SLEEP dialled
+	// within the stall and reached Redis 1.4 s late on a loaded machine,
+	// after the window the checks below hold Redis asleep.
+	warm, cancelWarm := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelWarm()
+	if err := admin.Ping(warm).Err(); err != nil {
+		t.Fatalf("PING: %v", err)
+	}
 	done := make(chan error, 1)
 	stallUnderLoad(t, p, 3*time.Second, func() {
 		go func() {
