@@ -21,9 +21,11 @@ run:
 
 # The whole suite, as CI runs it: installs redis-server and prometheus (with promtool) when missing, checks
 # formatting and vet, then runs every test (unit, integration, fault) with -race.
+# ./integration comes first so that it starts first: its tests mostly wait on processes
+# and timed runs, which then overlap the other packages instead of following them.
 test: lint
 	./scripts/ensure-deps.sh
-	RLS_REQUIRE_REDIS=1 RLS_REQUIRE_PROMTOOL=1 RLS_REQUIRE_PROMETHEUS=1 $(GO) test -race -tags integration -timeout 30m -count=1 ./...
+	RLS_REQUIRE_REDIS=1 RLS_REQUIRE_PROMTOOL=1 RLS_REQUIRE_PROMETHEUS=1 $(GO) test -race -tags integration -timeout 30m -count=1 ./integration ./...
 	# The schema checks of envoy-examples/, the Helm chart's tests and the
 	# workflow lint live in modules of their own, so their heavy dependencies
 	# stay out of rls.

@@ -29,6 +29,7 @@ descriptors:
 // ACL documented before, overrides answered 503 (no HGETALL, HSET, HDEL,
 // MULTI, PUBLISH, SUBSCRIBE, channels) and audit writes failed (no XADD).
 func TestDocumentedACLCoversOverridesAndAudit(t *testing.T) {
+	t.Parallel()
 	// docs/production.md's copy is the same line.
 	var words []string
 	for _, w := range documentedACL(t) {

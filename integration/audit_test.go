@@ -16,6 +16,7 @@ import (
 // subject (the rules' SHA-256), and `rls audit` (the binary) reads both
 // back from the stream; a bad URL exits 2 without showing the password.
 func TestAuditTrailAcrossNodes(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	url := "redis://" + srv.Addr()
 	dir := t.TempDir()

@@ -14,6 +14,7 @@ import (
 // client certificates required: its exit status tells OK (0) from
 // OVER_LIMIT (1) from errors (2).
 func TestCheckCommandOverMutualTLS(t *testing.T) {
+	t.Parallel()
 	m := newMTLS(t)
 	p := startRLS(t, m.flags...)
 	mtls := []string{"--addr", p.GRPCAddr, "--timeout", "10s", "--tls-ca", m.CA, "--tls-cert", m.ClientCert, "--tls-key", m.ClientKey, "--domain", "edge"}

@@ -33,6 +33,7 @@ type badConn struct {
 // handshake and ones that send the HTTP/2 preface and idle. A new gRPC call
 // must still succeed, and the server must close every one of them.
 func TestSlowAndIdleClientsDoNotStarveGRPC(t *testing.T) {
+	t.Parallel()
 	p := startRLS(t,
 		"--http-read-timeout", "500ms", "--http-write-timeout", "500ms", "--http-idle-timeout", "500ms",
 		"--http-max-conns", "8", "--grpc-handshake-timeout", "500ms", "--grpc-max-conn-idle", "500ms")
@@ -138,6 +139,7 @@ func TestSlowAndIdleClientsDoNotStarveGRPC(t *testing.T) {
 // --grpc-keepalive-min-time without a call in flight; a ping flood gets
 // GOAWAY ENHANCE_YOUR_CALM and the connection is closed.
 func TestGRPCKeepaliveEnforcement(t *testing.T) {
+	t.Parallel()
 	p := startRLS(t, "--grpc-keepalive-min-time", "100ms", "--grpc-max-conn-idle", "0")
 	c, err := net.Dial("tcp", p.GRPCAddr)
 	if err != nil {
@@ -212,6 +214,7 @@ func TestGRPCKeepaliveEnforcement(t *testing.T) {
 // --http-write-timeout is still served in full (net/http/pprof adds the
 // profile's duration to the server's WriteTimeout).
 func TestPprofProfileOutlivesWriteTimeout(t *testing.T) {
+	t.Parallel()
 	p := startRLS(t, "--pprof", "--http-write-timeout", "1s")
 	start := time.Now()
 	code, body := p.AdminGet(t, "/debug/pprof/profile?seconds=2")
@@ -227,6 +230,7 @@ func TestPprofProfileOutlivesWriteTimeout(t *testing.T) {
 // GOAWAY, so that Envoy's long-lived
 // connections spread over replicas added since.
 func TestGRPCMaxConnAge(t *testing.T) {
+	t.Parallel()
 	p := startRLS(t, "--grpc-max-conn-age", "300ms", "--grpc-max-conn-age-grace", "200ms", "--grpc-max-conn-idle", "0")
 	c, err := net.Dial("tcp", p.GRPCAddr)
 	if err != nil {

@@ -47,6 +47,7 @@ const (
 // before the first call and every admitted token left it within T; a
 // loaded machine only lengthens T). Exact and leased mode.
 func TestDisagreeingLimits(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	dir := t.TempDir()
 	a := writeFile(t, dir, "a.yaml", disagreeRules([2]int{100, 100}, [2]int{100, 100}))

@@ -2,6 +2,10 @@
 // binary, start it (and real redis-server processes) on free loopback ports,
 // and talk to it over gRPC and HTTP as Envoy and operators do.
 //
+// Every test owns its processes, ports and files, and calls t.Parallel:
+// TestMain runs four at once unless -parallel says otherwise, since most of
+// a test's time is waiting on processes and timed load runs.
+//
 // The tests carry the build tag "integration"; `make test` runs them. One
 // check runs without it: TestDocLinks (doclinks_test.go) reads README.md and
 // docs/ and fails on a relative link to a missing file or heading.

@@ -21,6 +21,7 @@ var mdLink = regexp.MustCompile(`\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(([^()\s]+)(?:\s+
 // subdirectories included): the file or directory it names exists, and
 // an anchor into a Markdown file names one of its headings.
 func TestDocLinks(t *testing.T) {
+	t.Parallel()
 	files := []string{"../README.md"}
 	err := filepath.WalkDir("../docs", func(path string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
@@ -176,6 +177,7 @@ func slug(text string) string {
 
 // TestSlug pins slug on headings of the docs' own kinds.
 func TestSlug(t *testing.T) {
+	t.Parallel()
 	for text, want := range map[string]string{
 		"Packages and their arrows":                                                             "packages-and-their-arrows",
 		"Lease sizing (issue 13): a counting simulation":                                        "lease-sizing-issue-13-a-counting-simulation",

@@ -291,6 +291,7 @@ func descriptorStrings(ds []*commonv3.RateLimitDescriptor) []string {
 
 // TestExampleEnvoyDescriptors pins what envoy.yaml makes Envoy send.
 func TestExampleEnvoyDescriptors(t *testing.T) {
+	t.Parallel()
 	e := loadEnvoyExample(t)
 	if got := e.filter.GetDomain(); got != "edge" {
 		t.Fatalf("ratelimit filter domain %q, want edge (the example rules' domain)", got)
@@ -457,6 +458,7 @@ func exampleAddr(block, i int) string { return fmt.Sprintf("10.%d.%d.%d", block,
 // against a real sluice, on the embedded example rules and on the
 // Kubernetes example's ConfigMap, which promise the same limits.
 func TestExampleEnvoyPromises(t *testing.T) {
+	t.Parallel()
 	e := loadEnvoyExample(t)
 	sources := []struct {
 		name string

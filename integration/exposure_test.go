@@ -16,6 +16,7 @@ import (
 // TestPprofCmdlineHidesSecrets starts with a Redis password on the command
 // line and --pprof: no pprof page may show it.
 func TestPprofCmdlineHidesSecrets(t *testing.T) {
+	t.Parallel()
 	const secret = "s3cret-in-argv"
 	p := startRLS(t, "--pprof", "--redis", "redis://:"+secret+"@127.0.0.1:1/0", "--fallback-nodes", "1")
 	for _, path := range []string{"/debug/pprof/cmdline", "/debug/pprof/", "/debug/pprof/cmdline?debug=1"} {
@@ -50,6 +51,7 @@ func drain(t *testing.T, p *rlsProcess, v string) {
 }
 
 func TestJSONOnlyOnAdminAddress(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeFile(t, dir, "m.yaml", drainRules)
 	p := startRLS(t, "--config", dir)
@@ -93,6 +95,7 @@ func TestJSONOnlyOnAdminAddress(t *testing.T) {
 }
 
 func TestJSONRefusesNegativeHits(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeFile(t, dir, "m.yaml", drainRules)
 	give := `{"domain":"m","hitsAddend":1000,"descriptors":[{"entries":[{"key":"k","value":"VALUE"}],"isNegativeHits":true}]}`
@@ -121,6 +124,7 @@ func TestJSONRefusesNegativeHits(t *testing.T) {
 // certificates of that CA (here the same as gRPC's); /healthcheck stays
 // plaintext for the kubelet.
 func TestAdminMutualTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeFile(t, dir, "m.yaml", drainRules)
 	m := newMTLS(t)

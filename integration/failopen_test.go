@@ -41,6 +41,7 @@ func redisErrors(t *testing.T, p *rlsProcess) float64 {
 // answer: the callers' deadlines are not Redis failing, so the node stays on
 // Redis, with no transition and no Redis error counted.
 func TestShortCallerDeadlinesKeepNodeOnRedis(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	// A generous Redis deadline: only the callers' deadlines could expire.
 	p := startFaultRLS(t, "redis://"+s.Addr()+"/0", "--redis-timeout", "1s")
@@ -138,6 +139,7 @@ func startACLRedis(t *testing.T) (*redistest.Server, *goredis.Client) {
 // pause ends (before the probe ran the script itself, it needed SCRIPT
 // LOAD, which the documented user lacks: the node stayed in fallback).
 func TestDocumentedACL(t *testing.T) {
+	t.Parallel()
 	s, admin := startACLRedis(t)
 	p := startFaultRLS(t, "redis://sluice:s3cret@"+s.Addr()+"/0")
 	probe := &layerProbe{p: p}
@@ -185,6 +187,7 @@ func TestDocumentedACL(t *testing.T) {
 // counted under the kind Redis gives; once Redis accepts the script again
 // the node goes back.
 func TestScriptRefusedStaysInFallback(t *testing.T) {
+	t.Parallel()
 	s, admin := startACLRedis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -245,6 +248,7 @@ func TestScriptRefusedStaysInFallback(t *testing.T) {
 // ratelimit_fallback_nodes{source="default"}. Once Redis answers, N comes
 // from the registry.
 func TestNeverReachedRedisUsesInitialNodes(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	s.Kill()
 	p := startFaultRLS(t, "redis://"+s.Addr()+"/0")
@@ -285,6 +289,7 @@ func TestNeverReachedRedisUsesInitialNodes(t *testing.T) {
 // in flight time out on Redis' own deadline, which is Redis failing, so the
 // node still goes to fallback, and back once Redis resumes.
 func TestStallWithShortCallerDeadlinesFallsBack(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	p := startFaultRLS(t, "redis://"+s.Addr()+"/0", "--redis-timeout", "50ms")
 	probe := &layerProbe{p: p}

@@ -53,6 +53,7 @@ const (
 // one global bucket from all of them at once: together they admit the
 // burst plus the rate over the elapsed time, as one node would.
 func TestGlobalSharedAcrossNodes(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rules := writeFile(t, t.TempDir(), "rules.yaml", globalRules)
 	// The test measures Redis' accounting, not failing open: a generous
@@ -120,6 +121,7 @@ func TestGlobalSharedAcrossNodes(t *testing.T) {
 // TestGlobalCluster checks the global layer's behaviour through two rls
 // nodes on a real 3-master Redis Cluster.
 func TestGlobalCluster(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 3)
 	rules := writeFile(t, t.TempDir(), "rules.yaml", globalRules)
 	seeds := strings.Join(c.Addrs(), ",")

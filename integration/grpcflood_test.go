@@ -27,6 +27,7 @@ import (
 // below the descriptor limit; the flood is closed 64 at a time after
 // --grpc-first-call-timeout, and a new connection is then served.
 func TestSilentHTTP2FloodAtTheCap(t *testing.T) {
+	t.Parallel()
 	p := startRLS(t, "--grpc-max-conns", "64", "--grpc-first-call-timeout", "1s")
 	if got := p.Check(t, "edge", "user_id=before").GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("call before the flood: %v", got)

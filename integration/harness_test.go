@@ -5,6 +5,7 @@ package integration
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,7 +30,20 @@ import (
 // rlsBinary is the rls binary built once by TestMain.
 var rlsBinary string
 
+// parallelTests is how many tests run at once when -parallel is not given.
+// Every test owns its processes and ports and calls t.Parallel; most of a
+// test's time is waiting (for a process to start, for a load run or a
+// fault to last its seconds), so four at once cut the package's wall time
+// on a 2-core machine, where -parallel's default (GOMAXPROCS) runs two.
+const parallelTests = 4
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		_ = flag.Set("test.parallel", strconv.Itoa(max(parallelTests, runtime.GOMAXPROCS(0))))
+	}
 	dir, err := os.MkdirTemp("", "rls-integration-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -19,6 +19,7 @@ import (
 // converts it; the cache, which knew the bucket empty under 3/day, does not
 // answer under 4/day.
 func TestReloadKeepsConsumptionInRedis(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	dir := t.TempDir()
 	rules := func(n int) string {

@@ -52,6 +52,7 @@ var allowedImports = map[string][]string{
 // layout table, and that the bucket contract depends on the standard
 // library alone.
 func TestDependencyDirection(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", "../...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)

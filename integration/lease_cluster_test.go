@@ -38,6 +38,7 @@ descriptors:
 // no error; and the wide bucket lost exactly one token per admitted
 // request: none taken twice, none refunded twice or kept.
 func TestLeaseCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	// A Redis call that timed out would fail the global layer open (its
 	// fallback then answers, without Redis' buckets): the test is about

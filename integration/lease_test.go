@@ -213,6 +213,7 @@ func checkNoFallback(t *testing.T, nodes []*rlsProcess) {
 // evenly over three nodes for 10 s: the fleet admits no more than
 // burst + rate × T, and at least 95% of it.
 func TestLeaseNeverOver(t *testing.T) {
+	t.Parallel()
 	_, nodes := leaseNodes(t, "--redis-timeout", neverOverTimeout)
 	out := pace(t, nodes, []float64{2 * leaseShared / 3, 2 * leaseShared / 3, 2 * leaseShared / 3}, neverOverTime, request("lease", "shared=all"))
 	checkNeverOver(t, out, leaseShared, leaseShared)
@@ -230,6 +231,7 @@ func TestLeaseNeverOver(t *testing.T) {
 
 // TestLeaseSkew is TestLeaseNeverOver with 90% of the traffic on one node.
 func TestLeaseSkew(t *testing.T) {
+	t.Parallel()
 	_, nodes := leaseNodes(t, "--redis-timeout", neverOverTimeout)
 	out := pace(t, nodes, []float64{0.9 * 2 * leaseShared, 0.05 * 2 * leaseShared, 0.05 * 2 * leaseShared}, neverOverTime, request("lease", "shared=all"))
 	checkNeverOver(t, out, leaseShared, leaseShared)
@@ -240,6 +242,7 @@ func TestLeaseSkew(t *testing.T) {
 // over, and its lost tokens are back within one lease period (the bucket
 // refills them: a lease is at most what the limit refills in one period).
 func TestLeaseSIGKILL(t *testing.T) {
+	t.Parallel()
 	_, nodes := leaseNodes(t) // --lease-period 1s: a lease of kill is at most 60
 	req := request("lease", "kill=k")
 	for i := range 2 { // a key's first decision leases nothing; its second does
@@ -280,6 +283,7 @@ func TestLeaseSIGKILL(t *testing.T) {
 // TestLeaseSIGTERM stops a node holding a lease: it gives the unused
 // tokens back before it exits.
 func TestLeaseSIGTERM(t *testing.T) {
+	t.Parallel()
 	// 10 per minute, a 10-minute lease period: a lease is 99 / (2 × 3 nodes).
 	_, nodes := leaseNodes(t, "--lease-period", "10m")
 	for i := range 2 { // a key's first decision leases nothing; its second does
@@ -373,6 +377,7 @@ const redisDownCalls = 400
 // Envoy's 20 ms; past them the fail-open switch answers, and limiting
 // continues.
 func TestLeaseRedisDown(t *testing.T) {
+	t.Parallel()
 	// A 10 s lease period: the lease cannot end, and go back to Redis,
 	// before Redis stops, however slow the machine. The lease is the most
 	// a lease may be, 1000 (5998 left / (2 × 3 nodes) = 999, capped at

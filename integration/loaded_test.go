@@ -73,6 +73,7 @@ func admittedBy(t *testing.T, p *rlsProcess, layer string) float64 {
 // switches to its fallback more than the rule allows, and the fleet admits
 // within the documented bound.
 func TestLoadedMachineStaysOnRedis(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rules := writeFile(t, t.TempDir(), "rules.yaml", loadedRules)
 	args := []string{"--redis", "redis://" + s.Addr() + "/0", "--config", rules}

@@ -18,6 +18,7 @@ import (
 // also carries the example rules' blocked address, so an answer other than
 // OVER_LIMIT (an error included: Envoy lets it through) is a bypass.
 func TestMalformedValuesAreLimited(t *testing.T) {
+	t.Parallel()
 	p := startRLS(t)
 	long := strings.Repeat("x", 1100) // over --max-value-bytes (1024)
 	resp, err := p.Client.ShouldRateLimit(context.Background(), request("edge", "remote_address=50.0.0.5", "user_id="+long))

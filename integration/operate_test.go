@@ -22,6 +22,7 @@ import (
 )
 
 func TestMetricsScrape(t *testing.T) {
+	t.Parallel()
 	p := startRLS(t)
 	// Counts that timing cannot change: 20 requests inside user_id's burst
 	// of 20, and 5 for the blocked address (0 per second).
@@ -105,6 +106,7 @@ func sumHistogramCount(f *dto.MetricFamily) uint64 {
 }
 
 func TestReloadThroughTheBinary(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	rules := func(n string) string {
 		return "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: " + n + "}\n"
@@ -151,6 +153,7 @@ func newMTLS(t *testing.T) mTLS {
 }
 
 func TestMutualTLS(t *testing.T) {
+	t.Parallel()
 	m := newMTLS(t)
 	p := startRLS(t, m.flags...)
 	roots := m.Roots
@@ -196,6 +199,7 @@ func waitForLog(t *testing.T, p *rlsProcess, substr string) {
 }
 
 func TestPprofBehindFlag(t *testing.T) {
+	t.Parallel()
 	off := startRLS(t)
 	if code, _ := off.AdminGet(t, "/debug/pprof/"); code != 404 {
 		t.Errorf("/debug/pprof/ without --pprof: %d, want 404", code)

@@ -99,6 +99,7 @@ func overridesHave(p *rlsProcess, s string) bool {
 // last read and says so in /healthcheck and a metric. Unauthenticated
 // calls are refused and protected rules respected.
 func TestOverridesAcrossThreeNodes(t *testing.T) {
+	t.Parallel()
 	redis := redistest.Start(t)
 	dir := t.TempDir()
 	rules := writeFile(t, dir, "rules.yaml", overrideRulesYAML)
@@ -244,6 +245,7 @@ func TestOverridesAcrossThreeNodes(t *testing.T) {
 // overrides in --override-file and applies them again after a restart;
 // without authentication configured /overrides is not served.
 func TestOverrideFileSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	rules := writeFile(t, dir, "rules.yaml", overrideRulesYAML)
 	tokens := writeFile(t, dir, "tokens", "ops:"+adminToken+"\n")

@@ -21,6 +21,7 @@ import (
 // RUNTIME_SUBDIRECTORY/config, a password-protected Redis from REDIS_*.
 // It limits through that Redis, and never logs the password.
 func TestPeerEnvDeployment(t *testing.T) {
+	t.Parallel()
 	const password = "s3cret-pw"
 	redis := redistest.Start(t, redistest.WithArgs("--requirepass", password))
 	root := t.TempDir()
@@ -67,6 +68,7 @@ func TestPeerEnvDeployment(t *testing.T) {
 // TestPeerEnvRefused: a variable rls serve cannot honour stops it before
 // it listens, with exit code 2 and the reason.
 func TestPeerEnvRefused(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command(rlsBinary, "serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "")
 	cmd.Env = rlsEnv("RLS_PEER_ENV=map", "REDIS_PERSECOND=true", "BACKEND_TYPE=memcache")
 	out, err := cmd.CombinedOutput()

@@ -62,6 +62,7 @@ func (v *configMapVolume) publish(files map[string]string) {
 // running rule instead of silently dropping that domain; removing the
 // link drops it on purpose; later swaps still reload.
 func TestReloadConfigMapSwapThroughTheBinary(t *testing.T) {
+	t.Parallel()
 	vol := &configMapVolume{t: t, dir: t.TempDir()}
 	vol.publish(map[string]string{"a.yaml": minuteRules("a", "2"), "b.yaml": minuteRules("b", "3")})
 	p := startRLS(t, "--config", vol.dir)
@@ -101,6 +102,7 @@ func TestReloadConfigMapSwapThroughTheBinary(t *testing.T) {
 // symlink swapped to a new directory; the swap and later edits in the new
 // directory reload.
 func TestReloadFollowsConfigSymlinkSwapThroughTheBinary(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	for _, v := range []struct{ dir, n string }{{"v1", "2"}, {"v2", "4"}} {
 		if err := os.Mkdir(filepath.Join(base, v.dir), 0o755); err != nil {
@@ -139,6 +141,7 @@ func TestReloadFollowsConfigSymlinkSwapThroughTheBinary(t *testing.T) {
 // position, and reloads when the root link is swapped (the peer's default
 // reload).
 func TestServePeerRuntimeRootThroughTheBinary(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	for _, v := range []struct{ dir, rules string }{
 		{"data-1", "domain: r\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n"},
@@ -174,6 +177,7 @@ func TestServePeerRuntimeRootThroughTheBinary(t *testing.T) {
 // TestServeRefusesUnreadableRuleFiles: at start, a rule file that cannot be
 // read stops rls serve with an error naming the file.
 func TestServeRefusesUnreadableRuleFiles(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name, want string
 		make       func(dir string) string

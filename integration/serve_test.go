@@ -17,6 +17,7 @@ import (
 )
 
 func TestServeEmbeddedDefault(t *testing.T) {
+	t.Parallel()
 	p := startRLS(t)
 
 	if got := p.Check(t, "edge", "remote_address=50.0.0.5").GetOverallCode(); got != rlsv3.RateLimitResponse_OVER_LIMIT {
@@ -73,6 +74,7 @@ func TestServeEmbeddedDefault(t *testing.T) {
 }
 
 func TestJSONEndpoint(t *testing.T) {
+	t.Parallel()
 	p := startRLS(t)
 	post := func(body string) (int, string) { return p.PostJSON(t, body) }
 	code, body := post(`{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"50.0.0.5"}]}]}`)
@@ -92,6 +94,7 @@ func TestJSONEndpoint(t *testing.T) {
 }
 
 func TestMalformedRequestsKeepServing(t *testing.T) {
+	t.Parallel()
 	// (A long value is no malformed request: TestMalformedValuesAreLimited.)
 	p := startRLS(t)
 	bad := []*rlsv3.RateLimitRequest{
@@ -111,6 +114,7 @@ func TestMalformedRequestsKeepServing(t *testing.T) {
 }
 
 func TestSIGTERMDrainsAndExitsZero(t *testing.T) {
+	t.Parallel()
 	p := startRLS(t)
 	p.Check(t, "edge", "user_id=x")
 	p.Signal(t, syscall.SIGTERM)
@@ -123,6 +127,7 @@ func TestSIGTERMDrainsAndExitsZero(t *testing.T) {
 }
 
 func TestValidateCommand(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	good := writeFile(t, dir, "good.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
 	bad := writeFile(t, dir, "bad.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
@@ -144,6 +149,7 @@ func TestValidateCommand(t *testing.T) {
 // rule set serve loads from a directory, with serve's loading flags. Two
 // files of one domain fail both; with --merge-domains both accept them.
 func TestValidateAgreesWithServe(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a := writeFile(t, dir, "a.yaml", minuteRules("d", "2"))
 	b := writeFile(t, dir, "b.yaml", "domain: d\ndescriptors:\n  - key: other\n    rate_limit: {unit: minute, requests_per_unit: 3}\n")
@@ -168,6 +174,7 @@ func TestValidateAgreesWithServe(t *testing.T) {
 }
 
 func TestCheckCommand(t *testing.T) {
+	t.Parallel()
 	p := startRLS(t)
 	out, errOut, code := runRLS(t, "check", "--addr", p.GRPCAddr, "--domain", "edge", "remote_address=50.0.0.5")
 	if code != 1 || !strings.HasPrefix(out, "OVER_LIMIT") || !strings.Contains(out, "retry-after") { // 1: OVER_LIMIT

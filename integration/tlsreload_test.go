@@ -91,6 +91,7 @@ func tlsCall(addr string, p pkitest.PKI, client tls.Certificate) (*big.Int, erro
 // restart, on gRPC and on the admin listener; with --tls-client-san, a
 // client certificate without the name is refused.
 func TestTLSRenewalWithoutRestart(t *testing.T) {
+	t.Parallel()
 	p := pkitest.New(t)
 	vol := newSecretDir(t)
 	first := p.IssueServer(t, t.TempDir())

@@ -18,6 +18,7 @@ import (
 // forms (ratio 0: roots never sampled): the collector gets one request
 // span, the child of the sampled call's parent, flushed at SIGTERM.
 func TestServeTracing(t *testing.T) {
+	t.Parallel()
 	col := otlptest.Start(t)
 	p := startRLS(t, "--tracing-endpoint", col.Addr(), "--tracing-insecure", "--tracing-sample-ratio", "0")
 	const (

@@ -58,6 +58,7 @@ func layerOf(t *testing.T, u service.Usage, name string) service.UsageLayer {
 // layer is its own (untouched), and /usage calls between takes spend
 // nothing in Redis.
 func TestUsageFleetView(t *testing.T) {
+	t.Parallel()
 	s := redistest.Start(t)
 	rules := writeFile(t, t.TempDir(), "rules.yaml", usageRules)
 	args := []string{"--redis", "redis://" + s.Addr() + "/0", "--config", rules, "--redis-timeout", "500ms"}

@@ -31,6 +31,7 @@ func xdsLimit(rpu uint32) *rlsconfv3.RateLimitConfig {
 // server is gone, stays ready, reconnects by itself and applies the new
 // version.
 func TestXDSManagementServerRestart(t *testing.T) {
+	t.Parallel()
 	mgmt := xdstest.Start(t, "")
 	p := startRLS(t, "--xds-server", mgmt.Addr, "--xds-node-id", "envoy-ratelimit", "--xds-backoff-min", "50ms", "--xds-backoff-max", "200ms")
 	code := func() rlsv3.RateLimitResponse_Code {

@@ -169,7 +169,7 @@ func getenv(k string) string { return os.Getenv(k) }
 // State of the World server does after each NACK) gets the same refusal
 // without being built, rendered and parsed again; another update is.
 func TestRefusedUpdateIsNotBuiltAgain(t *testing.T) {
-	res, _ := fleetUpdate(t, 2_000)
+	res, _ := fleetUpdate(t, 500) // a refused build allocates some 57 kB a domain: ample to tell from a lookup
 	bad := &rlsconfv3.RateLimitConfig{Name: "bad", Domain: "bad", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 1}}}}
 	a, err := anypb.New(bad)
 	if err != nil {

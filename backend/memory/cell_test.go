@@ -357,9 +357,10 @@ func TestApplyMatchesExactReference(t *testing.T) {
 				if changed {
 					b = next
 				}
-				want := ref.hit(now, cost, give)
-				if diff := cmp.Diff(want, got); diff != "" {
-					t.Fatalf("hit %d at %d ns, cost %d, give %t: state mismatch (-want +got):\n%s", i, now, cost, give, diff)
+				// == first: cmp.Diff on each of the 180,000 hits was a
+				// fifth of the package's CPU under -race.
+				if want := ref.hit(now, cost, give); got != want {
+					t.Fatalf("hit %d at %d ns, cost %d, give %t: state mismatch (-want +got):\n%s", i, now, cost, give, cmp.Diff(want, got))
 				}
 			}
 		})

@@ -117,7 +117,7 @@ func (f *leaseFixture) lease(ops ...redisbackend.LeaseOp) []redisbackend.LeaseRe
 // leases nothing.
 func (f *leaseFixture) tokens(k bucket.Key) uint64 {
 	f.t.Helper()
-	return f.lease(redisbackend.LeaseOp{Key: k, Limit: slow, Decision: 1, Kind: redisbackend.LeaseIndependent, Share: 1})[0].Remaining
+	return f.lease(redisbackend.LeaseOp{Key: k, Limit: hourly, Decision: 1, Kind: redisbackend.LeaseIndependent, Share: 1})[0].Remaining
 }
 
 // leaseKey returns the Redis key of leased bucket k.
@@ -143,7 +143,7 @@ func (f *leaseFixture) place(k bucket.Key) (slot int, master string) {
 
 // take is a lease op of decision d taking one token of k, leasing one more.
 func take(k bucket.Key, d uint64) redisbackend.LeaseOp {
-	return redisbackend.LeaseOp{Key: k, Limit: slow, Decision: d, Kind: redisbackend.LeaseTake, Need: 1, Take: 1, Extra: 1, Share: 2}
+	return redisbackend.LeaseOp{Key: k, Limit: hourly, Decision: d, Kind: redisbackend.LeaseTake, Need: 1, Take: 1, Extra: 1, Share: 2}
 }
 
 // testLeasePerMaster: a Lease batch over many slots of every master costs
@@ -203,7 +203,7 @@ func testLeasePerMaster(t *testing.T, cl *redistest.Cluster) {
 	a, b, c := byMaster[masters[0]][0], byMaster[masters[1]][0], byMaster[masters[2]][0]
 	same := byMaster[masters[1]][1]
 	one := func(k bucket.Key, d, n uint64) redisbackend.LeaseOp {
-		return redisbackend.LeaseOp{Key: k, Limit: slow, Decision: d, Kind: redisbackend.LeaseTake, Need: n, Take: n, Share: 1}
+		return redisbackend.LeaseOp{Key: k, Limit: hourly, Decision: d, Kind: redisbackend.LeaseTake, Need: n, Take: n, Share: 1}
 	}
 	f.lease(one(b, 1, 3)) // b: 3 → 0
 	before = f.calls.snapshot()
@@ -292,7 +292,7 @@ func testLeaseStaleSlotMap(t *testing.T, cl *redistest.Cluster) {
 		take(moved, 2),
 		// Decision 3 spans slots (and, freshly, masters): refused by moved,
 		// so a gives back what it took.
-		{Key: moved, Limit: slow, Decision: 3, Kind: redisbackend.LeaseTake, Need: 5, Take: 5, Share: 1},
+		{Key: moved, Limit: hourly, Decision: 3, Kind: redisbackend.LeaseTake, Need: 5, Take: 5, Share: 1},
 		take(a, 3),
 	}
 	before := stale.calls.snapshot()

@@ -528,9 +528,9 @@ func redisKey(prefix string, k bucket.Key) string {
 func testNoScript(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{})
 	k := f.key(0)
-	f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 1})
+	f.hit(bucket.Hit{Key: k, Limit: hourly, Cost: 1})
 	flushScripts(t, f.client)
-	ok, st := f.hit(bucket.Hit{Key: k, Limit: slow, Cost: 1})
+	ok, st := f.hit(bucket.Hit{Key: k, Limit: hourly, Cost: 1})
 	if !ok || st[0].Remaining != 3 {
 		t.Errorf("after SCRIPT FLUSH: %v %+v, want allowed with 3 left", ok, st[0])
 	}
@@ -617,12 +617,12 @@ func testEmptyCache(t *testing.T, e env) {
 func testEmptyCacheAllOrNothing(t *testing.T, e env) {
 	f := e.fixture(t, redisbackend.Options{CacheSize: 1000})
 	empty, other := f.key(0), f.key(1)
-	f.hit(bucket.Hit{Key: empty, Limit: slow, Cost: 5})
+	f.hit(bucket.Hit{Key: empty, Limit: hourly, Cost: 5})
 	t0 := time.Now()
 	f.hit(bucket.Hit{Key: other, Limit: hourly, Cost: 2})
 	// A refusal of one known-empty take costs no script call.
 	before := f.calls.Load()
-	if ok, st := f.hit(bucket.Hit{Key: empty, Limit: slow, Cost: 1}); ok || st[0].Allowed {
+	if ok, st := f.hit(bucket.Hit{Key: empty, Limit: hourly, Cost: 1}); ok || st[0].Allowed {
 		t.Errorf("take of a known-empty bucket: %v %+v, want refused", ok, st)
 	}
 	if n := f.calls.Load() - before; n != 0 {
@@ -634,7 +634,7 @@ func testEmptyCacheAllOrNothing(t *testing.T, e env) {
 	before = f.calls.Load()
 	ok, st := f.hit(
 		bucket.Hit{Key: other, Limit: hourly, Cost: 1},
-		bucket.Hit{Key: empty, Limit: slow, Cost: 1},
+		bucket.Hit{Key: empty, Limit: hourly, Cost: 1},
 	)
 	if ok || !st[0].Allowed || st[1].Allowed {
 		t.Errorf("decision with a known-empty bucket: %v %+v, want refused, the other allowed", ok, st)
