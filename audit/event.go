@@ -28,6 +28,11 @@ const (
 	KindAdaptiveRestore = "adaptive.restore"
 )
 
+// Kinds returns every kind of Event, in the order above.
+func Kinds() []string {
+	return []string{KindReload, KindOverrideSet, KindOverrideRemove, KindOverrideExpire, KindOverrideRestore, KindApplied}
+}
+
 // Event is one audited change. Its JSON form (lower-case keys, empty
 // fields left out) is what `rls audit --json` prints.
 type Event struct {

@@ -87,7 +87,7 @@ func New(files []*File, opts Options) (*Config, error) {
 		c.rules = append(c.rules, b.dom.rules...)
 	}
 	if len(errs) > 0 {
-		return nil, joinErrors(errs)
+		return nil, WithWarnings(joinErrors(errs), warns)
 	}
 	c.warns = sortCapped(warns)
 	slices.Sort(c.names)

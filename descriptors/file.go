@@ -131,11 +131,14 @@ func Parse(filename string, data []byte) (*File, error) {
 	f := d.root(root)
 	f.Name = filename
 	if !d.exhausted {
-		errs, _ := validateFile(f) // New validates again and reports the warnings
+		errs, warns := validateFile(f) // New validates again and reports the warnings
 		d.errs = append(d.errs, errs...)
+		if len(d.errs) > 0 {
+			d.warns = append(d.warns, warns...)
+		}
 	}
 	if len(d.errs) > 0 {
-		return nil, joinErrors(d.errs)
+		return nil, WithWarnings(joinErrors(d.errs), d.warns)
 	}
 	if d.moreWarns > 0 {
 		d.warns = append(d.warns, &Error{File: filename, Reason: fmt.Sprintf("%d more warnings not shown", d.moreWarns)})

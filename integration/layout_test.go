@@ -42,8 +42,8 @@ var allowedImports = map[string][]string{
 	"audit":               {},
 	"audit/redisaudit":    {"audit"},
 	"node":                {"adaptive", "adaptive/redislock", "audit", "audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "bucket", "descriptors", "emergency", "fallback", "override", "override/redisstore", "ruleset", "service", "statsd", "tracing", "xds"},
-	"cmd/rls":             {"audit", "audit/redisaudit", "backend/redis", "cmd/rls/flags", "node", "override", "service"},
-	"cmd/rls/flags":       {"audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "fallback", "node", "override", "ruleset", "service", "statsd", "xds"},
+	"cmd/rls":             {"audit", "audit/redisaudit", "backend/redis", "cmd/rls/flags", "descriptors", "node", "override", "ruleset", "service"},
+	"cmd/rls/flags":       {"audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "fallback", "node", "override", "ruleset", "service", "statsd", "tracing", "xds"},
 	"cmd/rlsbench":        {},
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/fallback"
 	"github.com/sluice-rls/sluice/service"
+	"github.com/sluice-rls/sluice/tracing"
 )
 
 // DefaultFallbackNodesInitial is N for the fallback share while a node has
@@ -122,10 +124,12 @@ type Options struct {
 
 	DrainTimeout time.Duration
 
-	// OpenTelemetry tracing over OTLP/gRPC: off while TracingEndpoint is
-	// empty. TracingSampleRatio samples root traces; a request Envoy sent
-	// with a sampled traceparent is always traced.
+	// OpenTelemetry tracing over OTLP (TracingProtocol: tracing.ProtocolGRPC
+	// or tracing.ProtocolHTTP): off while TracingEndpoint is empty.
+	// TracingSampleRatio samples root traces; a request Envoy sent with a
+	// sampled traceparent is always traced.
 	TracingEndpoint    string
+	TracingProtocol    string
 	TracingSampleRatio float64
 	TracingInsecure    bool
 	Audit              Audit // the audit trail's Redis stream
@@ -207,6 +211,9 @@ func (s Options) Validate() error {
 	}
 	if !(s.TracingSampleRatio >= 0 && s.TracingSampleRatio <= 1) {
 		return fmt.Errorf("--tracing-sample-ratio must be in [0, 1], not %v", s.TracingSampleRatio)
+	}
+	if s.TracingProtocol != "" && !slices.Contains(tracing.Protocols(), s.TracingProtocol) {
+		return fmt.Errorf("--tracing-protocol %q: want %s", s.TracingProtocol, strings.Join(tracing.Protocols(), " or "))
 	}
 	if s.TopRefused < 0 || s.TopRefused > MaxTopRefused {
 		return fmt.Errorf("--top-refused must be in [0, %d], not %d", MaxTopRefused, s.TopRefused)

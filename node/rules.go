@@ -99,12 +99,18 @@ func (r Rules) descriptorOptions() descriptors.Options {
 }
 
 // reloadOn reloads the rules on every signal from hup until ctx is done.
+// Without --config (the embedded example rules) there is no file to read
+// again: a signal is logged and changes nothing.
 func reloadOn(ctx context.Context, hup <-chan os.Signal, r *ruleset.Reloader) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hup:
+			if r.Path == "" {
+				r.Log.Info("SIGHUP: no --config, so no rule file to reload; the embedded example rules stay")
+				continue
+			}
 			r.Log.Info("SIGHUP: reloading rules")
 			_ = r.Reload() // logged and counted by Reload
 		}

@@ -8,17 +8,18 @@ import (
 	"github.com/sluice-rls/sluice/tracing"
 )
 
-// startTracing starts the OTLP exporter of --tracing-endpoint; nil when
-// tracing is off, which a nil Provider's methods take as off too.
+// startTracing starts the OTLP exporter of --tracing-endpoint, which must
+// take an empty export first; nil when tracing is off, which a nil
+// Provider's methods take as off too.
 func startTracing(ctx context.Context, st Options, log *slog.Logger) (*tracing.Provider, error) {
 	traces, err := tracing.New(ctx, tracing.Options{
-		Endpoint: st.TracingEndpoint, Insecure: st.TracingInsecure, SampleRatio: st.TracingSampleRatio, Version: st.Build.Version, Logger: log,
+		Endpoint: st.TracingEndpoint, Protocol: st.TracingProtocol, Insecure: st.TracingInsecure, SampleRatio: st.TracingSampleRatio, Version: st.Build.Version, Logger: log,
 	})
 	if err != nil {
 		return nil, err
 	}
 	if traces != nil {
-		log.Info("tracing on", "endpoint", st.TracingEndpoint, "sample_ratio", st.TracingSampleRatio, "insecure", st.TracingInsecure)
+		log.Info("tracing on", "endpoint", st.TracingEndpoint, "protocol", st.TracingProtocol, "sample_ratio", st.TracingSampleRatio, "insecure", st.TracingInsecure)
 	}
 	return traces, nil
 }

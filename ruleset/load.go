@@ -210,12 +210,15 @@ func (s *ruleSet) build(opts descriptors.Options) (*descriptors.Config, error) {
 		}
 		files = append(files, f)
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
 	for _, name := range s.skipped {
 		opts.LoaderWarnings = append(slices.Clip(opts.LoaderWarnings), &descriptors.Error{File: name,
 			Reason: "not named *.yaml or *.yml, so not read (envoyproxy/ratelimit reads every file of its runtime directory); rename it, or move it out of the rules directory"})
+	}
+	if len(errs) > 0 {
+		// The files that parsed are built too, for their warnings only
+		// (their errors could stem from the files missing).
+		cfg, err := descriptors.New(files, opts)
+		return nil, descriptors.WithWarnings(errors.Join(errs...), append(cfg.Warnings(), descriptors.WarningsOf(err)...))
 	}
 	return descriptors.New(files, opts)
 }

@@ -102,3 +102,38 @@ descriptors:
 		t.Errorf("overflow series counted %v, want 2 (d and e)", got)
 	}
 }
+
+// TestDecisionSeriesOfTypicalRules counts the ratelimit_decisions_total
+// series of the embedded example rules once each rule has decided: 3 per
+// layer the rule has a limit in (ok, over_limit, near_limit), gray="false"
+// only; no fallback layer on the memory backend. A gray request adds the
+// one series it counts in. (On main: 24 per rule, 120 here.)
+func TestDecisionSeriesOfTypicalRules(t *testing.T) {
+	h := newHarness(t, string(ruleset.DefaultRules()))
+	for _, d := range [][]string{
+		{"remote_address=10.0.0.1"},              // local and global: 6
+		{"remote_address=50.0.0.5"},              // global, limit 0: 3
+		{"user_id=alice"},                        // global: 3
+		{"route=/api/orders/7", "user_id=alice"}, // global: 3
+		{"tenant=acme"},                          // local: 3
+		{"route=/healthz"},                       // unlimited: none
+	} {
+		h.call(t, request("edge", desc(d...)))
+	}
+	const want = 18
+	if n := seriesCount(t, h, "ratelimit_decisions_total", "edge"); n != want {
+		t.Errorf("%d ratelimit_decisions_total series for the example rules, want %d", n, want)
+	}
+	for _, sub := range []string{"fallback", "true", "shadow_mode"} {
+		if n := seriesCount(t, h, "ratelimit_decisions_total", sub); n != 0 {
+			t.Errorf("%d series with %s before any such decision", n, sub)
+		}
+	}
+	h.call(t, request("edge", desc("remote_address=10.0.0.2", "gray=true")))
+	if n := seriesCount(t, h, "ratelimit_decisions_total", "true"); n != 1 {
+		t.Errorf("%d gray series after one gray request of one rule, want 1", n)
+	}
+	if got := decisionValue(t, h, "edge", "edge.remote_address", "local", "ok") + decisionValue(t, h, "edge", "edge.remote_address", "global", "ok"); got != 1 {
+		t.Errorf("edge.remote_address gray=false ok decisions: %v, want 1", got)
+	}
+}

@@ -18,7 +18,7 @@ func (s *Server) checkRequest(req *rlsv3.RateLimitRequest) error {
 		return errors.New("empty request")
 	}
 	if req.GetDomain() == "" {
-		return errors.New("domain must not be empty")
+		return errors.New("rate limit domain must not be empty") // envoyproxy/ratelimit's message
 	}
 	if len(req.GetDomain()) > s.opts.MaxValueBytes {
 		return fmt.Errorf("domain is %d bytes, more than the limit of %d", len(req.GetDomain()), s.opts.MaxValueBytes)

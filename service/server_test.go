@@ -298,10 +298,11 @@ func TestInvalidRequests(t *testing.T) {
 		req  *rlsv3.RateLimitRequest
 		want string
 	}{
-		{"empty domain", request("", desc("a=b")), "domain must not be empty"},
+		{"empty domain", request("", desc("a=b")), "rate limit domain must not be empty"},
 		{"too many descriptors", request("edge", desc("a=1"), desc("a=2"), desc("a=3"), desc("a=4")), "4 descriptors"},
 		{"too many entries", request("edge", desc("a=1", "b=2", "c=3")), "3 entries"},
 		{"empty key", request("edge", desc("=v")), "empty key"},
+		{"no descriptors", request("edge"), "rate limit descriptor list must not be empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -310,6 +311,14 @@ func TestInvalidRequests(t *testing.T) {
 				t.Errorf("err = %v, want InvalidArgument containing %q", err, tt.want)
 			}
 		})
+	}
+	// Counted there alone (docs/migrating-from-envoy-ratelimit.md adds it
+	// to ratelimit_requests_total for the peer's total_requests).
+	if got := metricValue(t, h, "ratelimit_invalid_requests_total", nil); got != float64(len(tests)) {
+		t.Errorf("ratelimit_invalid_requests_total = %v, want %d", got, len(tests))
+	}
+	if got := metricValue(t, h, "ratelimit_requests_total", nil); got != 0 {
+		t.Errorf("ratelimit_requests_total = %v after invalid requests, want 0", got)
 	}
 	// The server keeps answering.
 	if got := h.call(t, request("edge", desc("a=b"))).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {

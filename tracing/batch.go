@@ -27,8 +27,10 @@ const (
 // batcher is a span processor that exports sampled spans in batches, as
 // the SDK's batch span processor does, without its cost per span: that one
 // hands every span to its goroutine through a channel, waking it each time
-// (a futex wake, some microseconds of CPU: a third of what tracing at 1%
-// cost a request). Here a finished span is appended under a mutex, and the
+// (a futex wake). BenchmarkProcessor, medians of 5 on a busy 2-core VM, in
+// process CPU per span above no processor: with spans 20µs of work apart
+// (the goroutine parks between two), 0.77 µs here against 2.95 µs for the
+// SDK's; in a burst, 0.71 against 1.09. Here a finished span is appended under a mutex, and the
 // export goroutine wakes when a batch is full or every batch timeout. A
 // span finding the queue full is dropped: a request never waits for the
 // collector.

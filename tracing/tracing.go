@@ -1,6 +1,10 @@
 // Package tracing builds sluice's OpenTelemetry tracer provider: spans are
-// exported over OTLP/gRPC, sampled ParentBased(TraceIDRatioBased(ratio)) so
-// that a trace Envoy sampled is followed whatever the ratio.
+// exported over OTLP (gRPC or HTTP/protobuf), sampled
+// ParentBased(TraceIDRatioBased(ratio)) so that a trace Envoy sampled is
+// followed whatever the ratio. The resource and the exporter read
+// OpenTelemetry's standard variables (OTEL_SERVICE_NAME,
+// OTEL_RESOURCE_ATTRIBUTES, OTEL_EXPORTER_OTLP_HEADERS, ...) from the
+// environment; cmd/rls/flags maps those that have a flag.
 //
 // Nothing here is global: the provider is built by cmd/rls and its Tracer
 // handed to service.Options and backend/redis.Options; otel's global
@@ -18,7 +22,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -32,10 +36,14 @@ const InstrumentationName = "github.com/sluice-rls/sluice"
 
 // Options configures a Provider.
 type Options struct {
-	// Endpoint is the OTLP/gRPC collector's host:port. Empty: tracing off.
+	// Endpoint is the collector: host:port, or a URL whose scheme says
+	// whether TLS is used (http: plaintext). With ProtocolHTTP, a URL
+	// without a path gets /v1/traces. Empty: tracing off.
 	Endpoint string
-	// Insecure sends spans without TLS (plaintext gRPC); otherwise the
-	// collector's certificate is checked against the system roots.
+	// Protocol is ProtocolGRPC (empty: the same) or ProtocolHTTP.
+	Protocol string
+	// Insecure sends spans without TLS; otherwise the collector's
+	// certificate is checked against the system roots.
 	Insecure bool
 	// SampleRatio is the share of root traces sampled, in [0, 1]; a
 	// request whose parent (Envoy's traceparent) is sampled is always
@@ -62,8 +70,11 @@ type Provider struct {
 
 // New starts a Provider exporting to opts.Endpoint. It returns nil, and no
 // error, when opts.Endpoint is empty: tracing is off, and callers pass a
-// nil trace.Tracer on (see Provider.Tracer). The exporter connects lazily:
-// an unreachable collector is no error here; its spans are dropped.
+// nil trace.Tracer on (see Provider.Tracer). It first sends the collector
+// an empty export: a collector that does not take it (unreachable, another
+// protocol, TLS or headers it refuses) is an error here, not spans dropped
+// later. The resource's service.name is ServiceName unless
+// OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES set it.
 func New(ctx context.Context, opts Options) (*Provider, error) {
 	if opts.Endpoint == "" && opts.Exporter == nil {
 		return nil, nil
@@ -73,19 +84,23 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}
 	exp := opts.Exporter
 	if exp == nil {
-		eopts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(opts.Endpoint)}
-		if opts.Insecure {
-			eopts = append(eopts, otlptracegrpc.WithInsecure())
+		if err := probe(ctx, opts); err != nil {
+			return nil, err
 		}
-		var err error
-		if exp, err = otlptracegrpc.New(ctx, eopts...); err != nil {
+		client, err := newClient(opts, true)
+		if err != nil {
+			return nil, err
+		}
+		if exp, err = otlptrace.New(ctx, client); err != nil {
 			return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
 		}
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
-		attribute.String("service.name", ServiceName),
-		attribute.String("service.version", opts.Version),
-	))
+	// Later detectors win: the environment's over sluice's defaults.
+	res, err := resource.New(ctx,
+		resource.WithTelemetrySDK(),
+		resource.WithAttributes(attribute.String("service.name", ServiceName), attribute.String("service.version", opts.Version)),
+		resource.WithFromEnv(),
+	)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("tracing: resource: %w", err), exp.Shutdown(ctx))
 	}

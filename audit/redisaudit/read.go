@@ -18,6 +18,10 @@ type Ranger interface {
 	XRevRangeN(ctx context.Context, stream, start, stop string, count int64) *goredis.XMessageSliceCmd
 }
 
+// KindInvalid is the kind Read gives an entry of the stream that does not
+// decode; its Reason says why.
+const KindInvalid = "invalid"
+
 // Query selects the events Read returns.
 type Query struct {
 	Stream string    // key of the stream; "": DefaultStream
@@ -100,7 +104,7 @@ func decode(m goredis.XMessage) audit.Event {
 	}
 	if len(problems) > 0 {
 		e.Reason = fmt.Sprintf("stream entry %s does not decode: %v", m.ID, problems)
-		e.Kind = "invalid"
+		e.Kind = KindInvalid
 	}
 	return e
 }

@@ -94,6 +94,27 @@ func TestParseURLBackstop(t *testing.T) {
 	}
 }
 
+// TestParseURLErrorShortPassword: a password that is a common substring
+// (here "e") is hidden by its place in the URL; the rest of the message is
+// intact, so that it neither garbles the error nor shows where the
+// password's letters are.
+func TestParseURLErrorShortPassword(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{"redis://user:e@h:1/x", "sentinel://user:e@m@s1:1/x"} {
+		_, err := redisbackend.ParseURL(in, 0)
+		if err == nil {
+			t.Fatalf("ParseURL(%q) succeeded", in)
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, "user:xxxxx@") || !strings.Contains(msg, "parse redis address") || strings.Contains(msg, ":e@") {
+			t.Errorf("ParseURL(%q) error %q; want the address with user:xxxxx@ and the message intact", in, msg)
+		}
+		if !strings.Contains(msg, "database") {
+			t.Errorf("ParseURL(%q) error %q; want it to name the bad database", in, msg)
+		}
+	}
+}
+
 func TestParseURLErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ in, wantErr string }{

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/sluice-rls/sluice/audit"
 	"github.com/sluice-rls/sluice/audit/redisaudit"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/node"
 	"github.com/sluice-rls/sluice/override"
 )
@@ -46,15 +48,16 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	ca := fs.String("redis-ca", getenv("RLS_REDIS_CA"), "CA bundle (PEM) to verify Redis' TLS certificate (default: $RLS_REDIS_CA, else the system roots)")
 	stream := fs.String("stream", redisaudit.DefaultStream, "key of the audit stream (rls serve --audit-stream)")
 	count := fs.Int("count", 20, "most events printed (0: all the stream holds)")
-	since := fs.Duration("since", 0, "only events of the last `duration`, e.g. 1h (0: all)")
-	kind := fs.String("kind", "", "only events of this kind: reload, override.set, override.remove, override.expire, override.restore, applied, or a pattern such as override.* (default: all)")
+	var since time.Duration
+	flags.DurationVar(fs, &since, "since", 0, "only events of the last `duration`, e.g. 1h or 1d (0: all)")
+	kind := fs.String("kind", "", "only events of this kind: "+strings.Join(audit.Kinds(), ", ")+", "+redisaudit.KindInvalid+" (entries that do not decode), or a pattern matching some, such as override.* (default: all)")
 	asJSON := fs.Bool("json", false, "print one JSON object per event")
 	timeout := fs.Duration("timeout", 5*time.Second, "deadline of the whole read")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, auditUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+	if err := flags.ParseInterspersed(fs, args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
 		return errUsage
@@ -66,8 +69,12 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	case *url == "":
 		fmt.Fprintln(stderr, "rls audit: --redis is required")
 		return errUsage
-	case *count < 0 || *since < 0 || *timeout <= 0:
+	case *count < 0 || since < 0 || *timeout <= 0:
 		fmt.Fprintln(stderr, "rls audit: --count and --since must not be negative, --timeout must be positive")
+		return errUsage
+	}
+	if err := checkKind(*kind); err != nil {
+		fmt.Fprintln(stderr, "rls audit:", err)
 		return errUsage
 	}
 	opts, err := redisbackend.ParseURL(*url, *timeout)
@@ -82,8 +89,8 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	client := goredis.NewUniversalClient(opts)
 	defer client.Close()
 	q := redisaudit.Query{Stream: *stream, Count: *count, Kind: *kind}
-	if *since > 0 {
-		q.Since = clockwork.NewRealClock().Now().Add(-*since)
+	if since > 0 {
+		q.Since = clockwork.NewRealClock().Now().Add(-since)
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -103,6 +110,25 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		fmt.Fprintln(stdout, auditLine(e))
 	}
 	return nil
+}
+
+// checkKind refuses a --kind pattern that is malformed or matches no kind
+// of event: a mistyped kind would otherwise print nothing and exit 0.
+func checkKind(pattern string) error {
+	if pattern == "" {
+		return nil
+	}
+	kinds := append(audit.Kinds(), redisaudit.KindInvalid)
+	for _, k := range kinds {
+		ok, err := path.Match(pattern, k)
+		if err != nil {
+			return fmt.Errorf("--kind pattern %q: %w", pattern, err)
+		}
+		if ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("--kind %q matches no kind of event (%s)", pattern, strings.Join(kinds, ", "))
 }
 
 // auditLine renders one event on one line: its time (UTC, milliseconds),

@@ -149,6 +149,8 @@ func TestAuditCommandErrors(t *testing.T) {
 		{"bad url", []string{"--redis", "redis://user:s3cret@host:notaport"}, "--redis"},
 		{"closed port", []string{"--redis", "127.0.0.1:1", "--timeout", "2s"}, "reading audit stream"},
 		{"bad kind", []string{"--redis", "127.0.0.1:1", "--kind", "["}, "kind pattern"},
+		{"mistyped kind", []string{"--redis", "127.0.0.1:1", "--kind", "relaod"}, `--kind "relaod" matches no kind of event`},
+		{"since in days", []string{"--redis", "127.0.0.1:1", "--since", "1d", "--timeout", "2s"}, "reading audit stream"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, errOut, err := rlsAudit(tt.args...)

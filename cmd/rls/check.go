@@ -1,20 +1,24 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/node"
 	"github.com/sluice-rls/sluice/service"
 )
@@ -42,26 +46,31 @@ TLS: --tls-ca (or --tls-cert) switches to TLS and verifies the server;
 // code, one line per descriptor and the headers the server adds. It
 // returns nil on OK, errOverLimit on OVER_LIMIT, errUsage or a checkError
 // otherwise.
-func check(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func check(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8081", "gRPC address of the server")
 	domain := fs.String("domain", "edge", "rate-limit domain")
 	hits := fs.Uint("hits", 0, "hits_addend of the request (0 = 1)")
 	timeout := fs.Duration("timeout", 2*time.Second, "deadline of the call")
+	secretKey := fs.String("emergency-key", cmp.Or(getenv(flags.EnvName("emergency-key")), "emergency"), "descriptor key whose values are never printed: the server's --emergency-key (default: $RLS_EMERGENCY_KEY, else emergency)")
 	var tf checkTLSFlags
 	tf.register(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, checkUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+	if err := flags.ParseInterspersed(fs, args); errors.Is(err, flag.ErrHelp) {
 		return nil // -h printed the usage, as asked
 	} else if err != nil {
 		return errUsage
 	}
 	if err := tf.validate(); err != nil {
 		fmt.Fprintln(stderr, "rls check:", err)
+		return errUsage
+	}
+	if *hits > math.MaxUint32 {
+		fmt.Fprintf(stderr, "rls check: --hits %d: at most %d\n", *hits, uint32(math.MaxUint32))
 		return errUsage
 	}
 	req := &rlsv3.RateLimitRequest{Domain: *domain, HitsAddend: uint32(*hits)}
@@ -92,7 +101,10 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return checkError{fmt.Errorf("ShouldRateLimit on %s: %w", *addr, err)}
 	}
-	printResponse(stdout, fs.Args(), resp)
+	printResponse(stdout, req.GetDescriptors(), *secretKey, resp)
+	if noLimit(resp) {
+		fmt.Fprintf(stderr, "rls check: no rule of domain %q matched: is the domain right (--domain, default edge)? /rlconfig on the server's HTTP address lists its rules\n", *domain)
+	}
 	switch resp.GetOverallCode() {
 	case rlsv3.RateLimitResponse_OK:
 		return nil
@@ -161,10 +173,30 @@ func (f checkTLSFlags) config() (*tls.Config, error) {
 	return cfg, nil
 }
 
-func printResponse(w io.Writer, args []string, resp *rlsv3.RateLimitResponse) {
+// noLimit reports an OK answer in which no descriptor met a limit: what a
+// domain without rules, or descriptors no rule matches, get.
+func noLimit(resp *rlsv3.RateLimitResponse) bool {
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		return false
+	}
+	for _, st := range resp.GetStatuses() {
+		if st.GetCurrentLimit() != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// printResponse prints the answer to the descriptors ds, the values of
+// secretKey's entries hidden.
+func printResponse(w io.Writer, ds []*ratelimitv3.RateLimitDescriptor, secretKey string, resp *rlsv3.RateLimitResponse) {
 	fmt.Fprintln(w, resp.GetOverallCode())
 	for i, st := range resp.GetStatuses() {
-		line := fmt.Sprintf("  %s: %s", args[i], st.GetCode())
+		desc := "?"
+		if i < len(ds) {
+			desc = descriptorString(ds[i], secretKey)
+		}
+		line := fmt.Sprintf("  %s: %s", desc, st.GetCode())
 		if l := st.GetCurrentLimit(); l != nil {
 			unit := strings.ToLower(l.GetUnit().String())
 			if m := l.GetUnitMultiplier().GetValue(); m > 1 {
@@ -174,7 +206,7 @@ func printResponse(w io.Writer, args []string, resp *rlsv3.RateLimitResponse) {
 			if l.GetName() != "" {
 				line += " (" + l.GetName() + ")"
 			}
-			line += fmt.Sprintf(", remaining %d, full in %v", st.GetLimitRemaining(), st.GetDurationUntilReset().AsDuration())
+			line += fmt.Sprintf(", remaining %d, full in %v", st.GetLimitRemaining(), flags.FormatDuration(st.GetDurationUntilReset().AsDuration()))
 		} else {
 			line += ", no limit"
 		}
@@ -186,4 +218,18 @@ func printResponse(w io.Writer, args []string, resp *rlsv3.RateLimitResponse) {
 	if len(resp.GetRawBody()) > 0 {
 		fmt.Fprintf(w, "  body %s\n", resp.GetRawBody())
 	}
+}
+
+// descriptorString is d as rls check takes it, key=value,..., with the
+// values of secretKey's entries replaced by ***.
+func descriptorString(d *ratelimitv3.RateLimitDescriptor, secretKey string) string {
+	parts := make([]string, len(d.GetEntries()))
+	for i, e := range d.GetEntries() {
+		v := e.GetValue()
+		if e.GetKey() == secretKey {
+			v = "***"
+		}
+		parts[i] = e.GetKey() + "=" + v
+	}
+	return strings.Join(parts, ",")
 }

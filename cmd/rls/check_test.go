@@ -6,11 +6,14 @@ import (
 	"crypto/tls"
 	"net"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-rls/sluice/internal/pkitest"
 )
@@ -111,10 +114,102 @@ func withArgs(args []string) []string { return append([]string(nil), args...) }
 // TestCheckHelp: -h prints the usage and succeeds; it used to exit 2.
 func TestCheckHelp(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if err := check(context.Background(), []string{"-h"}, &stdout, &stderr); err != nil {
+	if err := check(context.Background(), []string{"-h"}, &stdout, &stderr, func(string) string { return "" }); err != nil {
 		t.Fatalf("check -h = %v, want nil", err)
 	}
 	if !strings.Contains(stderr.String(), "-domain") {
 		t.Errorf("check -h printed no usage: %q", stderr.String())
+	}
+}
+
+// limitRLS answers domain edge OK with a limit of 10/second and
+// 962.166254ms until the bucket is full, other domains OK without a limit
+// (as sluice answers a domain it has no rules for); it keeps the last
+// request.
+type limitRLS struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	mu   sync.Mutex
+	last *rlsv3.RateLimitRequest
+}
+
+func (s *limitRLS) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	s.mu.Lock()
+	s.last = req
+	s.mu.Unlock()
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+	for range req.GetDescriptors() {
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		if req.GetDomain() == "edge" {
+			st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: 10, Unit: rlsv3.RateLimitResponse_RateLimit_SECOND}
+			st.LimitRemaining = 9
+			st.DurationUntilReset = durationpb.New(962166254 * time.Nanosecond)
+		}
+		resp.Statuses = append(resp.Statuses, st)
+	}
+	return resp, nil
+}
+
+func (s *limitRLS) lastRequest() *rlsv3.RateLimitRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
+// startLimitRLS serves a limitRLS on 127.0.0.1, plaintext.
+func startLimitRLS(t *testing.T) (*limitRLS, string) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &limitRLS{}
+	s := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(s, srv)
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	return srv, lis.Addr().String()
+}
+
+// TestCheckFlagsAfterDescriptors: a flag after a descriptor is a flag
+// (on main --hits was read as a descriptor: exit 2); after --, an argument
+// is a descriptor even when it starts with a dash.
+func TestCheckFlagsAfterDescriptors(t *testing.T) {
+	srv, addr := startLimitRLS(t)
+	code, stdout, stderr := runRLS(t, nil, "check", "--addr", addr, "user_id=a", "--hits", "21")
+	if code != 0 || srv.lastRequest().GetHitsAddend() != 21 {
+		t.Errorf("check user_id=a --hits 21: exit %d, hits_addend %d; stdout %q, stderr %q; want exit 0, 21", code, srv.lastRequest().GetHitsAddend(), stdout, stderr)
+	}
+	code, _, stderr = runRLS(t, nil, "check", "--addr", addr, "--", "-x=1")
+	if code != 0 || srv.lastRequest().GetDescriptors()[0].GetEntries()[0].GetKey() != "-x" {
+		t.Errorf("check -- -x=1: exit %d, stderr %q, request %v; want descriptor -x=1", code, stderr, srv.lastRequest())
+	}
+	if code, _, stderr := runRLS(t, nil, "check", "--addr", addr, "user_id=a", "--hits", "4294967296"); code != 2 || !strings.Contains(stderr, "--hits") {
+		t.Errorf("check --hits 2^32: exit %d, stderr %q; want a usage error (exit 2), not a silent wrap to 0", code, stderr)
+	}
+}
+
+// TestCheckOutput: durations are rounded (on main "962.166254ms"), the
+// emergency key's value is never printed (on main it was echoed), and an
+// answer without any limit says why it may be (on main: OK, no hint).
+func TestCheckOutput(t *testing.T) {
+	_, addr := startLimitRLS(t)
+	code, stdout, stderr := runRLS(t, nil, "check", "--addr", addr, "user_id=a", "emergency=s3cret-value,user_id=b")
+	if code != 0 || !strings.Contains(stdout, "full in 962ms") || strings.Contains(stdout, "962.1") {
+		t.Errorf("check: exit %d, stdout %q; want exit 0 and full in 962ms", code, stdout)
+	}
+	if strings.Contains(stdout+stderr, "s3cret") || !strings.Contains(stdout, "emergency=***,user_id=b") {
+		t.Errorf("check with an emergency entry printed %q, %q; want its value hidden", stdout, stderr)
+	}
+	if strings.Contains(stderr, "no rule") {
+		t.Errorf("check on a limited domain: stderr %q, want no hint", stderr)
+	}
+	env := map[string]string{"RLS_EMERGENCY_KEY": "break_glass"}
+	if _, stdout, _ := runRLS(t, env, "check", "--addr", addr, "break_glass=s3cret-value"); strings.Contains(stdout, "s3cret") {
+		t.Errorf("check with RLS_EMERGENCY_KEY=break_glass printed %q, want the value hidden", stdout)
+	}
+
+	code, stdout, stderr = runRLS(t, nil, "check", "--addr", addr, "--domain", "egde", "user_id=a")
+	if code != 0 || !strings.HasPrefix(stdout, "OK") || !strings.Contains(stderr, `no rule of domain "egde" matched`) {
+		t.Errorf("check --domain egde: exit %d, stdout %q, stderr %q; want OK and a hint on stderr", code, stdout, stderr)
 	}
 }

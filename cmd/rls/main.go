@@ -81,7 +81,9 @@ const usage = `usage:
                                        most per rule; exit 0 answered, 2 error
   rls override set|list|rm [flags]     change a running fleet's runtime overrides through the
                                        admin address (rls override -h; docs/operating-limits.md)
-  rls version                          print the version, commit and Go version
+  rls version [--json]                 print the version, commit and Go version
+
+Flags may come before or after the arguments; after --, everything is an argument.
 `
 
 // run executes one rls command.
@@ -96,7 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "validate":
 		return validate(args[1:], stdout, stderr, getenv)
 	case "check":
-		return check(ctx, args[1:], stdout, stderr)
+		return check(ctx, args[1:], stdout, stderr, getenv)
 	case "audit":
 		return auditCmd(ctx, args[1:], stdout, stderr, getenv)
 	case "usage":
@@ -104,8 +106,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "override":
 		return overrideCmd(ctx, args[1:], stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, currentBuild())
-		return nil
+		return versionCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/node"
 	"github.com/sluice-rls/sluice/override"
 )
@@ -62,6 +63,15 @@ func overrideCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprint(stderr, overrideUsage)
 		return errUsage
 	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, overrideUsage)
+		return nil
+	case "set", "list", "rm":
+	default:
+		fmt.Fprintf(stderr, "rls override: unknown subcommand %q\n%s", args[0], overrideUsage)
+		return errUsage
+	}
 	fs := flag.NewFlagSet("override "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -93,9 +103,9 @@ func overrideCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fs.BoolVar(&shadow, "shadow", false, "shadow the rule or domain: decide and count, answer OK (needs --domain and --expires, as --allow)")
 		fs.StringVar(&req.Reason, "reason", "", "why (required; recorded in the audit log)")
 		fs.StringVar(&req.Note, "note", "", "free text stored with the override")
-		fs.DurationVar(&expires, "expires", 0, "stop applying after this long (e.g. 2h; required with --allow, --shadow, a --scale above 1 or a higher --limit, at most the server's --override-max-expiry, default 24h)")
+		flags.DurationVar(fs, &expires, "expires", 0, "stop applying after this `duration` (e.g. 2h or 1d; required with --allow, --shadow, a --scale above 1 or a higher --limit, at most the server's --override-max-expiry, default 24h)")
 	}
-	if err := fs.Parse(args[1:]); errors.Is(err, flag.ErrHelp) {
+	if err := flags.ParseInterspersed(fs, args[1:]); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
 		return errUsage
@@ -157,8 +167,7 @@ func overrideCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintf(stdout, "set %s\n", out.String())
 		return nil
 	}
-	fmt.Fprintf(stderr, "rls override: unknown subcommand %q\n%s", args[0], overrideUsage)
-	return errUsage
+	return errUsage // not reached: the subcommand was checked above
 }
 
 // call sends one request to /overrides and decodes the answer into out.

@@ -76,7 +76,8 @@ func TestOverrideCLIWithToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errOut bytes.Buffer
-	if err := run(context.Background(), []string{"override", "rm", "--addr", addr, "--token-file", ctok, "--reason", "promo over", l[0].ID}, &out, &errOut, noEnv); err != nil {
+	// Flags after the ID (on main: a usage error).
+	if err := run(context.Background(), []string{"override", "rm", "--addr", addr, "--token-file", ctok, l[0].ID, "--reason", "promo over"}, &out, &errOut, noEnv); err != nil {
 		t.Fatalf("rls override rm: %v\n%s", err, errOut.String())
 	}
 	out.Reset()
@@ -87,6 +88,12 @@ func TestOverrideCLIWithToken(t *testing.T) {
 	err = run(context.Background(), []string{"override", "set", "--addr", addr, "--token-file", ctok, "--domain", "edge", "--rule", "edge.login", "--scale", "2", "--reason", "r"}, &out, &errOut, noEnv)
 	if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), "protected rule edge.login: cannot be scaled above 1") {
 		t.Errorf("rls override set --scale 2 on a protected rule: %v (exit %d), want refused, exit 1", err, exitCode(err))
+	}
+	// Days in --expires (on main: invalid value "1d").
+	out.Reset()
+	err = run(context.Background(), []string{"override", "set", "--addr", addr, "--token-file", ctok, "--domain", "edge", "--rule", "edge.user_id", "--scale", "1.5", "--reason", "promo", "--expires", "1d"}, &out, &errOut, noEnv)
+	if err != nil || !strings.Contains(out.String(), "scale") {
+		t.Errorf("rls override set --expires 1d: %v, printed %q, %q", err, out.String(), errOut.String())
 	}
 	out.Reset()
 	if err := run(context.Background(), []string{"override", "list", "--addr", addr, "--token-file", ctok}, &out, &errOut, noEnv); err != nil ||
@@ -146,5 +153,19 @@ func TestOverrideListEscapesText(t *testing.T) {
 	line := auditLine(audit.Event{Kind: audit.KindOverrideSet, Author: "eve\x1b[2J", Reason: "r\r", Changes: []audit.Change{{What: "domain edge where user_id=\x1b[1m", Old: "", New: "block"}}})
 	if strings.ContainsAny(line, "\x1b\r") {
 		t.Errorf("rls audit line %q: raw control characters", line)
+	}
+}
+
+// TestOverrideHelp: rls override -h (or --help, help) prints the usage and
+// exits 0 (on main: unknown subcommand, exit 2); a subcommand's -h too.
+func TestOverrideHelp(t *testing.T) {
+	for _, args := range [][]string{{"override", "-h"}, {"override", "--help"}, {"override", "help"}, {"override", "set", "-h"}} {
+		code, stdout, stderr := runRLS(t, nil, args...)
+		if code != 0 || !strings.Contains(stdout+stderr, "rls override set") || strings.Contains(stderr, "unknown subcommand") {
+			t.Errorf("rls %q: exit %d, stdout %q, stderr %q; want the usage, exit 0", args, code, stdout, stderr)
+		}
+	}
+	if code, _, stderr := runRLS(t, nil, "override", "sett"); code != 2 || !strings.Contains(stderr, `unknown subcommand "sett"`) {
+		t.Errorf("rls override sett: exit %d, stderr %q; want unknown subcommand, exit 2", code, stderr)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/node"
@@ -34,6 +35,9 @@ func newNode(ctx context.Context, args []string, stderr io.Writer, getenv func(s
 	log := newLogger(st.LogLevel, st.LogFormat, stderr)
 	for _, n := range st.PeerNotes {
 		log.Log(ctx, n.Level, n.Msg, n.Args...)
+	}
+	for _, w := range flags.UnknownEnv(os.Environ()) {
+		log.Warn(w)
 	}
 	opts := st.Options
 	opts.Logger = log

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/node"
 	"github.com/sluice-rls/sluice/service"
 )
@@ -50,7 +51,7 @@ func usageCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprint(stderr, usageUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+	if err := flags.ParseInterspersed(fs, args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
 		return errUsage

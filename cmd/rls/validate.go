@@ -5,9 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
+	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/ruleset"
 )
 
 // validate checks rule files or directories as the one rule set serve
@@ -22,14 +25,25 @@ func validate(args []string, stdout, stderr io.Writer, getenv func(string) strin
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	for _, w := range flags.UnknownEnv(os.Environ()) {
+		fmt.Fprintln(stderr, "rls validate: warning:", w)
+	}
 	cfg, err := v.Rules.Load(v.Paths...)
+	warns := cfg.Warnings()
 	if err != nil {
 		fmt.Fprintln(stderr, err)
-		return errors.New("invalid rule files")
+		warns = descriptors.WarningsOf(err)
 	}
-	warns := cfg.Warnings()
 	for _, w := range warns {
 		fmt.Fprintln(stderr, "warning:", w)
+	}
+	if err != nil && !errors.As(err, new(*descriptors.Error)) && !errors.Is(err, ruleset.ErrRulesTooLarge) {
+		// No rule was read: a path that is missing, unreadable or no
+		// regular file is the command line's error, as a usage error.
+		return fmt.Errorf("%w: rule files not read", errUsage)
+	}
+	if err != nil {
+		return errors.New("invalid rule files")
 	}
 	if v.Strict && len(warns) > 0 {
 		return fmt.Errorf("%d warnings (--strict)", len(warns))

@@ -82,9 +82,12 @@ func TestValidateMergeDomains(t *testing.T) {
 	if code, _, stderr := runRLS(t, nil, "validate", dir); code != 1 || !strings.Contains(stderr, "b.yaml") {
 		t.Errorf("validate dir without --merge-domains: exit %d, stderr %q; want exit 1 naming b.yaml", code, stderr)
 	}
-	// Flags go before the paths: after one, a flag is a path.
-	if code, _, stderr := runRLS(t, nil, "validate", dir, "--merge-domains"); code != 1 || !strings.Contains(stderr, "--merge-domains: no such file") {
-		t.Errorf("validate dir --merge-domains: exit %d, stderr %q; want --merge-domains read as a missing path", code, stderr)
+	// Flags may follow the paths; after --, a flag is a path.
+	if code, stdout, stderr := runRLS(t, nil, "validate", dir, "--merge-domains"); code != 0 || !strings.Contains(stdout, "ok, 2 rules") {
+		t.Errorf("validate dir --merge-domains: exit %d, stdout %q, stderr %q; want ok, 2 rules", code, stdout, stderr)
+	}
+	if code, _, stderr := runRLS(t, nil, "validate", dir, "--", "--merge-domains"); code != 2 || !strings.Contains(stderr, "--merge-domains: no such file") {
+		t.Errorf("validate dir -- --merge-domains: exit %d, stderr %q; want --merge-domains read as a missing path (exit 2)", code, stderr)
 	}
 }
 
@@ -165,5 +168,49 @@ func TestValidateDefaultRules(t *testing.T) {
 	path := writeRuleFile(t, t.TempDir(), "default.yaml", string(ruleset.DefaultRules()))
 	if code, stdout, stderr := runRLS(t, nil, "validate", "--strict", path); code != 0 || !strings.Contains(stdout, ": ok,") {
 		t.Errorf("validate --strict <embedded rules>: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// TestValidateWarningsWithErrors: when a rule set has errors, its warnings
+// are printed too (on main they were hidden until the errors were fixed),
+// those of the file in error as those of the others; --strict after the
+// path is a flag (on main it was read as a missing file).
+func TestValidateWarningsWithErrors(t *testing.T) {
+	dir := t.TempDir()
+	peer := writeRuleFile(t, dir, "peer.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n")
+	bad := writeRuleFile(t, dir, "bad.yaml", "domain: e\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n  - key: x\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	code, _, stderr := runRLS(t, nil, "validate", peer, bad, "--strict")
+	if code != 1 || !strings.Contains(stderr, "fortnight") {
+		t.Fatalf("validate peer.yaml bad.yaml --strict: exit %d, stderr %q; want exit 1 naming the bad unit", code, stderr)
+	}
+	for _, f := range []string{peer, bad} {
+		if !strings.Contains(stderr, "warning: "+f+":5:13: rate_limit has a unit but no requests_per_unit") {
+			t.Errorf("validate with an error: stderr %q lacks the warning of %s", stderr, f)
+		}
+	}
+}
+
+// TestValidateExitCodes: a rule problem exits 1; a path that cannot be
+// read is the command line's mistake and exits 2, as a usage error (on
+// main: 1).
+func TestValidateExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.yaml")
+	if code, _, stderr := runRLS(t, nil, "validate", missing); code != 2 || !strings.Contains(stderr, "missing.yaml") {
+		t.Errorf("validate missing.yaml: exit %d, stderr %q; want exit 2 naming the file", code, stderr)
+	}
+	bad := writeRuleFile(t, dir, "bad.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	if code, _, stderr := runRLS(t, nil, "validate", bad); code != 1 || !strings.Contains(stderr, "fortnight") {
+		t.Errorf("validate bad.yaml: exit %d, stderr %q; want exit 1", code, stderr)
+	}
+}
+
+// TestValidateWarnsOfUnknownRLSVariables: a mistyped RLS_* variable is
+// named on stderr (on main it was ignored without a word).
+func TestValidateWarnsOfUnknownRLSVariables(t *testing.T) {
+	t.Setenv("RLS_STIRCT", "true")
+	path := writeRuleFile(t, t.TempDir(), "a.yaml", domainRules("d", "ka"))
+	if code, _, stderr := runRLS(t, nil, "validate", path); code != 0 || !strings.Contains(stderr, "RLS_STIRCT is set, but no flag reads it: did you mean RLS_STRICT?") {
+		t.Errorf("RLS_STIRCT=true validate: exit %d, stderr %q; want a warning naming RLS_STRICT", code, stderr)
 	}
 }

@@ -1,11 +1,49 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
 	"runtime"
 	"runtime/debug"
 
+	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/node"
 )
+
+// versionCmd prints the build of the running binary: one line, or with
+// --json one object {"version", "commit", "go_version"}.
+func versionCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print a JSON object: version, commit, go_version")
+	if err := flags.ParseInterspersed(fs, args); errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "rls version: no arguments expected, got %q\n", fs.Args())
+		return errUsage
+	}
+	b := currentBuild()
+	if !*asJSON {
+		fmt.Fprintln(stdout, b)
+		return nil
+	}
+	out, err := json.Marshal(struct {
+		Version   string `json:"version"`
+		Commit    string `json:"commit"`
+		GoVersion string `json:"go_version"`
+	}{b.Version, b.Commit, b.GoVersion})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s\n", out)
+	return nil
+}
 
 // Set at link time by `make build` and the Dockerfile:
 //

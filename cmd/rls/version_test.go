@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -77,5 +79,22 @@ func TestBuildFallbacks(t *testing.T) {
 		if got := commitOf(tt.info); got != tt.comm {
 			t.Errorf("%s: commit %q, want %q", tt.name, got, tt.comm)
 		}
+	}
+}
+
+// TestRunVersionJSON: rls version --json prints one JSON object (on main
+// --json was ignored).
+func TestRunVersionJSON(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"version", "--json"}, &out, &out, noEnv); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]string
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("rls version --json printed %q: %v", out.String(), err)
+	}
+	b := currentBuild()
+	if want := map[string]string{"version": b.Version, "commit": b.Commit, "go_version": b.GoVersion}; !maps.Equal(got, want) {
+		t.Errorf("rls version --json = %v, want %v", got, want)
 	}
 }

@@ -1,13 +1,19 @@
 // Package otlptest is an in-process OpenTelemetry collector for tests: a
-// real gRPC server on 127.0.0.1 implementing OTLP's TraceService, which
-// keeps every span it receives.
+// real server on 127.0.0.1 taking OTLP traces over gRPC (Start, OTLP's
+// TraceService) or HTTP/protobuf (StartHTTP, POST /v1/traces), which keeps
+// every span it receives and the headers of the last export.
 package otlptest
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/hex"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +22,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 )
 
 // Span is one received span with its resource's attributes.
@@ -70,7 +78,8 @@ type Collector struct {
 	addr    string
 	mu      sync.Mutex
 	spans   []Span
-	exports int // Export calls received
+	exports int                 // Export calls received
+	header  map[string][]string // of the last export: gRPC metadata or HTTP headers, lower-case keys
 }
 
 // Start serves a Collector on 127.0.0.1 (plaintext) until the test ends.
@@ -95,14 +104,85 @@ func Start(t testing.TB) *Collector {
 	return c
 }
 
+// StartHTTP serves a Collector taking OTLP/HTTP (protobuf, gzip or not)
+// on POST /v1/traces at 127.0.0.1 (plaintext) until the test ends.
+func StartHTTP(t testing.TB) *Collector {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("otlptest: %v", err)
+	}
+	c := &Collector{addr: lis.Addr().String()}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/traces", c.serveHTTP)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		<-done
+	})
+	return c
+}
+
+// serveHTTP is OTLP/HTTP's trace export: a protobuf
+// ExportTraceServiceRequest in, an ExportTraceServiceResponse out.
+func (c *Collector) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	var body io.Reader = r.Body
+	if r.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		body = zr
+	}
+	data, err := io.ReadAll(io.LimitReader(body, 64<<20))
+	req := &collectortrace.ExportTraceServiceRequest{}
+	if err == nil {
+		err = proto.Unmarshal(data, req)
+	}
+	if err != nil || r.Header.Get("Content-Type") != "application/x-protobuf" {
+		http.Error(w, fmt.Sprintf("want a protobuf ExportTraceServiceRequest: %v", err), http.StatusBadRequest)
+		return
+	}
+	header := map[string][]string{}
+	for k, v := range r.Header {
+		header[strings.ToLower(k)] = v
+	}
+	c.keep(req, header)
+	out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(out)
+}
+
 // Addr is the collector's host:port, for --tracing-endpoint.
 func (c *Collector) Addr() string { return c.addr }
 
+// Header returns the values of the header (gRPC metadata for Start) key,
+// lower-case, of the last export received.
+func (c *Collector) Header(key string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.header[key]
+}
+
 // Export implements OTLP's TraceService: it keeps the request's spans.
-func (c *Collector) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+func (c *Collector) Export(ctx context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	c.keep(req, md)
+	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+// keep stores the spans of one export, and its headers.
+func (c *Collector) keep(req *collectortrace.ExportTraceServiceRequest, header map[string][]string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.exports++
+	c.header = header
 	for _, rs := range req.GetResourceSpans() {
 		res := map[string]string{}
 		for _, kv := range rs.GetResource().GetAttributes() {
@@ -114,7 +194,6 @@ func (c *Collector) Export(_ context.Context, req *collectortrace.ExportTraceSer
 			}
 		}
 	}
-	return &collectortrace.ExportTraceServiceResponse{}, nil
 }
 
 // Spans returns the spans received so far.

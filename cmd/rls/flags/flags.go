@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
 	"github.com/sluice-rls/sluice/statsd"
+	"github.com/sluice-rls/sluice/tracing"
 )
 
 // registerRules registers the rule-loading flags onto r.
@@ -64,6 +65,31 @@ type Serve struct {
 // flag.ErrHelp.
 func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve, error) {
 	var s Serve
+	fs := newServeFlagSet(&s, out)
+	if err := parse(fs, args, getenv); err != nil {
+		return s, err
+	}
+	var err error
+	if fs.NArg() > 0 {
+		err = fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	} else if s.PeerNotes, err = applyPeerEnv(fs, s.PeerEnv, getenv, explicitFlags(fs, getenv)); err == nil {
+		// After the peer's variables: those it mapped win too.
+		if err = applyOTelEnv(fs, getenv, explicitFlags(fs, getenv)); err == nil {
+			err = s.Validate()
+		}
+	}
+	if err == nil && s.Config == "" && s.XDS.Server == "" && !s.ExampleRules && getenv("KUBERNETES_SERVICE_HOST") != "" {
+		err = errExampleRulesInKubernetes
+	}
+	if err != nil {
+		fmt.Fprintln(out, "rls serve:", err)
+	}
+	return s, err
+}
+
+// newServeFlagSet registers the flags of `rls serve` onto s, in a flag set
+// printing its errors and usage to out.
+func newServeFlagSet(s *Serve, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
@@ -126,30 +152,15 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 	fs.StringVar(&s.AdminTLSClientCA, "admin-tls-client-ca", "", "CA bundle (PEM) for operators' client certificates on the admin address (needs --tls-cert); enables mTLS there, and the certificate's subject authors /overrides calls. --tls-client-ca (Envoy's) never applies to the admin address; with it, a non-loopback --admin-addr needs this flag")
 	fs.StringVar(&s.AdminTLSClientSAN, "admin-tls-client-san", "", "with --admin-tls-client-ca, comma-separated names an operator's certificate must carry one of, as --tls-client-san (default: any certificate that CA signed)")
 	fs.DurationVar(&s.DrainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may take to finish")
-	fs.StringVar(&s.TracingEndpoint, "tracing-endpoint", "", "OpenTelemetry collector (OTLP/gRPC) host:port to send traces to (default: tracing off)")
-	fs.Float64Var(&s.TracingSampleRatio, "tracing-sample-ratio", node.DefaultTracingSampleRatio, "share of requests traced when Envoy sent no trace context, in [0, 1]; Envoy's sampling decision wins when it sent one")
-	fs.BoolVar(&s.TracingInsecure, "tracing-insecure", false, "send traces without TLS (plaintext gRPC) to --tracing-endpoint")
+	fs.StringVar(&s.TracingEndpoint, "tracing-endpoint", "", "OpenTelemetry collector to send traces to: host:port, or a URL (http://: plaintext); checked at start with an empty export (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else tracing off)")
+	fs.StringVar(&s.TracingProtocol, "tracing-protocol", tracing.ProtocolGRPC, "OTLP `protocol` to --tracing-endpoint: grpc | http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL; http/protobuf when the endpoint is OTEL_EXPORTER_OTLP_ENDPOINT's, else grpc)")
+	fs.Float64Var(&s.TracingSampleRatio, "tracing-sample-ratio", node.DefaultTracingSampleRatio, "share of requests traced when Envoy sent no trace context, in [0, 1]; Envoy's sampling decision wins when it sent one (default: from OTEL_TRACES_SAMPLER=parentbased_*)")
+	fs.BoolVar(&s.TracingInsecure, "tracing-insecure", false, "send traces without TLS to a host:port --tracing-endpoint (a URL says it by its scheme, http://)")
 	fs.StringVar(&s.Statsd.Addr, "statsd-addr", "", "statsd server host:port (UDP) to send envoyproxy/ratelimit's counters to (ratelimit.service.rate_limit.<rule>.total_hits, ...; docs/metrics.md); default: none")
 	fs.DurationVar(&s.Statsd.Interval, "statsd-interval", statsd.DefaultInterval, "how often --statsd-addr gets the counters' increases")
 	fs.BoolVar(&s.ExampleRules, "example-rules", false, "without --config, serve the embedded example rules even in Kubernetes (KUBERNETES_SERVICE_HOST set), where rls serve refuses to otherwise")
 	fs.TextVar(&s.PeerEnv, "peer-env", PeerEnvMap, "`mode` for envoyproxy/ratelimit's environment variables (REDIS_URL, RUNTIME_ROOT, ...): map (use those that mean the same as a flag, refuse the others) | refuse (refuse to start while any is set) | ignore (log a warning for each)")
-
-	if err := parse(fs, args, getenv); err != nil {
-		return s, err
-	}
-	var err error
-	if fs.NArg() > 0 {
-		err = fmt.Errorf("serve takes no arguments, got %q", fs.Args())
-	} else if s.PeerNotes, err = applyPeerEnv(fs, s.PeerEnv, getenv, explicitFlags(fs, getenv)); err == nil {
-		err = s.Validate()
-	}
-	if err == nil && s.Config == "" && s.XDS.Server == "" && !s.ExampleRules && getenv("KUBERNETES_SERVICE_HOST") != "" {
-		err = errExampleRulesInKubernetes
-	}
-	if err != nil {
-		fmt.Fprintln(out, "rls serve:", err)
-	}
-	return s, err
+	return fs
 }
 
 // errExampleRulesInKubernetes refuses the embedded example rules in a
@@ -186,7 +197,7 @@ directory holding them all: a domain defined in two files fails unless
 --merge-domains. Every problem is printed as file:line:column: reason.
 Without PATH it checks --config. Warnings (what envoyproxy/ratelimit loads
 but sluice finds suspect) are printed and do not fail, unless --strict. The
-flags, which go before PATH, are rls serve's loading flags, with their
+flags, before or after PATH, are rls serve's loading flags, with their
 RLS_<FLAG> variables, and --strict; PATH arguments win over RLS_CONFIG.
 
 `
@@ -200,14 +211,7 @@ var errNoPaths = errors.New("no rule files to check: give PATH arguments or --co
 // print the usage and return flag.ErrHelp.
 func ParseValidate(args []string, getenv func(string) string, out io.Writer) (Validate, error) {
 	var v Validate
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.Usage = func() {
-		fmt.Fprint(out, validateUsage)
-		fs.PrintDefaults()
-	}
-	registerRules(fs, &v.Rules)
-	fs.BoolVar(&v.Strict, "strict", false, "fail (exit 1) on warnings too, not only on errors: for CI")
+	fs := newValidateFlagSet(&v, out)
 	if err := parse(fs, args, getenv); err != nil {
 		return v, err
 	}
@@ -232,6 +236,20 @@ func ParseValidate(args []string, getenv func(string) string, out io.Writer) (Va
 	return v, err
 }
 
+// newValidateFlagSet registers the flags of `rls validate` onto v, in a flag
+// set printing its errors and usage to out.
+func newValidateFlagSet(v *Validate, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(out, validateUsage)
+		fs.PrintDefaults()
+	}
+	registerRules(fs, &v.Rules)
+	fs.BoolVar(&v.Strict, "strict", false, "fail (exit 1) on warnings too, not only on errors: for CI")
+	return fs
+}
+
 // parse sets the flags of fs from their RLS_* variables, read through
 // getenv, then from args: a flag on the command line wins over its
 // variable. The flag package prints its own errors, with the usage.
@@ -246,7 +264,7 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 			envErr = fmt.Errorf("%s=%q: %w", EnvName(f.Name), v, err)
 		}
 	})
-	if err := fs.Parse(args); err != nil {
+	if err := ParseInterspersed(fs, args); err != nil {
 		return err
 	}
 	if envErr != nil {

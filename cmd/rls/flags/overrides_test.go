@@ -21,6 +21,9 @@ func TestOverrideFlags(t *testing.T) {
 	if st, err := flags.ParseServe([]string{"--override-max-expiry", "2h"}, noEnv, io.Discard); err != nil || st.Overrides.MaxExpiry != 2*time.Hour {
 		t.Errorf("--override-max-expiry 2h: %v, %v", st.Overrides.MaxExpiry, err)
 	}
+	if st, err := flags.ParseServe([]string{"--override-max-expiry", "7d"}, noEnv, io.Discard); err != nil || st.Overrides.MaxExpiry != 7*24*time.Hour {
+		t.Errorf("--override-max-expiry 7d: %v, %v", st.Overrides.MaxExpiry, err)
+	}
 	st, err = flags.ParseServe(nil, envOf(map[string]string{"RLS_ADMIN_TOKEN_FILE": "/t", "RLS_OVERRIDE_FILE": "/o"}), io.Discard)
 	if err != nil || st.Overrides.AdminTokenFile != "/t" || st.Overrides.File != "/o" {
 		t.Errorf("RLS_ADMIN_TOKEN_FILE, RLS_OVERRIDE_FILE: %+v, %v", st.Overrides, err)

@@ -314,7 +314,7 @@ var peerVars = []peerVar{
 	{name: "NEAR_LIMIT_RATIO", def: "0.8", kind: kNumber, how: hAccepted, ok: []string{"0.8"}, why: "sluice's near_limit is fixed: allowed with less than 20% of the burst left"},
 	{name: "CACHE_KEY_PREFIX", def: "", how: hAccepted, ok: []string{""}, why: "sluice's keys are sluice:{<hash>}; separate deployments by Redis database (/db in --redis) or by Redis"},
 	{name: "BACKEND_TYPE", def: "redis", kind: kWord, how: hAccepted, ok: []string{"redis"}, why: whyNoMemcache},
-	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", def: "false", kind: kBool, how: hAccepted, ok: []string{"false", "true"}, why: "sluice never charges a refused request, whatever the value"},
+	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", def: "false", kind: kBool, how: hAccepted, ok: []string{"false", "true"}, why: "whatever the value, a refused request takes nothing from sluice's buckets, except on postpaid and quota_mode rules, which charge what does not fit, into at most one burst of debt (docs/config.md)"},
 
 	// Responses.
 	{name: "LIMIT_RESPONSE_HEADERS_ENABLED", def: "false", kind: kBool, how: hMapped, flag: "ratelimit-headers"},

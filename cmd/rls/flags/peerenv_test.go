@@ -122,6 +122,11 @@ func TestPeerEnvMaps(t *testing.T) {
 		{"statsd disabled", map[string]string{"USE_STATSD": "true", "DISABLE_STATS": "true"}, nil, func(s flags.Serve) error {
 			return want("--statsd-addr", s.Statsd.Addr, "")
 		}},
+		// But only when one of its variables is set: the peer's implicit
+		// localhost:8125 is not assumed.
+		{"no statsd variable", map[string]string{"STATS_FLUSH_INTERVAL": "5s"}, nil, func(s flags.Serve) error {
+			return want("--statsd-addr", s.Statsd.Addr, "")
+		}},
 		// Envoy Gateway's default: the peer's Prometheus endpoint. Accepted
 		// with a warning: sluice's metrics are elsewhere, with other names.
 		{"Prometheus", map[string]string{"USE_STATSD": "false", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml"}, nil, func(s flags.Serve) error {
@@ -189,6 +194,30 @@ func TestPeerEnvMaps(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStopCacheKeyIncrementNote: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT is
+// accepted with either value, and its note names the rules that do charge
+// a refused hit (postpaid, quota_mode), whose refusal takes what does not fit.
+func TestStopCacheKeyIncrementNote(t *testing.T) {
+	for _, v := range []string{"true", "false"} {
+		var out bytes.Buffer
+		s, err := flags.ParseServe(nil, envOf(map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": v}), &out)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", v, err, out.String())
+		}
+		var msg string
+		for _, n := range s.PeerNotes {
+			if noted([]flags.PeerNote{n}, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") {
+				msg = n.Msg
+			}
+		}
+		for _, word := range []string{"accepted", "refused request takes nothing", "except on postpaid and quota_mode rules"} {
+			if !strings.Contains(msg, word) {
+				t.Errorf("%s: note %q lacks %q", v, msg, word)
+			}
+		}
 	}
 }
 
