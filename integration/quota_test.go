@@ -16,9 +16,10 @@ import (
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
-// peerRules is envoyproxy/ratelimit's example rule file, pinned: the rules
-// its token-quota.sh and multiservice-tokenquota.sh run on.
-const peerRules = "testdata/peer/example.yaml"
+// peerRules holds the quotas of envoyproxy/ratelimit's example rule file
+// that its token-quota.sh and multiservice-tokenquota.sh exercise, with the
+// same keys, values, limits and metadata.
+const peerRules = "testdata/peer/token-quota.yaml"
 
 // TestPeerTokenQuota replays the requests envoyproxy/ratelimit's
 // integration scripts token-quota.sh and multiservice-tokenquota.sh make

@@ -1,12 +1,14 @@
-// Package egtest reads the rate-limit Deployment Envoy Gateway generates
-// (a copy pinned in cmd/rls/flags/testdata), for the tests that run rls as
-// that Deployment would.
+// Package egtest reads the command, environment and readiness probe of the
+// container in the rate-limit Deployment Envoy Gateway generates (recorded
+// in cmd/rls/flags/testdata), for the tests that run rls as that container.
 package egtest
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
@@ -14,54 +16,58 @@ import (
 
 // Container is what the tests use of the Deployment's one container.
 type Container struct {
-	Image   string   `yaml:"image"`
-	Command []string `yaml:"command"`
-	Args    []string `yaml:"args"`
-	Env     []EnvVar `yaml:"env"`
-	Ports   []struct {
-		Name          string `yaml:"name"`
-		ContainerPort int    `yaml:"containerPort"`
-	} `yaml:"ports"`
+	Command []string
+	Args    []string
+	Env     []EnvVar
+	// ReadinessProbe is the container's HTTP readiness probe.
 	ReadinessProbe struct {
 		HTTPGet struct {
-			Path string `yaml:"path"`
-			Port int    `yaml:"port"`
-		} `yaml:"httpGet"`
-	} `yaml:"readinessProbe"`
+			Path string
+			Port int
+		}
+	}
 }
 
 // EnvVar is one variable of the container's env (Envoy Gateway sets
 // values, no valueFrom, in the default Deployment).
 type EnvVar struct {
-	Name  string `yaml:"name"`
-	Value string `yaml:"value"`
+	Name  string
+	Value string
 }
 
-// Load reads the pinned Deployment and returns its container.
+// Load reads the recorded container.
 func Load(t testing.TB) Container {
 	t.Helper()
 	_, here, _, _ := runtime.Caller(0)
-	path := filepath.Join(filepath.Dir(here), "..", "..", "cmd", "rls", "flags", "testdata", "envoy-gateway-ratelimit-deployment.yaml")
+	path := filepath.Join(filepath.Dir(here), "..", "..", "cmd", "rls", "flags", "testdata", "envoy-gateway-ratelimit-container.yaml")
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d struct {
-		Spec struct {
-			Template struct {
-				Spec struct {
-					Containers []Container `yaml:"containers"`
-				} `yaml:"spec"`
-			} `yaml:"template"`
-		} `yaml:"spec"`
+	var f struct {
+		Command   []string `yaml:"command"`
+		Args      []string `yaml:"args"`
+		Env       []string `yaml:"env"`
+		Readiness struct {
+			Path string `yaml:"path"`
+			Port int    `yaml:"port"`
+		} `yaml:"readiness"`
 	}
-	if err := yaml.Unmarshal(b, &d); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	if n := len(d.Spec.Template.Spec.Containers); n != 1 {
-		t.Fatalf("%s: %d containers, want 1", path, n)
+	c := Container{Command: f.Command, Args: f.Args}
+	c.ReadinessProbe.HTTPGet.Path, c.ReadinessProbe.HTTPGet.Port = f.Readiness.Path, f.Readiness.Port
+	for _, e := range f.Env {
+		name, value, ok := strings.Cut(e, "=")
+		if !ok {
+			t.Fatalf("%s: env %q is not NAME=value", path, e)
+		}
+		c.Env = append(c.Env, EnvVar{Name: name, Value: value})
 	}
-	return d.Spec.Template.Spec.Containers[0]
+	return c
 }
 
 // Getenv returns a getenv of the container's env, with replace's values
