@@ -70,15 +70,15 @@ func TestUsageCommand(t *testing.T) {
 	wantLines := []string{
 		"domain edge",
 		"  user_id=alice: rule edge.user_id (per_user)",
-		"    local: limit 5/hour, burst 5, remaining 0, full in 1h0m0s [memory (this node)]",
+		"    local: limit 5/hour, burst 5, remaining 0 (100% in use), full in 1h0m0s [memory (this node)]",
 		// 60/minute, burst 10: 5 taken (refused requests take nothing), 5 s to refill.
-		"    global: limit 60/minute, burst 10, remaining 5, full in 5s [memory (this node)]",
+		"    global: limit 60/minute, burst 10, remaining 5 (50% in use), full in 5s [memory (this node)]",
 		"  user_id=bob,x=y: no rule",
 	}
 	if got := strings.Split(strings.TrimSpace(out), "\n"); strings.Join(got, "\n") != strings.Join(wantLines, "\n") {
 		// full-in times move with the real clock: compare all but them.
-		if len(got) != len(wantLines) || !strings.HasPrefix(got[2], "    local: limit 5/hour, burst 5, remaining 0, full in 59m") ||
-			!strings.HasPrefix(got[3], "    global: limit 60/minute, burst 10, remaining 5, full in 4.") ||
+		if len(got) != len(wantLines) || !strings.HasPrefix(got[2], "    local: limit 5/hour, burst 5, remaining 0 (100% in use), full in 59m") ||
+			!strings.HasPrefix(got[3], "    global: limit 60/minute, burst 10, remaining 5 (50% in use), full in 4.") ||
 			got[0] != wantLines[0] || got[1] != wantLines[1] || got[4] != wantLines[4] {
 			t.Fatalf("rls usage printed:\n%s\nwant:\n%s", out, strings.Join(wantLines, "\n"))
 		}
@@ -140,7 +140,7 @@ func TestUsageOffWhenTopRefusedZero(t *testing.T) {
 	}
 	// The embedded rules, plaintext: a full bucket.
 	code, out, errOut = runRLS(t, nil, "usage", "--addr", admin, "--domain", "edge", "user_id=zed")
-	if code != 0 || !strings.Contains(out, "global: limit 10/second, burst 20, remaining 20, full in 0s") {
+	if code != 0 || !strings.Contains(out, "global: limit 10/second, burst 20, remaining 20 (0% in use), full in 0s") {
 		t.Fatalf("rls usage: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
