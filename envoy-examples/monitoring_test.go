@@ -448,6 +448,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		{"Redis latency", "histogram_quantile(0.99, sum by (le, op) (rate(ratelimit_redis_duration_seconds_bucket"},
 		{"fallback state", "ratelimit_fallback_active"},
 		{"live nodes", "ratelimit_live_nodes"},
+		{"tenant utilisation", `rate(ratelimit_tenant_consumed_tokens_total{tenant=~"$tenant"}[1h])) / on (rule) group_left () (max by (rule) (ratelimit_tenant_quota_tokens_per_second`},
 	} {
 		if !strings.Contains(joined, want.uses) {
 			t.Errorf("dashboard shows no %s: no query contains %q", want.what, want.uses)
