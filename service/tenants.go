@@ -40,6 +40,7 @@ type tenantUse struct {
 // ruleTenants is one rule's tenant counters.
 type ruleTenants struct {
 	quota  prometheus.Gauge
+	layer  string // quota's layer label
 	byName map[string]prometheus.Counter
 	other  prometheus.Counter // nil until a tenant is beyond the cap
 }
@@ -68,15 +69,21 @@ func quotaOf(r *descriptors.Rule) (*bucket.Limit, string) {
 
 // add counts cost tokens that tenant took under rule r, an opted-in rule.
 func (u *tenantUse) add(r *descriptors.Rule, tenant string, cost uint64) {
+	lim, layer := quotaOf(r)
 	id := ruleID{r.Domain, r.Path}
 	u.mu.Lock()
 	rt := u.byRule[id]
 	if rt == nil {
 		rt = &ruleTenants{byName: make(map[string]prometheus.Counter)}
-		if lim, layer := quotaOf(r); lim != nil && lim.Period > 0 {
-			rt.quota = u.quota.WithLabelValues(r.Domain, r.Path, layer)
-		}
 		u.byRule[id] = rt
+	}
+	if rt.layer != layer {
+		// First hit, or a reload that kept the path and moved the quota
+		// between layers.
+		if rt.quota != nil {
+			u.quota.DeleteLabelValues(r.Domain, r.Path, rt.layer)
+		}
+		rt.quota, rt.layer = u.quota.WithLabelValues(r.Domain, r.Path, layer), layer
 	}
 	c := rt.byName[tenant]
 	if c == nil {
@@ -91,11 +98,12 @@ func (u *tenantUse) add(r *descriptors.Rule, tenant string, cost uint64) {
 			c = rt.other
 		}
 	}
+	quota := rt.quota
 	u.mu.Unlock()
 	// Set on every hit rather than once: a reload that changes the rule's
 	// limit keeps its path, and the gauge follows.
-	if lim, _ := quotaOf(r); rt.quota != nil {
-		rt.quota.Set(float64(lim.Requests) / lim.Period.Seconds())
+	if lim != nil && lim.Period > 0 {
+		quota.Set(float64(lim.Requests) / lim.Period.Seconds())
 	}
 	if cost > 0 {
 		c.Add(float64(cost))

@@ -111,3 +111,29 @@ descriptors:
 		}
 	}
 }
+
+// TestTenantQuotaFollowsReload: a reload that keeps a rule's path but makes
+// it local-only moves its quota series to layer="local", with the new limit.
+func TestTenantQuotaFollowsReload(t *testing.T) {
+	store := ruleset.NewStore(mustRules(t, tenantRules))
+	h := newHarness(t, tenantRules, func(o *service.Options) { o.Rules = store })
+	h.call(t, request("api", desc("tenant=acme")))
+	store.Swap(mustRules(t, `
+domain: api
+descriptors:
+  - key: tenant
+    utilisation: true
+    rate_limit:
+      local: {unit: second, requests_per_unit: 7}
+`))
+	h.call(t, request("api", desc("tenant=acme")))
+	if n := seriesCount(t, h, "ratelimit_tenant_quota_tokens_per_second", "api.tenant"); n != 1 {
+		t.Errorf("%d quota series after the reload, want 1", n)
+	}
+	if got := metricValue(t, h, "ratelimit_tenant_quota_tokens_per_second", map[string]string{"rule": "api.tenant", "layer": "local"}); got != 7 {
+		t.Errorf("local quota %v, want 7", got)
+	}
+	if got := metricValue(t, h, "ratelimit_tenant_consumed_tokens_total", map[string]string{"rule": "api.tenant", "tenant": "acme"}); got != 2 {
+		t.Errorf("acme consumed %v across the reload, want 2", got)
+	}
+}
