@@ -38,7 +38,7 @@ type decoder struct {
 
 var (
 	rootFields       = []string{"domain", "descriptors"}
-	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "metadata", "detailed_metric", "value_to_metric", "share_threshold", "protected", "postpaid"}
+	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "metadata", "detailed_metric", "value_to_metric", "share_threshold", "protected", "postpaid", "utilisation"}
 	rateLimitFields  = []string{"unit", "requests_per_unit", "unit_multiplier", "burst", "name", "replaces", "unlimited", "local", "consistency"}
 	localFields      = []string{"unit", "requests_per_unit", "unit_multiplier", "burst"}
 	replaceFields    = []string{"name"}
@@ -293,6 +293,8 @@ func (d *decoder) descriptor(n *yaml.Node, depth int) Descriptor {
 			desc.Postpaid = d.boolean(v, fl.name)
 		case "protected":
 			desc.Protected = d.boolean(v, fl.name)
+		case "utilisation":
+			desc.Utilisation = d.boolean(v, fl.name)
 		case "metadata":
 			desc.Metadata = d.metadata(v)
 		case "detailed_metric":

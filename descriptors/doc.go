@@ -30,7 +30,8 @@
 // proto field), and local (a per-node layer with its own unit,
 // requests_per_unit, unit_multiplier and burst). A rate_limit with only
 // local is a local-only rule. On a descriptor it adds protected (runtime
-// overrides may tighten the rule, never loosen it). Numbers are whole and
+// overrides may tighten the rule, never loosen it) and utilisation (the
+// rule reports the tokens each tenant takes, Rule.Tenant). Numbers are whole and
 // fit uint32, as in Envoy's protos; a bucket must refill within 100 years.
 //
 // # Matching

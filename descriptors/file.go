@@ -48,6 +48,10 @@ type Descriptor struct {
 	// Protected keeps runtime overrides from loosening the rule: it
 	// cannot be bypassed, scaled above 1 or given a higher limit.
 	Protected bool `yaml:"protected,omitempty"`
+	// Utilisation makes the rule report, per tenant (the request value of
+	// its last level), the tokens it takes against the rule's quota, for
+	// quota reviews; the tenants a rule reports are capped (Rule.Tenant).
+	Utilisation bool `yaml:"utilisation,omitempty"`
 	// Metadata is sent back in the response's dynamic metadata (rls serve
 	// --response-metadata) when the rule matched and did not refuse: a
 	// mapping of JSON-like values (mappings with string keys, lists,

@@ -55,6 +55,9 @@ type Rule struct {
 	Metadata map[string]any
 	// DetailedMetric: the metric label carries every request value.
 	DetailedMetric bool
+	// Utilisation: the rule reports the tokens each tenant (Tenant) takes,
+	// against its quota (Descriptor.Utilisation).
+	Utilisation bool
 	// Consistency is rate_limit.consistency: how the global bucket is
 	// decided, bucket.DefaultConsistency when unset (the server's
 	// --consistency decides).
@@ -162,7 +165,7 @@ func ParseConsistency(s string) (bucket.Consistency, bool) {
 // String returns the rule's /rlconfig line, "<path>: <limits>", e.g.
 // "edge.remote_address: global 1000/second burst 2000, local 3200/second burst 64",
 // followed by ", exact" or ", leased" (a global rule's consistency), ", shadow_mode",
-// ", quota_mode", ", postpaid", ", protected", ", name N" and ", replaces A B"
+// ", quota_mode", ", postpaid", ", protected", ", utilisation", ", name N" and ", replaces A B"
 // when set (postpaid only when quota_mode does not imply it).
 func (r *Rule) String() string {
 	var b strings.Builder
@@ -198,6 +201,9 @@ func (r *Rule) String() string {
 	}
 	if r.Protected {
 		b.WriteString(", protected")
+	}
+	if r.Utilisation {
+		b.WriteString(", utilisation")
 	}
 	if r.Name != "" {
 		b.WriteString(", name ")
@@ -238,4 +244,19 @@ func (r *Rule) MetricLabel(entries []Entry) string {
 		b.WriteString(l.pathElem())
 	}
 	return b.String()
+}
+
+// Tenant returns the tenant of a request descriptor that matched r, the
+// label of its utilisation metrics: the request's value of the rule's last
+// level; that level's configured value when it has share_threshold (its
+// values share one bucket, so one quota). entries must be the descriptor
+// that matched; with any other length it returns "".
+func (r *Rule) Tenant(entries []Entry) string {
+	if len(entries) != len(r.levels) || len(entries) == 0 {
+		return ""
+	}
+	if l := r.levels[len(r.levels)-1]; l.share {
+		return l.value
+	}
+	return entries[len(entries)-1].Value
 }

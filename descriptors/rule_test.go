@@ -172,3 +172,48 @@ descriptors:
 		t.Errorf("Parse(consistency: lazy) error = %v", err)
 	}
 }
+
+func TestTenant(t *testing.T) {
+	t.Parallel()
+	c := mustConfig(t, `
+domain: d
+descriptors:
+  - key: plan
+    value: gold
+    descriptors:
+      - key: tenant
+        utilisation: true
+        rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: team
+    value: ops-*
+    share_threshold: true
+    utilisation: true
+    rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 60}
+`)
+	dom := c.Domain("d")
+	for _, tc := range []struct {
+		in, tenant string
+		opted      bool
+	}{
+		{"plan=gold,tenant=acme", "acme", true},
+		{"team=ops-1", "ops-*", true}, // one shared bucket, one tenant
+		{"user=bob", "bob", false},
+	} {
+		e := entries(strings.Split(tc.in, ",")...)
+		r := dom.Match(e)
+		if r == nil {
+			t.Fatalf("%s: no rule", tc.in)
+		}
+		if got := r.Tenant(e); got != tc.tenant || r.Utilisation != tc.opted {
+			t.Errorf("%s: Tenant = %q, Utilisation = %v; want %q, %v", tc.in, got, r.Utilisation, tc.tenant, tc.opted)
+		}
+		if got := r.Tenant(e[:len(e)-1]); got != "" {
+			t.Errorf("%s: Tenant of a shorter descriptor = %q, want empty", tc.in, got)
+		}
+		if want := tc.opted; strings.HasSuffix(r.String(), ", utilisation") != want {
+			t.Errorf("%s: String() = %q", tc.in, r.String())
+		}
+	}
+}

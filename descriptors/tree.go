@@ -162,6 +162,7 @@ func (b *builder) rule(d *Descriptor, levels []level, file string) *Rule {
 		QuotaMode:      d.QuotaMode,
 		Postpaid:       d.Postpaid || d.QuotaMode,
 		Protected:      d.Protected,
+		Utilisation:    d.Utilisation,
 		Metadata:       d.Metadata,
 		DetailedMetric: d.DetailedMetric,
 		levels:         levels,

@@ -84,17 +84,28 @@ func documentedMetric(specs map[string]metricSpec, series string) (base string, 
 	return "", metricSpec{}, false
 }
 
+// recordedName is a series recorded by a rule of prometheus-rules.yaml.
+var recordedName = regexp.MustCompile(`\bsluice:[a-z0-9_:]+`)
+
 // checkExpr checks that a PromQL expression uses only metrics of
-// docs/metrics.md (at least one), and only their labels (or target labels)
-// in selectors and groupings.
-func checkExpr(t *testing.T, where, expr string) {
+// docs/metrics.md or series of records (name → labels), at least one, and
+// only their labels (or target labels) in selectors and groupings.
+func checkExpr(t *testing.T, where, expr string, records map[string][]string) {
 	t.Helper()
 	specs := documentedMetrics(t)
 	names := metricName.FindAllString(expr, -1)
-	if len(names) == 0 {
+	recorded := recordedName.FindAllString(expr, -1)
+	if len(names) == 0 && len(recorded) == 0 {
 		t.Errorf("%s: expression uses no sluice metric: %s", where, expr)
 	}
 	allowed := slices.Clone(targetLabels)
+	for _, n := range recorded {
+		labels, ok := records[n]
+		if !ok {
+			t.Errorf("%s: %s is recorded by no rule of prometheus-rules.yaml", where, n)
+		}
+		allowed = append(allowed, labels...)
+	}
 	for _, n := range names {
 		base, spec, ok := documentedMetric(specs, n)
 		if !ok {
@@ -129,8 +140,9 @@ func checkExpr(t *testing.T, where, expr string) {
 // promRuleFile is a Prometheus rule file.
 type promRuleFile struct {
 	Groups []struct {
-		Name  string `yaml:"name"`
-		Rules []struct {
+		Name     string `yaml:"name"`
+		Interval string `yaml:"interval,omitempty"`
+		Rules    []struct {
 			Alert       string            `yaml:"alert,omitempty"`
 			Record      string            `yaml:"record,omitempty"`
 			Expr        string            `yaml:"expr"`
@@ -171,8 +183,34 @@ func TestPrometheusRules(t *testing.T) {
 		t.Fatalf("prometheus-rules.yaml: %v", err)
 	}
 	alerts := make(map[string]string)
+	// Recorded series and their labels: those its expression groups by,
+	// else those of the recorded series it reads.
+	records := make(map[string][]string)
 	for _, g := range f.Groups {
 		for _, r := range g.Rules {
+			if r.Record == "" {
+				continue
+			}
+			where := "prometheus-rules.yaml: " + g.Name + "/" + r.Record
+			if r.Alert != "" {
+				t.Errorf("%s: both record and alert", where)
+			}
+			if by := grouping.FindStringSubmatch(r.Expr); by != nil {
+				records[r.Record] = strings.Split(strings.ReplaceAll(by[1], " ", ""), ",")
+			} else {
+				for _, n := range recordedName.FindAllString(r.Expr, -1) {
+					records[r.Record] = append(records[r.Record], records[n]...)
+				}
+			}
+			checkExpr(t, where, r.Expr, records)
+			checkScoped(t, where, r.Expr)
+		}
+	}
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				continue
+			}
 			where := "prometheus-rules.yaml: " + g.Name + "/" + r.Alert
 			if r.Alert == "" {
 				t.Errorf("%s: a rule that is no alert", where)
@@ -180,7 +218,7 @@ func TestPrometheusRules(t *testing.T) {
 			if r.Labels["severity"] == "" || r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
 				t.Errorf("%s: wants labels.severity and annotations summary and description", where)
 			}
-			checkExpr(t, where, r.Expr)
+			checkExpr(t, where, r.Expr, records)
 			checkScoped(t, where, r.Expr)
 			if !strings.HasPrefix(r.Annotations["runbook_url"], runbookBase) {
 				t.Errorf("%s: runbook_url %q, want a section of %s (integration/doclinks_test.go checks the anchor)", where, r.Annotations["runbook_url"], runbookBase)
@@ -211,6 +249,8 @@ func TestPrometheusRules(t *testing.T) {
 		{"SluiceAuditEventsLost", `ratelimit_audit_stream_events_total{result=~"failed|dropped"}`},
 		{"SluiceTargetDown", "up == 0"},
 		{"SluiceMetricsAbsent", "absent(ratelimit_build_info)"},
+		{"SluiceTenantNearQuota", "min_over_time(sluice:tenant_utilisation:ratio_avg1d[60d]) > 0.8"},
+		{"SluiceTenantQuotaUnused", "max_over_time(sluice:tenant_utilisation:ratio_avg1d[90d]) < 0.1"},
 	} {
 		if expr, ok := alerts[want.alert]; !ok || !strings.Contains(expr, want.uses) {
 			t.Errorf("alert %s missing or not on %s: %q", want.alert, want.uses, expr)
@@ -257,6 +297,13 @@ func TestPrometheusRulesPromtool(t *testing.T) {
 // alerts (with their rendered text) out.
 func TestPrometheusRuleUnitTests(t *testing.T) {
 	runPromtool(t, "test", "rules", "prometheus-rules.test.yaml")
+}
+
+// TestPrometheusTenantRuleUnitTests runs prometheus-rules.tenant.test.yaml:
+// the quota-review rules over three months of series (tens of seconds).
+func TestPrometheusTenantRuleUnitTests(t *testing.T) {
+	t.Parallel()
+	runPromtool(t, "test", "rules", "prometheus-rules.tenant.test.yaml")
 }
 
 // dashboard is the part of a Grafana dashboard the tests read.
@@ -365,7 +412,7 @@ func TestGrafanaDashboard(t *testing.T) {
 					t.Errorf("%s: query uses undefined variable $%s", where, m[1])
 				}
 			}
-			checkExpr(t, where, promQL(q.Expr))
+			checkExpr(t, where, promQL(q.Expr), nil)
 			all = append(all, q.Expr)
 		}
 	}
@@ -401,6 +448,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		{"Redis latency", "histogram_quantile(0.99, sum by (le, op) (rate(ratelimit_redis_duration_seconds_bucket"},
 		{"fallback state", "ratelimit_fallback_active"},
 		{"live nodes", "ratelimit_live_nodes"},
+		{"tenant utilisation", `rate(ratelimit_tenant_consumed_tokens_total{tenant=~"$tenant"}[1h])) / on (rule) group_left () (max by (rule) (ratelimit_tenant_quota_tokens_per_second`},
 	} {
 		if !strings.Contains(joined, want.uses) {
 			t.Errorf("dashboard shows no %s: no query contains %q", want.what, want.uses)

@@ -106,7 +106,7 @@ func TestUsageFleetView(t *testing.T) {
 
 	// rls usage, the built binary, against B.
 	out, errOut, code := runRLS(t, "usage", "--addr", b.AdminAddr, "--domain", "fleet", "tenant=acme")
-	if code != 0 || !strings.Contains(out, "global: limit 60/hour, burst 20, remaining 14, full in ") || !strings.Contains(out, "[redis (the fleet)]") {
+	if code != 0 || !strings.Contains(out, "global: limit 60/hour, burst 20, remaining 14 (30% in use), full in ") || !strings.Contains(out, "[redis (the fleet)]") {
 		t.Fatalf("rls usage: exit %d\n%s%s", code, out, errOut)
 	}
 

@@ -59,6 +59,7 @@ var diffCases = []struct {
 	{"metadata", "EXTRA", "metadata: {tier: gold, w: 2}", []string{`d.k_v*: metadata:  → {"tier":"gold","w":2}`}},
 	{"detailed_metric", "EXTRA", "detailed_metric: true", []string{"d.k_v*: detailed_metric: false → true"}},
 	{"protected", "EXTRA", "protected: true", []string{"d.k_v*: protected: false → true"}},
+	{"utilisation", "EXTRA", "utilisation: true", []string{"d.k_v*: utilisation: false → true"}},
 	{"value_to_metric", "EXTRA", "value_to_metric: true", []string{"d.k_v*: levels[0].value_to_metric: false → true"}},
 	{"share_threshold", "EXTRA", "share_threshold: true", []string{"d.k_v*: levels[0].share_threshold: false → true"}},
 	{"descriptors", "EXTRA", "descriptors: [{key: c, rate_limit: {unit: second, requests_per_unit: 1}}]", []string{"+ d.k_v*.c"}},

@@ -81,6 +81,8 @@ type Metrics struct {
 
 	values valueLabels
 
+	tenants *tenantUse // rules with utilisation (tenants.go)
+
 	emergencyReqs *domainPair // ratelimit_emergency_requests_total: rejected, allowed (emergency.go)
 }
 
@@ -200,6 +202,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "ratelimit_invalid_requests_total",
 			Help: "Requests refused with InvalidArgument (malformed or oversized).",
 		}),
+		tenants: newTenantUse(),
 		globalErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ratelimit_global_errors_total",
 			Help: "Global-layer calls that failed with no fallback to answer; the local layer decided.",
@@ -216,7 +219,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "ratelimit_emergency_requests_total",
 		Help: "Requests carrying the emergency entry (--emergency-key), by domain and result: allowed (an accepted secret: let through whatever the limits) or rejected (a wrong secret: decided as any other request).",
 	}, "result", "rejected", "allowed")
-	reg.MustRegister(m.requests.vec, m.decisions, m.duration, m.unknownDomains, m.invalid, m.globalErrors, malformed, m.emergencyReqs.vec)
+	reg.MustRegister(m.requests.vec, m.decisions, m.duration, m.unknownDomains, m.invalid, m.globalErrors, malformed, m.emergencyReqs.vec, m.tenants.consumed, m.tenants.quota)
 	return m
 }
 
@@ -300,11 +303,15 @@ func (m *Metrics) useRules(cfg *descriptors.Config) {
 }
 
 // deleteRemoved deletes the series of the rules and domains of old that cur
-// does not have.
+// does not have, and the utilisation series of the rules cur has without
+// utilisation.
 func (m *Metrics) deleteRemoved(old, cur *descriptors.Config) {
 	kept := make(map[ruleID]bool)
 	for _, r := range cur.Rules() {
 		kept[ruleID{r.Domain, r.Path}] = true
+		if !r.Utilisation {
+			m.tenants.forget(ruleID{r.Domain, r.Path}) // opted out: its series go
+		}
 	}
 	for _, r := range old.Rules() {
 		id := ruleID{r.Domain, r.Path}
@@ -313,6 +320,7 @@ func (m *Metrics) deleteRemoved(old, cur *descriptors.Config) {
 		}
 		m.decisions.DeletePartialMatch(prometheus.Labels{"domain": r.Domain, "rule": r.Path})
 		m.decisions.DeletePartialMatch(prometheus.Labels{"domain": r.Domain, "rule": r.Path + overflowSuffix})
+		m.tenants.forget(id)
 		for label := range m.values.forget(id) {
 			m.decisions.DeletePartialMatch(prometheus.Labels{"domain": r.Domain, "rule": label})
 		}
@@ -376,6 +384,29 @@ func (m *Metrics) capValues(n int) {
 		m.values.max = n
 		m.values.mu.Unlock()
 	}
+}
+
+func (m *Metrics) capTenants(n int) {
+	if m != nil {
+		m.tenants.mu.Lock()
+		m.tenants.max = n
+		m.tenants.mu.Unlock()
+	}
+}
+
+// tenantTokens counts the tokens of a decided descriptor of a rule with
+// utilisation under its tenant: its cost when the chosen layer allowed it
+// and it took tokens (not is_negative_hits), else 0 (the series and the
+// rule's quota still show).
+func (m *Metrics) tenantTokens(r *descriptors.Rule, entries []descriptors.Entry, c chosen) {
+	if m == nil {
+		return
+	}
+	var cost uint64
+	if c.state.Allowed && !c.hit.Give {
+		cost = c.hit.Cost
+	}
+	m.tenants.add(r, r.Tenant(entries), cost)
 }
 
 func (m *Metrics) malformed(kind int) {

@@ -175,6 +175,9 @@ func (s *Server) respond(sc *scratch, req *rlsv3.RateLimitRequest, out *outcome)
 			tightest, limited = c, true
 		}
 		s.opts.Metrics.decision(out.cfg, out.domain, ds.rule, sc.entries[ds.start:ds.end], c.layer, result, out.gray)
+		if ds.rule != nil && ds.rule.Utilisation {
+			s.opts.Metrics.tenantTokens(ds.rule, sc.entries[ds.start:ds.end], c)
+		}
 	}
 	if out.quota && quotaIdx != none && resp.OverallCode == rlsv3.RateLimitResponse_OK {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT

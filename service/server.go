@@ -146,6 +146,11 @@ type Settings struct {
 	// (detailed_metric, value_to_metric) in Metrics; values beyond it are
 	// counted under "<rule path>:overflow". Default DefaultMaxMetricValues.
 	MaxMetricValues int
+
+	// MaxTenants caps, per rule with utilisation, the tenants whose tokens
+	// Metrics reports each under its own label; later tenants are counted
+	// together under tenant="_other". Default DefaultMaxTenants.
+	MaxTenants int
 }
 
 // Server implements rlsv3.RateLimitServiceServer. Build it with New.
@@ -184,6 +189,10 @@ func New(opts Options) *Server {
 	opts.HeaderRemaining = cmp.Or(opts.HeaderRemaining, DefaultHeaderRemaining)
 	opts.HeaderReset = cmp.Or(opts.HeaderReset, DefaultHeaderReset)
 	opts.Metrics.capValues(opts.MaxMetricValues)
+	if opts.MaxTenants <= 0 {
+		opts.MaxTenants = DefaultMaxTenants
+	}
+	opts.Metrics.capTenants(opts.MaxTenants)
 	s := &Server{opts: opts, log: opts.Logger, clock: opts.Clock, nodeKeys: bucket.NewNodeHasher()}
 	s.sharedKeys = opts.Global != nil && opts.Global.Shared()
 	if s.log == nil {

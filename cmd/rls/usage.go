@@ -23,8 +23,10 @@ const usageUsage = `usage: rls usage [flags] --domain D KEY=VALUE[,KEY=VALUE]...
        rls usage [flags] --top [--domain D] [--rule PATH] [--minutes M]
 
 Reads a running server's admin address (--admin-addr): for each descriptor,
-its rule and, per layer, the limit, the tokens left now and the time until
-the bucket is full, without spending a token (GET /usage); or, with --top,
+its rule and, per layer, the limit, the tokens left now, the share of the
+burst in use (taken, not yet refilled: the tenant's utilisation now) and
+the time until the bucket is full, without spending a token (GET /usage);
+or, with --top,
 the values refused most per rule over the last minutes (GET /usage/top).
 Exit status: 0 answered, 2 error (usage, connection, TLS, an error answer).
 TLS: --tls-ca (or --tls-cert) switches to HTTPS and verifies the server;
@@ -238,9 +240,21 @@ func layerLine(l service.UsageLayer) string {
 	case l.NotEnforced != "":
 		s += ", not enforced: " + l.NotEnforced
 	default:
-		s += fmt.Sprintf(", remaining %d, full in %s", l.Remaining, l.FullIn)
+		s += fmt.Sprintf(", remaining %d (%s), full in %s", l.Remaining, inUse(l), l.FullIn)
 	}
 	return s + " [" + l.Source + "]"
+}
+
+// inUse is a bucket's current utilisation: the share of its burst taken and
+// not yet refilled, (burst - remaining) / burst. It is a reading of now,
+// not of a period: the metrics of a rule with utilisation give the tokens
+// taken over time.
+func inUse(l service.UsageLayer) string {
+	if l.Limit.Burst == 0 {
+		return "no burst"
+	}
+	used := l.Limit.Burst - min(l.Remaining, l.Limit.Burst)
+	return fmt.Sprintf("%.0f%% in use", 100*float64(used)/float64(l.Limit.Burst))
 }
 
 // printTop writes a TopRefusedAnswer, one block per rule.

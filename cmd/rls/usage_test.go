@@ -12,6 +12,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluice-rls/sluice/internal/pkitest"
 	"github.com/sluice-rls/sluice/service"
@@ -70,15 +71,15 @@ func TestUsageCommand(t *testing.T) {
 	wantLines := []string{
 		"domain edge",
 		"  user_id=alice: rule edge.user_id (per_user)",
-		"    local: limit 5/hour, burst 5, remaining 0, full in 1h0m0s [memory (this node)]",
+		"    local: limit 5/hour, burst 5, remaining 0 (100% in use), full in 1h0m0s [memory (this node)]",
 		// 60/minute, burst 10: 5 taken (refused requests take nothing), 5 s to refill.
-		"    global: limit 60/minute, burst 10, remaining 5, full in 5s [memory (this node)]",
+		"    global: limit 60/minute, burst 10, remaining 5 (50% in use), full in 5s [memory (this node)]",
 		"  user_id=bob,x=y: no rule",
 	}
 	if got := strings.Split(strings.TrimSpace(out), "\n"); strings.Join(got, "\n") != strings.Join(wantLines, "\n") {
 		// full-in times move with the real clock: compare all but them.
-		if len(got) != len(wantLines) || !strings.HasPrefix(got[2], "    local: limit 5/hour, burst 5, remaining 0, full in 59m") ||
-			!strings.HasPrefix(got[3], "    global: limit 60/minute, burst 10, remaining 5, full in 4.") ||
+		if len(got) != len(wantLines) || !strings.HasPrefix(got[2], "    local: limit 5/hour, burst 5, remaining 0 (100% in use), full in 59m") ||
+			!strings.HasPrefix(got[3], "    global: limit 60/minute, burst 10, remaining 5 (50% in use), full in 4.") ||
 			got[0] != wantLines[0] || got[1] != wantLines[1] || got[4] != wantLines[4] {
 			t.Fatalf("rls usage printed:\n%s\nwant:\n%s", out, strings.Join(wantLines, "\n"))
 		}
@@ -140,7 +141,52 @@ func TestUsageOffWhenTopRefusedZero(t *testing.T) {
 	}
 	// The embedded rules, plaintext: a full bucket.
 	code, out, errOut = runRLS(t, nil, "usage", "--addr", admin, "--domain", "edge", "user_id=zed")
-	if code != 0 || !strings.Contains(out, "global: limit 10/second, burst 20, remaining 20, full in 0s") {
+	if code != 0 || !strings.Contains(out, "global: limit 10/second, burst 20, remaining 20 (0% in use), full in 0s") {
 		t.Fatalf("rls usage: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// TestUsageTenantUtilisation: a real server with a rule that has
+// utilisation; three hits of tenant acme show in `rls usage` (30% of the
+// burst in use) and in /metrics (3 tokens against a quota of 10/hour); the
+// rule without utilisation has no tenant series.
+func TestUsageTenantUtilisation(t *testing.T) {
+	rules := writeRuleFile(t, t.TempDir(), "rules.yaml", `domain: edge
+descriptors:
+  - key: tenant_id
+    utilisation: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: user_id
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`)
+	line := serveInProcess(t, noEnv, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
+		"--log-format", "json", "--config", rules).Serving()
+	conn, err := grpc.NewClient(line["grpc_addr"].(string), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	for _, req := range []*rlsv3.RateLimitRequest{edgeRequest("tenant_id", "acme"), edgeRequest("tenant_id", "acme"), edgeRequest("tenant_id", "acme"), edgeRequest("user_id", "bob")} {
+		if resp, err := client.ShouldRateLimit(context.Background(), req); err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("ShouldRateLimit: %v, %v", resp.GetOverallCode(), err)
+		}
+	}
+	// 10/hour refills a token every 6 minutes: the reading holds for the test.
+	code, out, errOut := runRLS(t, nil, "usage", "--addr", line["admin_addr"].(string), "--domain", "edge", "tenant_id=acme")
+	if code != 0 || !strings.Contains(out, "global: limit 10/hour, burst 10, remaining 7 (30% in use), full in ") {
+		t.Fatalf("rls usage: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	status, body := httpGet(t, "http://"+line["http_addr"].(string)+"/metrics")
+	for _, want := range []string{
+		"\nratelimit_tenant_consumed_tokens_total{domain=\"edge\",rule=\"edge.tenant_id\",tenant=\"acme\"} 3\n",
+		"\nratelimit_tenant_quota_tokens_per_second{domain=\"edge\",layer=\"global\",rule=\"edge.tenant_id\"} 0.002777777777777778\n",
+	} {
+		if status != 200 || !strings.Contains(body, want) {
+			t.Errorf("/metrics (status %d) lacks %q", status, want)
+		}
+	}
+	if strings.Contains(body, `rule="edge.user_id",tenant=`) {
+		t.Error("/metrics has tenant series for the rule without utilisation")
 	}
 }
