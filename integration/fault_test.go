@@ -75,7 +75,7 @@ func loadOneKey(t *testing.T, p *rlsProcess) *loadRun {
 // every request from its fallback, fast, at its share of the global limit,
 // shows it, and goes back to Redis soon after Redis restarts.
 func TestFaultRedisKilled(t *testing.T) {
-	t.Parallel()
+	// Alone, not t.Parallel: it measures the server's latency (checkFast).
 	const nodes = 2 // --fallback-nodes: this node enforces half the limit
 	s := redistest.Start(t)
 	p := startFaultRLS(t, "redis://"+s.Addr()+"/0", "--fallback-nodes", fmt.Sprint(nodes))
@@ -132,7 +132,7 @@ func TestFaultRedisKilled(t *testing.T) {
 
 // TestFaultRedisDebugSleep blocks Redis for 3s with DEBUG SLEEP under load.
 func TestFaultRedisDebugSleep(t *testing.T) {
-	t.Parallel()
+	// Alone, not t.Parallel: it measures the server's latency (checkFast).
 	s := redistest.Start(t, redistest.WithArgs("--enable-debug-command", "local"))
 	p := startFaultRLS(t, "redis://"+s.Addr()+"/0")
 	admin := goredis.NewClient(&goredis.Options{Addr: s.Addr(), ReadTimeout: 10 * time.Second})
@@ -164,7 +164,7 @@ func TestFaultRedisDebugSleep(t *testing.T) {
 // The node switches about 1s in (the stall probe's deadline), which leaves
 // 2s of fallback to check.
 func TestFaultRedisStalled(t *testing.T) {
-	t.Parallel()
+	// Alone, not t.Parallel: it measures the server's latency (checkFast).
 	s := redistest.Start(t)
 	p := startFaultRLS(t, "redis://"+s.Addr()+"/0")
 	stallUnderLoad(t, p, 3200*time.Millisecond, s.Stall, s.Resume) // resumed after 3s
@@ -221,7 +221,7 @@ func stallUnderLoad(t *testing.T, p *rlsProcess, d time.Duration, stall, resume 
 // TestFaultClusterMasterDown kills one master of a 3-master cluster under
 // load on buckets spread over all of them, then restarts it.
 func TestFaultClusterMasterDown(t *testing.T) {
-	t.Parallel()
+	// Alone, not t.Parallel: it measures the server's latency (checkFast).
 	c := redistest.StartCluster(t, 3)
 	p := startFaultRLS(t, strings.Join(c.Addrs(), ","))
 	probe := &layerProbe{p: p}

@@ -31,7 +31,8 @@ import (
 var rlsBinary string
 
 // parallelTests is how many tests run at once when -parallel is not given.
-// Every test owns its processes and ports and calls t.Parallel; most of a
+// Every test owns its processes and ports and calls t.Parallel (but the
+// fault tests that measure latency: doc.go); most of a
 // test's time is waiting (for a process to start, for a load run or a
 // fault to last its seconds), so four at once cut the package's wall time
 // on a 2-core machine, where -parallel's default (GOMAXPROCS) runs two.
