@@ -127,11 +127,13 @@ type Options struct {
 	// OpenTelemetry tracing over OTLP (TracingProtocol: tracing.ProtocolGRPC
 	// or tracing.ProtocolHTTP): off while TracingEndpoint is empty.
 	// TracingSampleRatio samples root traces; a request Envoy sent with a
-	// sampled traceparent is always traced.
+	// sampled traceparent is always traced. TracingResource's attributes
+	// win over the environment's (OTEL_SERVICE_NAME, ...).
 	TracingEndpoint    string
 	TracingProtocol    string
 	TracingSampleRatio float64
 	TracingInsecure    bool
+	TracingResource    tracing.Resource
 	Audit              Audit // the audit trail's Redis stream
 
 	// Statsd: envoyproxy/ratelimit's statsd counters (package statsd).

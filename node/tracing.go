@@ -13,7 +13,7 @@ import (
 // Provider's methods take as off too.
 func startTracing(ctx context.Context, st Options, log *slog.Logger) (*tracing.Provider, error) {
 	traces, err := tracing.New(ctx, tracing.Options{
-		Endpoint: st.TracingEndpoint, Protocol: st.TracingProtocol, Insecure: st.TracingInsecure, SampleRatio: st.TracingSampleRatio, Version: st.Build.Version, Logger: log,
+		Endpoint: st.TracingEndpoint, Protocol: st.TracingProtocol, Insecure: st.TracingInsecure, SampleRatio: st.TracingSampleRatio, Version: st.Build.Version, Resource: st.TracingResource, Logger: log,
 	})
 	if err != nil {
 		return nil, err

@@ -51,6 +51,9 @@ type Options struct {
 	SampleRatio float64
 	// Version is the service.version resource attribute.
 	Version string
+	// Resource holds resource attributes that win over the environment's
+	// (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) and sluice's defaults.
+	Resource Resource
 	// Exporter, when set, receives the spans instead of an OTLP exporter
 	// to Endpoint (tests and benchmarks); tracing is then on.
 	Exporter sdktrace.SpanExporter
@@ -74,7 +77,7 @@ type Provider struct {
 // an empty export: a collector that does not take it (unreachable, another
 // protocol, TLS or headers it refuses) is an error here, not spans dropped
 // later. The resource's service.name is ServiceName unless
-// OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES set it.
+// OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES or opts.Resource set it.
 func New(ctx context.Context, opts Options) (*Provider, error) {
 	if opts.Endpoint == "" && opts.Exporter == nil {
 		return nil, nil
@@ -95,11 +98,13 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 			return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
 		}
 	}
-	// Later detectors win: the environment's over sluice's defaults.
+	// Later detectors win: the environment's over sluice's defaults, and
+	// opts.Resource over both.
 	res, err := resource.New(ctx,
 		resource.WithTelemetrySDK(),
 		resource.WithAttributes(attribute.String("service.name", ServiceName), attribute.String("service.version", opts.Version)),
 		resource.WithFromEnv(),
+		resource.WithAttributes(opts.Resource...),
 	)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("tracing: resource: %w", err), exp.Shutdown(ctx))

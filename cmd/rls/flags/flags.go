@@ -74,8 +74,16 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Serve
 		err = fmt.Errorf("serve takes no arguments, got %q", fs.Args())
 	} else if s.PeerNotes, err = applyPeerEnv(fs, s.PeerEnv, getenv, explicitFlags(fs, getenv)); err == nil {
 		// After the peer's variables: those it mapped win too.
-		if err = applyOTelEnv(fs, getenv, explicitFlags(fs, getenv)); err == nil {
-			err = s.Validate()
+		given := explicitFlags(fs, getenv)
+		if peerTracingOff(s.PeerEnv, getenv) {
+			given["tracing-endpoint"] = true
+		}
+		if err = applyOTelEnv(fs, getenv, given); err == nil {
+			if peerTracingOn(s.PeerEnv, getenv) && s.TracingEndpoint == "" {
+				err = errors.New("TRACING_ENABLED=true (envoyproxy/ratelimit) names no collector: set OTEL_EXPORTER_OTLP_ENDPOINT, which the peer reads too, or --tracing-endpoint")
+			} else {
+				err = s.Validate()
+			}
 		}
 	}
 	if err == nil && s.Config == "" && s.XDS.Server == "" && !s.ExampleRules && getenv("KUBERNETES_SERVICE_HOST") != "" {
@@ -155,6 +163,7 @@ func newServeFlagSet(s *Serve, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.TracingEndpoint, "tracing-endpoint", "", "OpenTelemetry collector to send traces to: host:port, or a URL (http://: plaintext); checked at start with an empty export (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else tracing off)")
 	fs.StringVar(&s.TracingProtocol, "tracing-protocol", tracing.ProtocolGRPC, "OTLP `protocol` to --tracing-endpoint: grpc | http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL; http/protobuf when the endpoint is OTEL_EXPORTER_OTLP_ENDPOINT's, else grpc)")
 	fs.Float64Var(&s.TracingSampleRatio, "tracing-sample-ratio", node.DefaultTracingSampleRatio, "share of requests traced when Envoy sent no trace context, in [0, 1]; Envoy's sampling decision wins when it sent one (default: from OTEL_TRACES_SAMPLER=parentbased_*)")
+	fs.TextVar(&s.TracingResource, "tracing-resource", tracing.Resource(nil), "resource `attributes` of the spans, as OTEL_RESOURCE_ATTRIBUTES writes them (service.name=edge,service.namespace=gw), over OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (default: service.name=sluice)")
 	fs.BoolVar(&s.TracingInsecure, "tracing-insecure", false, "send traces without TLS to a host:port --tracing-endpoint (a URL says it by its scheme, http://)")
 	fs.StringVar(&s.Statsd.Addr, "statsd-addr", "", "statsd server host:port (UDP) to send envoyproxy/ratelimit's counters to (ratelimit.service.rate_limit.<rule>.total_hits, ...; docs/metrics.md); default: none")
 	fs.DurationVar(&s.Statsd.Interval, "statsd-interval", statsd.DefaultInterval, "how often --statsd-addr gets the counters' increases")

@@ -11,6 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/sluice-rls/sluice/tracing"
 )
 
 // This file reads the environment variables of envoyproxy/ratelimit (the
@@ -244,7 +248,6 @@ const (
 	whyPipelining    = "sluice has no pipelining settings: calls that arrive together share Redis round trips on their own (a batch per Redis node)"
 	whyXDSBackoff    = "sluice's xDS client retries after --xds-backoff-min, doubling up to --xds-backoff-max"
 	whyNoStartupWait = "sluice does not wait for Redis at start: it serves at once, answers from its fallback (--redis-failure) while Redis does not answer, and switches to Redis when a probe succeeds (docs/operations.md)"
-	whyTracingName   = "sluice names its traces' service sluice, with its version (service.version)"
 )
 
 // peerVars is every environment variable of envoyproxy/ratelimit's
@@ -378,11 +381,11 @@ var peerVars = []peerVar{
 	{name: "MERGE_DOMAIN_CONFIG", def: "false", kind: kBool, how: hMapped, flag: "merge-domains"},
 
 	// Tracing.
-	{name: "TRACING_ENABLED", def: "false", kind: kBool, how: hRefused, flag: "tracing-endpoint", ok: []string{"false"}, why: "sluice traces only with --tracing-endpoint, the collector's host:port (OTLP/gRPC); the peer read it from OTEL_EXPORTER_OTLP_ENDPOINT"},
-	{name: "TRACING_SERVICE_NAME", def: "RateLimit", how: hAccepted, ok: []string{"RateLimit"}, inert: tracingOff, why: whyTracingName},
-	{name: "TRACING_SERVICE_NAMESPACE", def: "", how: hAccepted, ok: []string{""}, inert: tracingOff, why: whyTracingName},
-	{name: "TRACING_SERVICE_INSTANCE_ID", def: "", how: hAccepted, ok: []string{""}, inert: tracingOff, why: whyTracingName},
-	{name: "TRACING_EXPORTER_PROTOCOL", def: "http", kind: kWord, how: hAccepted, ok: []string{"grpc"}, inert: tracingOff, why: "sluice exports OTLP over gRPC only (--tracing-endpoint host:port, --tracing-insecure)"},
+	{name: "TRACING_ENABLED", def: "false", kind: kBool, how: hMapped, flag: "tracing-protocol", ok: []string{"false"}, why: "sluice traces nothing either: OTEL_EXPORTER_OTLP_ENDPOINT is not read while it is false (--tracing-endpoint still traces)"},
+	{name: "TRACING_SERVICE_NAME", def: "RateLimit", how: hMapped, flag: "tracing-resource", inert: tracingOff},
+	{name: "TRACING_SERVICE_NAMESPACE", def: "", how: hMapped, flag: "tracing-resource", inert: tracingOff},
+	{name: "TRACING_SERVICE_INSTANCE_ID", def: "", how: hMapped, flag: "tracing-resource", inert: tracingOff},
+	{name: "TRACING_EXPORTER_PROTOCOL", def: "http", kind: kWord, how: hMapped, flag: "tracing-protocol", inert: tracingOff},
 	{name: "TRACING_SAMPLING_RATE", def: "1", kind: kNumber, how: hMapped, flag: "tracing-sample-ratio", inert: tracingOff},
 
 	// Settings of later peer versions than the settings.go copied into
@@ -461,6 +464,8 @@ var peerMaps = []peerMap{
 	{flag: "response-metadata", vars: []string{"RESPONSE_DYNAMIC_METADATA"}, convert: boolean("RESPONSE_DYNAMIC_METADATA")},
 	{flag: "merge-domains", vars: []string{"MERGE_DOMAIN_CONFIG"}, convert: boolean("MERGE_DOMAIN_CONFIG")},
 	{flag: "tracing-sample-ratio", vars: []string{"TRACING_SAMPLING_RATE"}, convert: same("TRACING_SAMPLING_RATE")},
+	{flag: "tracing-protocol", vars: []string{"TRACING_ENABLED", "TRACING_EXPORTER_PROTOCOL"}, convert: tracingProtocol},
+	{flag: "tracing-resource", vars: []string{"TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID"}, convert: tracingResource},
 	{flag: "xds-ready-before-rules", vars: []string{"FORCE_START_WITHOUT_INITIAL_CONFIG", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"}, convert: readyBeforeRules},
 	{flag: "statsd-addr", vars: []string{"USE_STATSD", "STATSD_HOST", "STATSD_PORT"}, convert: statsdAddr},
 	{flag: "statsd-interval", vars: []string{"STATS_FLUSH_INTERVAL"}, convert: same("STATS_FLUSH_INTERVAL")},
@@ -885,4 +890,51 @@ func applyPeerEnv(fs *flag.FlagSet, mode PeerEnvMode, getenv func(string) string
 			strings.Join(refusals, "\n  "))
 	}
 	return notes, nil
+}
+
+// tracingProtocol is --tracing-protocol from TRACING_ENABLED and
+// TRACING_EXPORTER_PROTOCOL: with tracing on, the peer exports OTLP over
+// HTTP/protobuf (its default, http) or gRPC to the collector of
+// OTEL_EXPORTER_OTLP_ENDPOINT, which applyOTelEnv maps.
+func tracingProtocol(getenv func(string) string) (string, error) {
+	if !peerBool(getenv, "TRACING_ENABLED", "false") {
+		return "", nil
+	}
+	switch p := orDefault(getenv, "TRACING_EXPORTER_PROTOCOL", "http"); strings.ToLower(p) {
+	case "http":
+		return tracing.ProtocolHTTP, nil
+	case "grpc":
+		return tracing.ProtocolGRPC, nil
+	default:
+		return "", fmt.Errorf("TRACING_EXPORTER_PROTOCOL=%q: want http or grpc", p)
+	}
+}
+
+// tracingResource is --tracing-resource from the peer's names of the
+// spans' service: service.name (its default RateLimit),
+// service.namespace and service.instance.id when set.
+func tracingResource(getenv func(string) string) (string, error) {
+	r := tracing.Resource{attribute.String("service.name", orDefault(getenv, "TRACING_SERVICE_NAME", "RateLimit"))}
+	if v := getenv("TRACING_SERVICE_NAMESPACE"); v != "" {
+		r = append(r, attribute.String("service.namespace", v))
+	}
+	if v := getenv("TRACING_SERVICE_INSTANCE_ID"); v != "" {
+		r = append(r, attribute.String("service.instance.id", v))
+	}
+	text, err := r.MarshalText()
+	return string(text), err
+}
+
+// peerTracingOff reports whether envoyproxy/ratelimit's TRACING_ENABLED,
+// read in --peer-env=map, is set to false: the peer then traces nothing,
+// whatever OpenTelemetry's variables say, and neither does rls serve
+// unless --tracing-endpoint is given.
+func peerTracingOff(mode PeerEnvMode, getenv func(string) string) bool {
+	return mode == PeerEnvMap && getenv("TRACING_ENABLED") != "" && !peerBool(getenv, "TRACING_ENABLED", "false")
+}
+
+// peerTracingOn reports whether TRACING_ENABLED, read in --peer-env=map,
+// is true.
+func peerTracingOn(mode PeerEnvMode, getenv func(string) string) bool {
+	return mode == PeerEnvMap && peerBool(getenv, "TRACING_ENABLED", "false")
 }

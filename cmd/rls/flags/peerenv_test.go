@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/cmd/rls/flags"
 	"github.com/sluice-rls/sluice/internal/egtest"
+	"github.com/sluice-rls/sluice/tracing"
 )
 
 // TestPeerEnvMaps: each envoyproxy/ratelimit variable that means the same
@@ -393,9 +395,8 @@ func TestPeerEnvRefusals(t *testing.T) {
 		{"TLS without a certificate", map[string]string{"GRPC_SERVER_USE_TLS": "true"}, nil, []string{
 			`GRPC_SERVER_USE_TLS=true without GRPC_SERVER_TLS_CERT: give --tls-cert and --tls-key`,
 		}},
-		{"tracing", map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "http"}, nil, []string{
-			`TRACING_ENABLED="true": sluice traces only with --tracing-endpoint, the collector's host:port (OTLP/gRPC); the peer read it from OTEL_EXPORTER_OTLP_ENDPOINT; give --tracing-endpoint instead`,
-			`TRACING_EXPORTER_PROTOCOL="http": not supported: sluice exports OTLP over gRPC only (--tracing-endpoint host:port, --tracing-insecure)`,
+		{"tracing protocol", map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "thrift", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel:4318"}, nil, []string{
+			`TRACING_EXPORTER_PROTOCOL="thrift": want http or grpc`,
 		}},
 		{"not a boolean", map[string]string{"SHADOW_MODE": "yes", "REDIS_POOL_SIZE": "many", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:1"}, nil, []string{
 			`REDIS_POOL_SIZE="many" is not a number`,
@@ -440,6 +441,58 @@ func TestPeerEnvRefusals(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestEnvoyGatewayTracing: the variables Envoy Gateway adds to its
+// rate-limit container when rateLimit.telemetry.tracing is set turn
+// tracing on, as they do for envoyproxy/ratelimit: OTLP over HTTP/protobuf
+// (the peer's default) to OTEL_EXPORTER_OTLP_ENDPOINT, the spans named by
+// TRACING_SERVICE_*. Without a collector, or with TRACING_ENABLED=false,
+// they do not (on main: rls serve exited 2 on TRACING_ENABLED=true).
+func TestEnvoyGatewayTracing(t *testing.T) {
+	c := egtest.Load(t)
+	tracingOn := map[string]string{
+		"TRACING_ENABLED": "true", "TRACING_SERVICE_NAME": "envoy-ratelimit", "TRACING_SERVICE_NAMESPACE": "envoy-gateway-system",
+		"TRACING_SERVICE_INSTANCE_ID": "envoy-ratelimit-7c9f4-x2x9z", "TRACING_SAMPLING_RATE": "1.0",
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://trace-collector.envoy-gateway-system.svc.cluster.local:4318",
+	}
+	var out bytes.Buffer
+	s, err := flags.ParseServe(c.Args, c.Getenv(tracingOn), &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	resource, _ := s.TracingResource.MarshalText()
+	if err := errors.Join(
+		want("--tracing-endpoint", s.TracingEndpoint, "http://trace-collector.envoy-gateway-system.svc.cluster.local:4318/v1/traces"),
+		want("--tracing-protocol", s.TracingProtocol, tracing.ProtocolHTTP), want("--tracing-sample-ratio", s.TracingSampleRatio, 1.0),
+		want("--tracing-resource", string(resource), "service.name=envoy-ratelimit,service.namespace=envoy-gateway-system,service.instance.id=envoy-ratelimit-7c9f4-x2x9z"),
+	); err != nil {
+		t.Error(err)
+	}
+	grpcOn := maps.Clone(tracingOn)
+	grpcOn["TRACING_EXPORTER_PROTOCOL"] = "grpc"
+	grpcOn["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf" // the peer's variable wins, as in the peer
+	grpcOn["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://collector:4317"
+	if s, err := flags.ParseServe(c.Args, c.Getenv(grpcOn), &out); err != nil {
+		t.Errorf("TRACING_EXPORTER_PROTOCOL=grpc: %v", err)
+	} else if err := errors.Join(want("--tracing-protocol", s.TracingProtocol, tracing.ProtocolGRPC), want("--tracing-endpoint", s.TracingEndpoint, "http://collector:4317")); err != nil {
+		t.Errorf("TRACING_EXPORTER_PROTOCOL=grpc: %v", err)
+	}
+
+	noCollector := maps.Clone(tracingOn)
+	delete(noCollector, "OTEL_EXPORTER_OTLP_ENDPOINT")
+	if _, err := flags.ParseServe(c.Args, c.Getenv(noCollector), &out); err == nil || !strings.Contains(err.Error(), "TRACING_ENABLED=true (envoyproxy/ratelimit) names no collector: set OTEL_EXPORTER_OTLP_ENDPOINT") {
+		t.Errorf("TRACING_ENABLED=true without a collector: %v", err)
+	}
+	if s, err := flags.ParseServe(append([]string{"--tracing-endpoint", "otel:4317", "--tracing-protocol", "grpc"}, c.Args...), c.Getenv(noCollector), &out); err != nil || s.TracingEndpoint != "otel:4317" || s.TracingProtocol != tracing.ProtocolGRPC {
+		t.Errorf("TRACING_ENABLED=true with --tracing-endpoint: %q %q %v", s.TracingEndpoint, s.TracingProtocol, err)
+	}
+
+	off := maps.Clone(tracingOn)
+	off["TRACING_ENABLED"] = "false"
+	if s, err := flags.ParseServe(c.Args, c.Getenv(off), &out); err != nil || s.TracingEndpoint != "" {
+		t.Errorf("TRACING_ENABLED=false with OTEL_EXPORTER_OTLP_ENDPOINT: tracing to %q (%v), want off as the peer", s.TracingEndpoint, err)
 	}
 }
 
