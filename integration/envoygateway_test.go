@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -64,6 +65,7 @@ func TestEnvoyGatewaySwap(t *testing.T) {
 	places := map[string]string{
 		"/certs/tls.crt": leaf.Cert, "/certs/tls.key": leaf.Key, "/certs/ca.crt": pki.CA,
 		"envoy-gateway:18001": mgmt.Addr, "redis.redis.svc:6379": redis.Addr(),
+		":19001": "127.0.0.1:0", // PROMETHEUS_ADDR, where its annotations scrape
 	}
 	set := map[string]string{
 		"USE_STATSD": "true", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": strconv.Itoa(statsd.LocalAddr().(*net.UDPAddr).Port), "STATS_FLUSH_INTERVAL": "100ms",
@@ -138,6 +140,21 @@ func TestEnvoyGatewaySwap(t *testing.T) {
 	buckets := slices.DeleteFunc(keys, func(k string) bool { return !bucketKey.MatchString(k) })
 	if err != nil || len(buckets) != 2 {
 		t.Errorf("sluice keys in Redis: %v, %v; want the two routes' buckets", keys, err)
+	}
+
+	// Prometheus on PROMETHEUS_ADDR, where Envoy Gateway's pod annotations
+	// and Service point: sluice's series.
+	if p.MetricsAddr == "off" {
+		t.Fatal("no metrics listener for USE_PROMETHEUS=true, PROMETHEUS_ADDR=:19001")
+	}
+	resp, err := http.Get("http://" + p.MetricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if wantSeries := `ratelimit_requests_total{code="over_limit",domain="first-listener"} 2`; resp.StatusCode != http.StatusOK || !strings.Contains(string(metrics), wantSeries) {
+		t.Errorf("PROMETHEUS_ADDR /metrics: %d, want 200 with %s", resp.StatusCode, wantSeries)
 	}
 
 	// statsd: the peer's names; the counters may come over several sends.

@@ -71,8 +71,10 @@ type rlsProcess struct {
 	GRPCAddr  string
 	HTTPAddr  string
 	AdminAddr string // "off" with --admin-addr ""
-	Conn      *grpc.ClientConn
-	Client    rlsv3.RateLimitServiceClient
+	// MetricsAddr is --metrics-addr's listener, "off" without it.
+	MetricsAddr string
+	Conn        *grpc.ClientConn
+	Client      rlsv3.RateLimitServiceClient
 
 	mu     sync.Mutex
 	log    strings.Builder
@@ -80,7 +82,7 @@ type rlsProcess struct {
 	err    error
 }
 
-var servingLine = regexp.MustCompile(`msg=serving grpc_addr=(\S+) http_addr=(\S+) admin_addr=(\S+)`)
+var servingLine = regexp.MustCompile(`msg=serving grpc_addr=(\S+) http_addr=(\S+) admin_addr=(\S+) metrics_addr=(\S+)`)
 
 // startRLS runs `rls serve` with args (plus loopback listeners on free
 // ports) and waits until it logs its addresses. The process is killed at
@@ -153,7 +155,7 @@ func startCmd(t *testing.T, cmd *exec.Cmd) *rlsProcess {
 	})
 	select {
 	case a := <-addrs:
-		p.GRPCAddr, p.HTTPAddr, p.AdminAddr = a[0], a[1], a[2]
+		p.GRPCAddr, p.HTTPAddr, p.AdminAddr, p.MetricsAddr = a[0], a[1], a[2], a[3]
 	case <-p.exited:
 		t.Fatalf("rls exited before serving: %v\n%s", p.err, p.Log())
 	case <-time.After(startTimeout):

@@ -73,6 +73,18 @@ func newHTTPMux(globalState func() string, store *ruleset.Store, reg *prometheus
 	return mux
 }
 
+// newMetricsMux serves /metrics alone, at path ("/metrics" when empty), on
+// --metrics-addr: where envoyproxy/ratelimit's deployments scrape
+// (PROMETHEUS_ADDR, :19001 in Envoy Gateway's).
+func newMetricsMux(reg *prometheus.Registry, path string) *http.ServeMux {
+	if path == "" {
+		path = "/metrics"
+	}
+	mux := http.NewServeMux()
+	mux.Handle(path, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return mux
+}
+
 // newAdminMux serves the admin address (--admin-addr): /json, which spends
 // and (with --json-negative-hits) returns tokens; /usage and /usage/top,
 // which read buckets and the values refused most (values may be personal

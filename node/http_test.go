@@ -26,3 +26,30 @@ func TestPublicMuxSaysWhereAdminPathsAre(t *testing.T) {
 		rls.StopCleanly()
 	}
 }
+
+// TestMetricsAddr: with --metrics-addr, /metrics is served on a listener
+// of its own at --metrics-path, and only there (the series of the HTTP
+// address's /metrics, which stays); without it there is no such listener.
+func TestMetricsAddr(t *testing.T) {
+	opts := testOptions()
+	opts.MetricsAddr, opts.MetricsPath = "127.0.0.1:0", "/stats/prometheus"
+	rls := start(t, opts)
+	if _, err := rls.Client().ShouldRateLimit(t.Context(), edgeRequest("remote_address", "10.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + rls.Addrs().Metrics.String()
+	const series = `ratelimit_requests_total{code="ok",domain="edge"} 1`
+	if code, body := httpGet(t, base+"/stats/prometheus"); code != http.StatusOK || !strings.Contains(body, series) {
+		t.Errorf("--metrics-path on --metrics-addr: %d, want 200 with %s:\n%s", code, series, grepLines(body, "ratelimit_requests_total"))
+	}
+	if code, _ := httpGet(t, base+"/healthcheck"); code != http.StatusNotFound {
+		t.Errorf("/healthcheck on --metrics-addr: %d, want 404 (metrics alone)", code)
+	}
+	if code, body := httpGet(t, rls.HTTP()+"/metrics"); code != http.StatusOK || !strings.Contains(body, series) {
+		t.Errorf("/metrics on --http-addr: %d, want 200 with %s", code, series)
+	}
+	rls.StopCleanly()
+	if a := start(t, testOptions()).Addrs(); a.Metrics != nil {
+		t.Errorf("without --metrics-addr: a metrics listener on %v", a.Metrics)
+	}
+}

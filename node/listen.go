@@ -11,15 +11,16 @@ import (
 	"time"
 )
 
-// listeners are a node's three listeners, opened by listen.
+// listeners are a node's listeners, opened by listen.
 type listeners struct {
 	grpc, http net.Listener
 	admin      net.Listener // nil: --admin-addr is empty
+	metrics    net.Listener // nil: --metrics-addr is empty
 }
 
-// listen opens the gRPC, HTTP and admin listeners of st, or none: on an
-// error those already open are closed. An admin address the options do
-// not allow to be reached (checkAdminAddr) is an error too.
+// listen opens the gRPC, HTTP, metrics and admin listeners of st, or
+// none: on an error those already open are closed. An admin address the
+// options do not allow to be reached (checkAdminAddr) is an error too.
 func listen(st Options, log *slog.Logger) (listeners, error) {
 	var l listeners
 	var err error
@@ -29,6 +30,12 @@ func listen(st Options, log *slog.Logger) (listeners, error) {
 	if l.http, err = Listen(st.HTTPAddr); err != nil {
 		l.close()
 		return listeners{}, fmt.Errorf("HTTP listener: %w", err)
+	}
+	if st.MetricsAddr != "" {
+		if l.metrics, err = Listen(st.MetricsAddr); err != nil {
+			l.close()
+			return listeners{}, fmt.Errorf("metrics listener: %w", err)
+		}
 	}
 	if st.AdminAddr == "" {
 		return l, nil
@@ -46,7 +53,7 @@ func listen(st Options, log *slog.Logger) (listeners, error) {
 
 // close closes the listeners that are open.
 func (l listeners) close() {
-	for _, lis := range []net.Listener{l.grpc, l.http, l.admin} {
+	for _, lis := range []net.Listener{l.grpc, l.http, l.admin, l.metrics} {
 		if lis != nil {
 			lis.Close()
 		}
@@ -58,6 +65,9 @@ func (l listeners) addrs() Addrs {
 	a := Addrs{GRPC: l.grpc.Addr(), HTTP: l.http.Addr()}
 	if l.admin != nil {
 		a.Admin = l.admin.Addr()
+	}
+	if l.metrics != nil {
+		a.Metrics = l.metrics.Addr()
 	}
 	return a
 }

@@ -19,6 +19,7 @@ type Node struct {
 type Addrs struct {
 	GRPC, HTTP net.Addr
 	Admin      net.Addr // nil: no admin listener
+	Metrics    net.Addr // nil: no metrics listener of its own
 }
 
 // Ready is closed once Run serves on its listeners: Addrs is valid from

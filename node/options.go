@@ -56,8 +56,13 @@ func (r Rules) Validate() error {
 type Options struct {
 	GRPCAddr string
 	HTTPAddr string
-	Rules        // --config, --merge-domains, --max-rule-bytes, --gray-key
-	XDS      XDS // --xds-*: the rules from an xDS management server instead of files
+	// MetricsAddr, when set, serves /metrics (at MetricsPath, "/metrics"
+	// when empty) on a listener of its own too, as envoyproxy/ratelimit's
+	// PROMETHEUS_ADDR does: --metrics-addr, --metrics-path.
+	MetricsAddr string
+	MetricsPath string
+	Rules           // --config, --merge-domains, --max-rule-bytes, --gray-key
+	XDS         XDS // --xds-*: the rules from an xDS management server instead of files
 	// Overrides: --admin-token-file, --override-file, --override-resync.
 	Overrides Overrides
 	// AdaptiveConfig is --adaptive-config: the adaptive limits' file
@@ -162,6 +167,9 @@ func (s Options) Validate() error {
 	}
 	if err := s.Statsd.validate(); err != nil {
 		return err
+	}
+	if s.MetricsPath != "" && !strings.HasPrefix(s.MetricsPath, "/") {
+		return fmt.Errorf("--metrics-path %q: want a path starting with /", s.MetricsPath)
 	}
 	if err := s.Audit.validate(); err != nil {
 		return err

@@ -15,12 +15,13 @@ import (
 	"github.com/sluice-rls/sluice/tracing"
 )
 
-// servers are a node's three servers: gRPC, the public HTTP mux and the
-// admin mux.
+// servers are a node's servers: gRPC, the public HTTP mux, the admin mux
+// and the metrics listener's.
 type servers struct {
 	grpc     *grpcServer
 	http     *http.Server
 	admin    *http.Server // nil without --admin-addr; TLSConfig set with --tls-cert
+	metrics  *http.Server // nil without --metrics-addr
 	draining *atomic.Bool // /healthcheck answers 503 once set
 }
 
@@ -41,6 +42,9 @@ func (n *Node) newServers(ctx context.Context, reg *prometheus.Registry, svc *se
 		draining: new(atomic.Bool),
 	}
 	s.http = newHTTPServer(newHTTPMux(global.state, rules.store, reg, s.draining, st.AdminAddr, rules.xds, st.XDS, ovr), st, log)
+	if st.MetricsAddr != "" {
+		s.metrics = newHTTPServer(newMetricsMux(reg, st.MetricsPath), st, log)
+	}
 	if st.AdminAddr != "" {
 		mux := newAdminMux(svc, st)
 		ovr.mount(mux)
@@ -57,9 +61,14 @@ func (n *Node) newServers(ctx context.Context, reg *prometheus.Registry, svc *se
 // --drain-timeout, and the spans of the drained calls are flushed.
 func (n *Node) serve(ctx context.Context, s servers, lis listeners, rules ruleSource, global globalLayer, traces *tracing.Provider) error {
 	st, log := n.opts, n.log
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- s.grpc.serve(lis.grpc) }()
 	go func() { errc <- s.http.Serve(limitConns(lis.http, st.HTTPMaxConns)) }()
+	metricsAddr := "off"
+	if s.metrics != nil {
+		metricsAddr = lis.metrics.Addr().String()
+		go func() { errc <- s.metrics.Serve(limitConns(lis.metrics, st.HTTPMaxConns)) }()
+	}
 	adminAddr := "off"
 	if s.admin != nil {
 		adminAddr = lis.admin.Addr().String()
@@ -76,6 +85,7 @@ func (n *Node) serve(ctx context.Context, s servers, lis listeners, rules ruleSo
 		"grpc_addr", lis.grpc.Addr().String(),
 		"http_addr", lis.http.Addr().String(),
 		"admin_addr", adminAddr,
+		"metrics_addr", metricsAddr,
 		"backend", global.backend(),
 		"rules", rulesName(st),
 		"rule_count", rules.initial,

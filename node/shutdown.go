@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"net/http"
 	"time"
 )
 
@@ -16,7 +17,9 @@ func (s servers) drain(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	_ = s.http.Shutdown(ctx)
-	if s.admin != nil {
-		_ = s.admin.Shutdown(ctx)
+	for _, srv := range []*http.Server{s.admin, s.metrics} {
+		if srv != nil {
+			_ = srv.Shutdown(ctx)
+		}
 	}
 }

@@ -106,6 +106,8 @@ func newServeFlagSet(s *Serve, out io.Writer) *flag.FlagSet {
 	}
 	fs.StringVar(&s.GRPCAddr, "grpc-addr", ":8081", "gRPC listen address (RateLimitService v3 and grpc.health.v1): host:port, or a unix socket unix:path or unix:///absolute/path")
 	fs.StringVar(&s.HTTPAddr, "http-addr", ":8080", "HTTP listen address (/healthcheck, /metrics, /rlconfig): host:port or unix:path")
+	fs.StringVar(&s.MetricsAddr, "metrics-addr", "", "a listen address of its own for /metrics (also on --http-addr), as envoyproxy/ratelimit's PROMETHEUS_ADDR: host:port or unix:path; empty: off")
+	fs.StringVar(&s.MetricsPath, "metrics-path", "/metrics", "the `path` of /metrics on --metrics-addr")
 	fs.StringVar(&s.AdminAddr, "admin-addr", "127.0.0.1:8082", "admin listen address (/json, and /debug/pprof/ with --pprof): host:port or unix:path; TLS/mTLS as gRPC when --tls-cert is set; empty: off")
 	fs.BoolVar(&s.JSONNegativeHits, "json-negative-hits", false, "accept is_negative_hits (token refunds) on /json; refused with 403 otherwise")
 	fs.DurationVar(&s.HTTPReadTimeout, "http-read-timeout", 5*time.Second, "HTTP and admin: longest time to read a request, headers and body (0: none)")

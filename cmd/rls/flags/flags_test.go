@@ -70,6 +70,7 @@ func TestServeFlagsSetTheirOptions(t *testing.T) {
 	}
 	st, err := flags.ParseServe([]string{
 		"--grpc-addr", "unix:/run/grpc.sock", "--http-addr", "unix:///run/http.sock", "--admin-addr", "127.0.0.1:0",
+		"--metrics-addr", ":19001", "--metrics-path", "/stats/prometheus",
 		"--grpc-first-call-timeout", "2s", "--grpc-max-conns", "2",
 		"--tls-cert", "server.pem", "--tls-key", "server.key", "--tls-client-ca", "envoy-ca.pem", "--tls-client-san", "envoy",
 		"--admin-tls-client-ca", "ops-ca.pem", "--admin-tls-client-san", "alice",
@@ -95,6 +96,8 @@ func TestServeFlagsSetTheirOptions(t *testing.T) {
 		{"--grpc-addr", st.GRPCAddr, "unix:/run/grpc.sock"},
 		{"--http-addr", st.HTTPAddr, "unix:///run/http.sock"},
 		{"--admin-addr", st.AdminAddr, "127.0.0.1:0"},
+		{"--metrics-addr", st.MetricsAddr, ":19001"},
+		{"--metrics-path", st.MetricsPath, "/stats/prometheus"},
 		{"--grpc-first-call-timeout", st.GRPCFirstCallTimeout, 2 * time.Second},
 		{"--grpc-max-conns", st.GRPCMaxConns, 2},
 		{"--tls-cert", st.TLSCert, "server.pem"},

@@ -242,7 +242,6 @@ var (
 
 // Reasons shared by several variables.
 const (
-	whyPrometheus    = "sluice serves its own Prometheus metrics at /metrics on --http-addr (default :8080), not on PROMETHEUS_ADDR, and with its own names (docs/migrating-from-envoy-ratelimit.md maps them): point the scrape at --http-addr"
 	whyNoPerSecond   = "sluice has no second Redis for per-second limits: one Redis, Sentinel or Redis Cluster holds every bucket (a token bucket is one key per limit, not one per window), and a per-second rule can carry a per-node local bucket that never calls Redis"
 	whyNoMemcache    = "sluice has no memcache backend: a token bucket needs an atomic read-modify-write (a Lua script on Redis), which memcache's increments cannot do"
 	whyPipelining    = "sluice has no pipelining settings: calls that arrive together share Redis round trips on their own (a batch per Redis node)"
@@ -299,10 +298,10 @@ var peerVars = []peerVar{
 	{name: "EXTRA_TAGS", def: "", how: hRefused, inert: anyStatsOff, why: "sluice adds no constant labels or tags to its metrics: add them when scraping (Prometheus relabel_configs or the ServiceMonitor's) or in the statsd server"},
 	{name: "STATS_FLUSH_INTERVAL", def: "10s", kind: kDuration, how: hMapped, flag: "statsd-interval", inert: statsOff},
 	{name: "DISABLE_STATS", def: "false", kind: kBool, how: hAccepted, ok: []string{"false", "true"}, why: "sluice always serves its Prometheus metrics at /metrics on --http-addr; with true it sends no statsd, as the peer"},
-	{name: "USE_PROMETHEUS", def: "false", kind: kBool, how: hAccepted, ok: []string{"false"}, anyOK: true, warn: true, why: whyPrometheus},
-	{name: "PROMETHEUS_ADDR", def: ":9090", how: hAccepted, anyOK: true, warn: true, inert: promOff, why: whyPrometheus},
-	{name: "PROMETHEUS_PATH", def: "/metrics", how: hAccepted, anyOK: true, warn: true, inert: promOff, why: whyPrometheus},
-	{name: "PROMETHEUS_MAPPER_YAML", def: "", how: hAccepted, anyOK: true, warn: true, inert: promOff, why: "sluice reads no statsd mapper: its metrics are native Prometheus series, named as docs/metrics.md says, at /metrics on --http-addr (docs/envoy-gateway.md maps the peer's names); for the peer's names, send statsd (--statsd-addr) to a statsd_exporter with this mapping"},
+	{name: "USE_PROMETHEUS", def: "false", kind: kBool, how: hMapped, flag: "metrics-addr", ok: []string{"false"}, why: "sluice serves its Prometheus metrics at /metrics on --http-addr (default :8080) in any case"},
+	{name: "PROMETHEUS_ADDR", def: ":9090", how: hMapped, flag: "metrics-addr", inert: promOff},
+	{name: "PROMETHEUS_PATH", def: "/metrics", how: hMapped, flag: "metrics-path", inert: promOff},
+	{name: "PROMETHEUS_MAPPER_YAML", def: "", how: hAccepted, anyOK: true, warn: true, inert: promOff, why: "sluice reads no statsd mapper: its metrics are native Prometheus series, named as docs/metrics.md says, at /metrics on --http-addr and --metrics-addr (docs/envoy-gateway.md maps the peer's names); for the peer's names, send statsd (--statsd-addr) to a statsd_exporter with this mapping"},
 
 	// Rule files.
 	{name: "RUNTIME_ROOT", def: "/srv/runtime_data/current", how: hMapped, flag: "config", inert: fileOff},
@@ -469,6 +468,8 @@ var peerMaps = []peerMap{
 	{flag: "xds-ready-before-rules", vars: []string{"FORCE_START_WITHOUT_INITIAL_CONFIG", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"}, convert: readyBeforeRules},
 	{flag: "statsd-addr", vars: []string{"USE_STATSD", "STATSD_HOST", "STATSD_PORT"}, convert: statsdAddr},
 	{flag: "statsd-interval", vars: []string{"STATS_FLUSH_INTERVAL"}, convert: same("STATS_FLUSH_INTERVAL")},
+	{flag: "metrics-addr", vars: []string{"USE_PROMETHEUS", "PROMETHEUS_ADDR"}, convert: metricsAddr},
+	{flag: "metrics-path", vars: []string{"PROMETHEUS_PATH"}, convert: same("PROMETHEUS_PATH")},
 }
 
 func same(name string) func(func(string) string) (string, error) {
@@ -890,6 +891,16 @@ func applyPeerEnv(fs *flag.FlagSet, mode PeerEnvMode, getenv func(string) string
 			strings.Join(refusals, "\n  "))
 	}
 	return notes, nil
+}
+
+// metricsAddr is --metrics-addr from USE_PROMETHEUS and PROMETHEUS_ADDR:
+// the peer serves Prometheus' format on a listener of its own only with
+// the first true.
+func metricsAddr(getenv func(string) string) (string, error) {
+	if !peerBool(getenv, "USE_PROMETHEUS", "false") {
+		return "", nil
+	}
+	return orDefault(getenv, "PROMETHEUS_ADDR", ":9090"), nil
 }
 
 // tracingProtocol is --tracing-protocol from TRACING_ENABLED and

@@ -129,16 +129,21 @@ func TestPeerEnvMaps(t *testing.T) {
 		{"no statsd variable", map[string]string{"STATS_FLUSH_INTERVAL": "5s"}, nil, func(s flags.Serve) error {
 			return want("--statsd-addr", s.Statsd.Addr, "")
 		}},
-		// Envoy Gateway's default: the peer's Prometheus endpoint. Accepted
-		// with a warning: sluice's metrics are elsewhere, with other names.
-		{"Prometheus", map[string]string{"USE_STATSD": "false", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml"}, nil, func(s flags.Serve) error {
+		// Envoy Gateway's default: the peer's Prometheus endpoint, served
+		// on its address and path, with a warning about the mapper: the
+		// names there are sluice's.
+		{"Prometheus", map[string]string{"USE_STATSD": "false", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_PATH": "/stats", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml"}, nil, func(s flags.Serve) error {
 			var errs []error
-			for _, name := range []string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_MAPPER_YAML"} {
-				if !notedAt(s.PeerNotes, name, slog.LevelWarn) {
-					errs = append(errs, fmt.Errorf("no warning about %s: %+v", name, s.PeerNotes))
-				}
+			if !notedAt(s.PeerNotes, "PROMETHEUS_MAPPER_YAML", slog.LevelWarn) {
+				errs = append(errs, fmt.Errorf("no warning about PROMETHEUS_MAPPER_YAML: %+v", s.PeerNotes))
 			}
-			return errors.Join(append(errs, want("--statsd-addr", s.Statsd.Addr, ""))...)
+			return errors.Join(append(errs, want("--metrics-addr", s.MetricsAddr, ":19001"), want("--metrics-path", s.MetricsPath, "/stats"), want("--statsd-addr", s.Statsd.Addr, ""))...)
+		}},
+		{"Prometheus at the peer's default address", map[string]string{"USE_PROMETHEUS": "true"}, nil, func(s flags.Serve) error {
+			return errors.Join(want("--metrics-addr", s.MetricsAddr, ":9090"), want("--metrics-path", s.MetricsPath, "/metrics"))
+		}},
+		{"Prometheus off", map[string]string{"USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": ":19001"}, nil, func(s flags.Serve) error {
+			return want("--metrics-addr", s.MetricsAddr, "")
 		}},
 		{"xDS at the peer's default address", map[string]string{"CONFIG_TYPE": "grpc_xds_sotw"}, nil, func(s flags.Serve) error {
 			return want("--xds-server", s.XDS.Server, "localhost:18000")
@@ -542,6 +547,8 @@ func TestEnvoyGatewayDeployment(t *testing.T) {
 		// Its probes and ports: HTTP 8080, gRPC 8081.
 		want("--http-addr", s.HTTPAddr, fmt.Sprintf(":%d", c.ReadinessProbe.HTTPGet.Port)), want("--grpc-addr", s.GRPCAddr, ":8081"),
 		want("readiness probe path", c.ReadinessProbe.HTTPGet.Path, "/healthcheck"),
+		// Where its pod annotations and Service send Prometheus.
+		want("--metrics-addr", s.MetricsAddr, ":19001"), want("--metrics-path", s.MetricsPath, "/metrics"),
 	)
 	if err != nil {
 		t.Error(err)
