@@ -23,7 +23,8 @@ import (
 
 // docCommand is one shell command of a doc: a line (with its
 // backslash-continued lines) of a sh or bash code block, a "$ " line of a
-// console block, or a shell assignment in inline code of the prose.
+// console block, or a shell assignment in inline code of the prose. Or,
+// with logged set and no text, a plain code block of the node's log lines.
 type docCommand struct {
 	file string
 	line int    // 1-based, of the command's first line
@@ -31,6 +32,9 @@ type docCommand struct {
 	// output is what a console block prints after the command; nil when
 	// the doc shows none.
 	output []string
+	// logged are the lines the doc shows the node logging ("level=…"),
+	// each up to a trailing " ...".
+	logged []string
 }
 
 func (c docCommand) String() string { return fmt.Sprintf("%s:%d: %s", c.file, c.line, c.text) }
@@ -79,6 +83,10 @@ func docCommands(file, md string) ([]docCommand, error) {
 				return nil, fmt.Errorf("%s:%d: console block without a \"$ \" command: show the command its output comes from", file, i+1)
 			}
 			out = append(out, cmds...)
+		case "":
+			if len(body) > 0 && strings.HasPrefix(body[0], "level=") {
+				out = append(out, docCommand{file: file, line: start + 1, logged: body})
+			}
 		}
 		i = end
 	}
@@ -140,6 +148,7 @@ func TestDocCommandsParse(t *testing.T) {
 	md := "Set `A=\"--addr x\"` first.\n" +
 		"```sh\n# a comment\nrls serve   # trailing\n\ncurl a \\\n  -d b\n```\n" +
 		"```yaml\nkey: v\n```\n" +
+		"```\nlevel=INFO msg=x ...\n```\n" +
 		"   ```console\n   $ rls check\n   OK\n     detail\n\n   $ rls version\n   ```\n"
 	got, err := docCommands("f.md", md)
 	if err != nil {
@@ -149,8 +158,9 @@ func TestDocCommandsParse(t *testing.T) {
 		{file: "f.md", line: 1, text: `A="--addr x"`},
 		{file: "f.md", line: 4, text: "rls serve   # trailing"},
 		{file: "f.md", line: 6, text: "curl a \\\n  -d b"},
-		{file: "f.md", line: 13, text: "rls check", output: []string{"OK", "  detail"}},
-		{file: "f.md", line: 17, text: "rls version", output: []string{}},
+		{file: "f.md", line: 13, logged: []string{"level=INFO msg=x ..."}},
+		{file: "f.md", line: 16, text: "rls check", output: []string{"OK", "  detail"}},
+		{file: "f.md", line: 20, text: "rls version", output: []string{}},
 	}
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(docCommand{})); diff != "" {
 		t.Errorf("docCommands (-want +got):\n%s", diff)
@@ -233,14 +243,34 @@ var docExits = []*docExit{
 	{match: "--rule edge.login --allow", code: 1},                   // refused: protected rule
 }
 
+// checkLog waits until the node started last has logged every line of c
+// (after docMasks; a line ending in " ..." up to there).
+func (r *docRun) checkLog(c docCommand) {
+	if r.node == nil {
+		r.t.Fatalf("%s:%d: log lines before a doc command started a node", c.file, c.line)
+	}
+	for _, want := range maskOutput(c.logged) {
+		want = strings.TrimSuffix(want, " ...")
+		found := func() bool { return strings.Contains(maskOutput([]string{r.node.Log()})[0], want) }
+		deadline := time.Now().Add(10 * time.Second)
+		for !found() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !found() {
+			r.t.Errorf("%s:%d: the node did not log %q (after docMasks); its log:\n%s", c.file, c.line, want, r.node.Log())
+		}
+	}
+}
+
 // docMasks replace what differs from run to run in a command's output,
 // in both the doc's and the command's, before they are compared.
 var docMasks = []struct {
 	re *regexp.Regexp
 	to string
 }{
-	{regexp.MustCompile(`\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\b`), "<time>"}, // an expiry: now + --expires
-	{regexp.MustCompile(`commit [0-9a-f]+…?`), "commit <hash>"},           // the repository's HEAD
+	{regexp.MustCompile(`\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z\b`), "<time>"}, // an expiry, a log line's time
+	{regexp.MustCompile(`commit [0-9a-f]+…?`), "commit <hash>"},                   // the repository's HEAD
+	{regexp.MustCompile(`\bnode=\S+`), "node=<node>"},                             // host name and PID
 }
 
 func maskOutput(lines []string) []string {
@@ -349,6 +379,10 @@ func runDocCommands(t *testing.T, file string) {
 // run runs c, or its stand-in when docSkips names it.
 func (r *docRun) run(c docCommand) {
 	t := r.t
+	if c.logged != nil {
+		r.checkLog(c)
+		return
+	}
 	for _, s := range docSkips {
 		if strings.HasPrefix(c.text, s.match) {
 			s.used.Add(1)
