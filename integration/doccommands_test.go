@@ -237,29 +237,11 @@ type docExit struct {
 	used  atomic.Int32
 }
 
+// docExits are the doc commands that exit otherwise than 0.
 var docExits = []*docExit{
 	{match: "check --domain edge remote_address=50.0.0.5", code: 1}, // OVER_LIMIT
 	{match: "check --domain edge api_key=AKIA-LEAKED", code: 1},     // OVER_LIMIT
 	{match: "--rule edge.login --allow", code: 1},                   // refused: protected rule
-}
-
-// checkLog waits until the node started last has logged every line of c
-// (after docMasks; a line ending in " ..." up to there).
-func (r *docRun) checkLog(c docCommand) {
-	if r.node == nil {
-		r.t.Fatalf("%s:%d: log lines before a doc command started a node", c.file, c.line)
-	}
-	for _, want := range maskOutput(c.logged) {
-		want = strings.TrimSuffix(want, " ...")
-		found := func() bool { return strings.Contains(maskOutput([]string{r.node.Log()})[0], want) }
-		deadline := time.Now().Add(10 * time.Second)
-		for !found() && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if !found() {
-			r.t.Errorf("%s:%d: the node did not log %q (after docMasks); its log:\n%s", c.file, c.line, want, r.node.Log())
-		}
-	}
 }
 
 // docMasks replace what differs from run to run in a command's output,
@@ -438,6 +420,25 @@ func (r *docRun) exec(c docCommand) {
 		got := maskOutput(strings.Split(strings.TrimRight(out, "\n"), "\n"))
 		if diff := cmp.Diff(maskOutput(c.output), got); diff != "" {
 			t.Errorf("%s\nran: %s\noutput differs from the doc's (-doc +got):\n%s%s", c, text, diff, r.table())
+		}
+	}
+}
+
+// checkLog waits until the node started last has logged every line of c
+// (after docMasks; a line ending in " ..." up to there).
+func (r *docRun) checkLog(c docCommand) {
+	if r.node == nil {
+		r.t.Fatalf("%s:%d: log lines before a doc command started a node", c.file, c.line)
+	}
+	for _, want := range maskOutput(c.logged) {
+		want = strings.TrimSuffix(want, " ...")
+		found := func() bool { return strings.Contains(maskOutput([]string{r.node.Log()})[0], want) }
+		deadline := time.Now().Add(10 * time.Second)
+		for !found() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !found() {
+			r.t.Errorf("%s:%d: the node did not log %q (after docMasks); its log:\n%s", c.file, c.line, want, r.node.Log())
 		}
 	}
 }
