@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -176,11 +176,10 @@ type docSkip struct {
 	match   string // a prefix of the command as the doc prints it
 	why     string
 	standIn string // run instead (rewritten as a doc command), if not ""
-	used    atomic.Int32
 }
 
 // docSkips are every command of the docs the test does not run.
-var docSkips = []*docSkip{
+var docSkips = []docSkip{
 	{match: "make test", why: "runs every test, this one included"},
 	{match: "git tag ", why: "would tag the repository the test runs in; `make build VERSION=…` does not need the tag"},
 	{match: "docker build ", why: "no Docker engine here; envoy-examples/dockerfile_release_test.go checks the Dockerfile's version stamping"},
@@ -203,11 +202,10 @@ type docRewrite struct {
 	from *regexp.Regexp
 	to   string
 	why  string
-	used atomic.Int32
 }
 
 // docRewrites apply in this order, each to the result of the ones before.
-var docRewrites = []*docRewrite{
+var docRewrites = []docRewrite{
 	{from: regexp.MustCompile(`^go run \./cmd/rls `), to: "rls ", why: "the binary TestMain built"},
 	{from: regexp.MustCompile(`^rls serve \.\.\. `), to: "rls serve ", why: `"..." stands for the flags shown before`},
 	{from: regexp.MustCompile(`^rls serve\b`), to: "{rls} serve --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0", why: "free loopback ports, read from the node's log"},
@@ -234,11 +232,10 @@ var docEnv = []string{"RLS_REDIS_TIMEOUT=2s", "GORACE=halt_on_error=1 atexit_sle
 type docExit struct {
 	match string // a substring of the command as the doc prints it
 	code  int
-	used  atomic.Int32
 }
 
 // docExits are the doc commands that exit otherwise than 0.
-var docExits = []*docExit{
+var docExits = []docExit{
 	{match: "check --domain edge remote_address=50.0.0.5", code: 1}, // OVER_LIMIT
 	{match: "check --domain edge api_key=AKIA-LEAKED", code: 1},     // OVER_LIMIT
 	{match: "--rule edge.login --allow", code: 1},                   // refused: protected rule
@@ -274,32 +271,46 @@ func maskOutput(lines []string) []string {
 // (docPrograms) nor skipped (docSkips).
 func TestDocCommands(t *testing.T) {
 	t.Parallel()
+	used := &docUses{n: map[any]int{}}
 	t.Run("files", func(t *testing.T) {
 		for _, file := range []string{"README.md", "docs/operating-limits.md"} {
 			t.Run(filepath.Base(file), func(t *testing.T) {
 				t.Parallel()
-				runDocCommands(t, file)
+				runDocCommands(t, file, used)
 			})
 		}
 	})
 	if t.Failed() {
 		return
 	}
-	for _, s := range docSkips {
-		if s.used.Load() == 0 {
+	for i, s := range docSkips {
+		if used.n[&docSkips[i]] == 0 {
 			t.Errorf("docSkips: %q matches no doc command: remove it", s.match)
 		}
 	}
-	for _, r := range docRewrites {
-		if r.used.Load() == 0 {
+	for i, r := range docRewrites {
+		if used.n[&docRewrites[i]] == 0 {
 			t.Errorf("docRewrites: %s matches no doc command: remove it", r.from)
 		}
 	}
-	for _, e := range docExits {
-		if e.used.Load() == 0 {
+	for i, e := range docExits {
+		if used.n[&docExits[i]] == 0 {
 			t.Errorf("docExits: %q matches no doc command: remove it", e.match)
 		}
 	}
+}
+
+// docUses counts the uses of the entries of docSkips, docRewrites and
+// docExits, by their address, so that an entry no doc command uses fails.
+type docUses struct {
+	mu sync.Mutex
+	n  map[any]int
+}
+
+func (u *docUses) add(entry any) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.n[entry]++
 }
 
 // docRun is the state of one doc's commands: the node started last, the
@@ -311,9 +322,10 @@ type docRun struct {
 	node  *rlsProcess
 	redis *redistest.Server
 	env   []string // rlsEnv, then the variables assigned so far (NAME=value)
+	used  *docUses
 }
 
-func runDocCommands(t *testing.T, file string) {
+func runDocCommands(t *testing.T, file string, used *docUses) {
 	b, err := os.ReadFile(filepath.Join("..", file))
 	if err != nil {
 		t.Fatal(err)
@@ -326,7 +338,7 @@ func runDocCommands(t *testing.T, file string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &docRun{t: t, dir: root, tmp: t.TempDir(), env: rlsEnv(docEnv...)}
+	r := &docRun{t: t, dir: root, tmp: t.TempDir(), env: rlsEnv(docEnv...), used: used}
 	if file != "README.md" {
 		// docs/operating-limits.md works in a directory of its own, its
 		// HOME, on the rules its examples name (rules/), with /etc/sluice
@@ -365,9 +377,9 @@ func (r *docRun) run(c docCommand) {
 		r.checkLog(c)
 		return
 	}
-	for _, s := range docSkips {
+	for i, s := range docSkips {
 		if strings.HasPrefix(c.text, s.match) {
-			s.used.Add(1)
+			r.used.add(&docSkips[i])
 			t.Logf("%s:%d: skipped (%s): %s", c.file, c.line, s.why, c.text)
 			if s.standIn != "" {
 				r.exec(docCommand{file: c.file, line: c.line, text: s.standIn})
@@ -397,9 +409,9 @@ func (r *docRun) exec(c docCommand) {
 		return
 	}
 	want := 0
-	for _, e := range docExits {
+	for i, e := range docExits {
 		if strings.Contains(c.text, e.match) {
-			e.used.Add(1)
+			r.used.add(&docExits[i])
 			want = e.code
 		}
 	}
@@ -458,11 +470,11 @@ func assignedName(cmd string) (string, bool) {
 // rewrite applies docRewrites to c, its comments dropped.
 func (r *docRun) rewrite(c docCommand) string {
 	text := dropComments(c.text)
-	for _, rw := range docRewrites {
+	for i, rw := range docRewrites {
 		if !rw.from.MatchString(text) {
 			continue
 		}
-		rw.used.Add(1)
+		r.used.add(&docRewrites[i])
 		to := rw.to
 		to = strings.ReplaceAll(to, "{rls}", rlsBinary)
 		to = strings.ReplaceAll(to, "{tmp}", r.tmp)
