@@ -319,7 +319,8 @@ type docRun struct {
 	t     *testing.T
 	dir   string // commands' working directory
 	tmp   string
-	node  *rlsProcess
+	node  *rlsProcess // nil when none runs
+	addrs string      // the addresses of the node started last, for table
 	redis *redistest.Server
 	env   []string // rlsEnv, then the variables assigned so far (NAME=value)
 	used  *docUses
@@ -362,6 +363,11 @@ func runDocCommands(t *testing.T, file string, used *docUses) {
 	if len(cmds) == 0 {
 		t.Fatalf("%s: no commands found", file)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(r.table())
+		}
+	})
 	for _, c := range cmds {
 		r.run(c)
 	}
@@ -421,7 +427,7 @@ func (r *docRun) exec(c docCommand) {
 	}
 	out, code := r.shell(script)
 	if code != want {
-		t.Errorf("%s\nran: %s\nexit status %d, want %d; output:\n%s%s", c, text, code, want, out, r.table())
+		t.Errorf("%s\nran: %s\nexit status %d, want %d; output:\n%s", c, text, code, want, out)
 		return
 	}
 	if isAssignment {
@@ -431,7 +437,7 @@ func (r *docRun) exec(c docCommand) {
 	if c.output != nil {
 		got := maskOutput(strings.Split(strings.TrimRight(out, "\n"), "\n"))
 		if diff := cmp.Diff(maskOutput(c.output), got); diff != "" {
-			t.Errorf("%s\nran: %s\noutput differs from the doc's (-doc +got):\n%s%s", c, text, diff, r.table())
+			t.Errorf("%s\nran: %s\noutput differs from the doc's (-doc +got):\n%s", c, text, diff)
 		}
 	}
 }
@@ -444,14 +450,9 @@ func (r *docRun) checkLog(c docCommand) {
 	}
 	for _, want := range maskOutput(c.logged) {
 		want = strings.TrimSuffix(want, " ...")
-		found := func() bool { return strings.Contains(maskOutput([]string{r.node.Log()})[0], want) }
-		deadline := time.Now().Add(10 * time.Second)
-		for !found() && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if !found() {
-			r.t.Errorf("%s:%d: the node did not log %q (after docMasks); its log:\n%s", c.file, c.line, want, r.node.Log())
-		}
+		pollUntil(r.t, fmt.Sprintf("%s:%d: the node's log line %q (after docMasks)", c.file, c.line, want), func() bool {
+			return strings.Contains(maskOutput([]string{r.node.Log()})[0], want)
+		})
 	}
 }
 
@@ -525,17 +526,16 @@ func dropComment(line string) string {
 	return line
 }
 
-// table prints docRewrites as they apply now, for a failure's message.
+// table prints docRewrites and docEnv as they applied last, for a
+// failure's message.
 func (r *docRun) table() string {
 	var b strings.Builder
-	b.WriteString("\nrewrites (docRewrites):\n")
+	b.WriteString("rewrites (docRewrites):\n")
 	for _, rw := range docRewrites {
 		fmt.Fprintf(&b, "  %-40s → %-50s (%s)\n", rw.from, rw.to, rw.why)
 	}
 	fmt.Fprintf(&b, "environment (docEnv): %s\nwhere {rls}=%s {tmp}=%s", strings.Join(docEnv, " "), rlsBinary, r.tmp)
-	if r.node != nil {
-		fmt.Fprintf(&b, " {grpc}=%s {http}=%s {admin}=%s", r.node.GRPCAddr, r.node.HTTPAddr, r.node.AdminAddr)
-	}
+	b.WriteString(r.addrs)
 	if r.redis != nil {
 		fmt.Fprintf(&b, " {redis}=%s", r.redis.Addr())
 	}
@@ -572,6 +572,7 @@ func (r *docRun) startNode(c docCommand, text string) {
 	cmd.Dir, cmd.Env = r.dir, r.env
 	r.t.Logf("%s:%d: starting %s", c.file, c.line, text)
 	r.node = startCmd(r.t, cmd)
+	r.addrs = fmt.Sprintf(" {grpc}=%s {http}=%s {admin}=%s", r.node.GRPCAddr, r.node.HTTPAddr, r.node.AdminAddr)
 	pollUntil(r.t, "the node's /healthcheck", func() bool {
 		code, _ := r.node.HTTPGet(r.t, "/healthcheck")
 		return code == 200
