@@ -249,6 +249,7 @@ var docMasks = []struct {
 }{
 	{regexp.MustCompile(`\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z\b`), "<time>"}, // an expiry, a log line's time
 	{regexp.MustCompile(`commit [0-9a-f]+…?`), "commit <hash>"},                   // the repository's HEAD
+	{regexp.MustCompile(`\bgo1\.\d+(\.\d+)?\b`), "go<version>"},                   // the toolchain that ran make build (envoy-examples/goversion_test.go pins the README's to go.mod's)
 	{regexp.MustCompile(`\bnode=\S+`), "node=<node>"},                             // host name and PID
 }
 
