@@ -477,21 +477,16 @@ func (r *docRun) rewrite(c docCommand) string {
 			continue
 		}
 		r.used.add(&docRewrites[i])
-		to := rw.to
-		to = strings.ReplaceAll(to, "{rls}", rlsBinary)
-		to = strings.ReplaceAll(to, "{tmp}", r.tmp)
+		to := strings.NewReplacer("{rls}", rlsBinary, "{tmp}", r.tmp).Replace(rw.to)
 		if strings.Contains(to, "{redis}") {
 			if r.redis == nil {
 				r.redis = redistest.Start(r.t)
 			}
 			to = strings.ReplaceAll(to, "{redis}", r.redis.Addr())
 		}
-		for _, a := range []string{"{grpc}", "{http}", "{admin}"} {
-			if !strings.Contains(to, a) {
-				continue
-			}
+		if strings.Contains(to, "{grpc}") || strings.Contains(to, "{http}") || strings.Contains(to, "{admin}") {
 			if r.node == nil {
-				r.t.Fatalf("%s: names a node's address (%s) before a doc command started one", c, a)
+				r.t.Fatalf("%s: names a node's address (%s) before a doc command started a node", c, rw.to)
 			}
 			to = strings.NewReplacer("{grpc}", r.node.GRPCAddr, "{http}", r.node.HTTPAddr, "{admin}", r.node.AdminAddr).Replace(to)
 		}
