@@ -9,6 +9,10 @@
 // alone, before the others: beside three other tests and a busy machine,
 // 1.6% of a node's answers in fallback took 20ms where the bound is 1%.
 //
+// TestDocCommands (doccommands_test.go) runs the shell commands of README.md
+// and docs/operating-limits.md against the built binary, a node and a
+// redis-server, and checks the output the docs show.
+//
 // The tests carry the build tag "integration"; `make test` runs them. One
 // check runs without it: TestDocLinks (doclinks_test.go) reads README.md and
 // docs/ and fails on a relative link to a missing file or heading.
