@@ -140,6 +140,7 @@ func newServeFlagSet(s *Serve, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&s.MaxValueBytes, "max-value-bytes", service.DefaultMaxValueBytes, "keys and values longer than this (bytes) are limited by their SHA-256 digest")
 	fs.IntVar(&s.MaxBuckets, "max-buckets", memory.DefaultMaxBuckets, "most partly drained buckets per memory backend (about 80 B of heap each, budget 200 B of process memory); when full, requests needing a new bucket are refused")
 	fs.IntVar(&s.MaxMetricValues, "max-metric-values", service.DefaultMaxMetricValues, "most rule labels carrying request values (detailed_metric, value_to_metric); more are counted as <rule>:overflow")
+	fs.IntVar(&s.MaxTenants, "max-tenants", service.DefaultMaxTenants, fmt.Sprintf("per rule with utilisation: most tenants with a ratelimit_tenant_consumed_tokens_total series of their own, the first seen; later ones are counted together under tenant=\"_other\" (at most %d)", node.MaxTenantsBound))
 	fs.TextVar(&s.LogLevel, "log-level", slog.LevelInfo, "least `level` logged: debug | info | warn | error")
 	fs.TextVar(&s.LogFormat, "log-format", LogText, "log line `format`: "+formatList())
 	fs.IntVar(&s.RefusalLogEvery, "log-refusals", 100, "log one refused request in N, with domain, rule and descriptor values (0: none)")
