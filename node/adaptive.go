@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +25,7 @@ func startAdaptive(ctx context.Context, st Options, client goredis.UniversalClie
 	}
 	cfg, err := adaptive.Load(st.AdaptiveConfig)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--adaptive-config: %w", err)
 	}
 	src, err := adaptive.NewPrometheus(cfg.Prometheus, nil, cfg.QueryTimeout)
 	if err != nil {

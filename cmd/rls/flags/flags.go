@@ -187,7 +187,11 @@ type Validate struct {
 	Strict bool
 	// Paths are the rule files and directories checked together as one
 	// rule set: the PATH arguments, or --config when there are none.
+	// Empty when only AdaptiveConfig is to be checked.
 	Paths []string
+	// AdaptiveConfig is a file of adaptive limits to check too (rls
+	// serve's --adaptive-config), against the rules of Paths if any.
+	AdaptiveConfig string
 }
 
 const validateUsage = `usage: rls validate [flags] PATH...
@@ -201,10 +205,18 @@ but sluice finds suspect) are printed and do not fail, unless --strict. The
 flags, before or after PATH, are rls serve's loading flags, with their
 RLS_<FLAG> variables, and --strict; PATH arguments win over RLS_CONFIG.
 
+--adaptive-config FILE (RLS_ADAPTIVE_CONFIG) checks a file of adaptive limits
+too, as rls serve reads it, printing every problem as file:line: reason; with
+rules, a policy whose domain or rule they lack, or that would raise a
+protected rule, is a warning. Without PATH or --config it checks FILE alone.
+
+Exit status: 0 when everything checked is valid, 1 on a problem (or a warning
+with --strict), 2 on a usage error or a file that cannot be read.
+
 `
 
 // errNoPaths is ParseValidate's error when it has nothing to check.
-var errNoPaths = errors.New("no rule files to check: give PATH arguments or --config")
+var errNoPaths = errors.New("nothing to check: give PATH arguments, --config or --adaptive-config")
 
 // ParseValidate parses the flags and arguments of `rls validate`, taking
 // the loading flags' defaults from the environment through getenv, as
@@ -227,6 +239,7 @@ func ParseValidate(args []string, getenv func(string) string, out io.Writer) (Va
 		v.Paths = fs.Args()
 	case v.Config != "":
 		v.Paths = []string{v.Config}
+	case v.AdaptiveConfig != "":
 	default:
 		fs.Usage()
 		err = errNoPaths
@@ -247,6 +260,7 @@ func newValidateFlagSet(v *Validate, out io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	registerRules(fs, &v.Rules)
+	registerAdaptive(fs, &v.AdaptiveConfig)
 	fs.BoolVar(&v.Strict, "strict", false, "fail (exit 1) on warnings too, not only on errors: for CI")
 	return fs
 }
