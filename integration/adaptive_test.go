@@ -133,4 +133,17 @@ policies:
 			return strings.Contains(dead.Log()+other.Log(), want)
 		})
 	}
+	// The trail in Redis holds them too, and rls audit --kind 'adaptive.*'
+	// prints them and nothing else.
+	var out string
+	pollFor(t, 10*time.Second, "rls audit --kind 'adaptive.*' with a trigger and a restore", func() bool {
+		var code int
+		out, _, code = runRLS(t, "audit", "--redis", "redis://"+redis.Addr(), "--kind", "adaptive.*", "--count", "0")
+		return code == 0 && strings.Contains(out, " adaptive.trigger ") && strings.Contains(out, " adaptive.restore ")
+	})
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		if !strings.Contains(line, " adaptive.") || !strings.Contains(line, "author=adaptive") || !strings.Contains(line, "subject=latency") {
+			t.Errorf("rls audit --kind 'adaptive.*' printed %q", line)
+		}
+	}
 }
