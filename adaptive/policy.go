@@ -196,15 +196,6 @@ func (p *Policy) fill() {
 	}
 }
 
-// Validate checks c as filled in by Parse; its error is *Problems,
-// without lines (Parse gives them).
-func (c *Config) Validate() error {
-	if ps := c.check(at{}); len(ps) > 0 {
-		return &Problems{List: ps}
-	}
-	return nil
-}
-
 // check returns c's problems, each at the line of its value in root.
 func (c *Config) check(root at) []Problem {
 	var ps []Problem

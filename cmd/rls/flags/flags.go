@@ -239,7 +239,7 @@ func ParseValidate(args []string, getenv func(string) string, out io.Writer) (Va
 		v.Paths = fs.Args()
 	case v.Config != "":
 		v.Paths = []string{v.Config}
-	case v.AdaptiveConfig != "":
+	case v.AdaptiveConfig != "": // the adaptive-limits file alone
 	default:
 		fs.Usage()
 		err = errNoPaths
