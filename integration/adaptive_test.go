@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -128,10 +129,14 @@ policies:
 	pollFor(t, 30*time.Second, "the rule file's limit back", func() bool { return limit(other) == 10 && !overridesHave(other, "scale") })
 	// The restore's log line may still be on its way from the node's
 	// stderr when the limit is back.
-	for _, want := range []string{"kind=adaptive.trigger", "kind=adaptive.restore", "p99=2 above 1"} {
+	for _, want := range []string{"kind=adaptive.trigger", "kind=adaptive.restore", "p99=2 above 1", "kind=override.set", "kind=override.remove"} {
 		pollFor(t, 10*time.Second, "the nodes' logs with "+want, func() bool {
 			return strings.Contains(dead.Log()+other.Log(), want)
 		})
+	}
+	// The node that was not the first actor applied its changes.
+	if !regexp.MustCompile(`kind=applied [^\n]*author=adaptive`).MatchString(other.Log()) {
+		t.Errorf("the other node's log has no applied event of the actor's change")
 	}
 	// The trail in Redis holds them too, and rls audit --kind 'adaptive.*'
 	// prints them and nothing else.
