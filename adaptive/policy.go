@@ -116,7 +116,8 @@ type Proportional struct {
 // and plain.
 var name = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
 
-// Load reads and checks an adaptive-limits file.
+// Load reads and checks an adaptive-limits file. A file read but wrong
+// gives *Problems, with path; a file not read, its os error.
 func Load(path string) (*Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -128,23 +129,31 @@ func Load(path string) (*Config, error) {
 		return nil, fmt.Errorf("adaptive config: %w", err)
 	}
 	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("adaptive config %s: larger than %d bytes", path, maxFileSize)
+		return nil, &Problems{Path: path, List: []Problem{{Msg: fmt.Sprintf("larger than %d bytes", maxFileSize)}}}
 	}
 	c, err := Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("adaptive config %s: %w", path, err)
+	if ps := new(Problems); errors.As(err, &ps) {
+		ps.Path = path
 	}
-	return c, nil
+	return c, err
 }
 
 // Parse decodes an adaptive-limits file (unknown fields are errors), fills
-// in the defaults and checks it; every problem is returned at once.
+// in the defaults and checks it; every problem is returned at once, as
+// *Problems, each with its line when it has one.
 func Parse(data []byte) (*Config, error) {
+	// Decoded twice: into a node tree for the lines of the values the
+	// checks find at fault, and into Config (the tree's Decode has no
+	// KnownFields).
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, &Problems{List: decodeProblems(err)}
+	}
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+		return nil, &Problems{List: decodeProblems(err)}
 	}
 	if c.LockTTL == 0 {
 		c.LockTTL = DefaultLockTTL
@@ -152,8 +161,12 @@ func Parse(data []byte) (*Config, error) {
 	for i := range c.Policies {
 		c.Policies[i].fill()
 	}
-	if err := c.Validate(); err != nil {
-		return nil, err
+	var root at
+	if len(doc.Content) > 0 {
+		root = at{doc.Content[0]}
+	}
+	if ps := c.check(root); len(ps) > 0 {
+		return nil, &Problems{List: ps}
 	}
 	return &c, nil
 }
@@ -183,105 +196,110 @@ func (p *Policy) fill() {
 	}
 }
 
-// Validate checks c as filled in by Parse.
-func (c *Config) Validate() error {
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+// check returns c's problems, each at the line of its value in root.
+func (c *Config) check(root at) []Problem {
+	var ps []Problem
+	bad := func(where at, field, format string, args ...any) {
+		ps = append(ps, Problem{Line: where.line(field), Msg: fmt.Sprintf(format, args...)})
+	}
 	if u, err := url.Parse(c.Prometheus); c.Prometheus == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		bad("prometheus: the http:// or https:// URL of a Prometheus-compatible API is required, not %q", redact(c.Prometheus))
+		bad(root, "prometheus", "prometheus: the http:// or https:// URL of a Prometheus-compatible API is required, not %q", redact(c.Prometheus))
 	}
 	if c.QueryTimeout < 0 {
-		bad("query_timeout must not be negative")
+		bad(root, "query_timeout", "query_timeout must not be negative")
 	}
 	if c.LockTTL < 3*MinInterval {
-		bad("lock_ttl must be at least %v, not %v", 3*MinInterval, c.LockTTL)
+		bad(root, "lock_ttl", "lock_ttl must be at least %v, not %v", 3*MinInterval, c.LockTTL)
 	}
 	if len(c.Policies) > maxPolicies {
-		bad("%d policies: at most %d", len(c.Policies), maxPolicies)
+		bad(root, "policies", "%d policies: at most %d", len(c.Policies), maxPolicies)
 	}
 	seen := make(map[string]bool)
 	scopes := make(map[[2]string]string)
 	for i := range c.Policies {
-		p := &c.Policies[i]
+		p, pn := &c.Policies[i], root.key("policies").index(i)
 		if seen[p.Name] {
-			bad("policy %q: defined twice", p.Name)
+			bad(pn, "name", "policy %q: defined twice", p.Name)
 		}
 		seen[p.Name] = true
 		if other, ok := scopes[[2]string{p.Domain, p.Rule}]; ok {
-			bad("policy %q: scales the same scope as policy %q", p.Name, other)
+			bad(pn, "domain", "policy %q: scales the same scope as policy %q", p.Name, other)
 		}
 		scopes[[2]string{p.Domain, p.Rule}] = p.Name
-		if err := p.validate(); err != nil {
-			errs = append(errs, fmt.Errorf("policy %q: %w", p.Name, err))
-		}
+		ps = append(ps, p.check(pn)...)
 	}
-	return errors.Join(errs...)
+	return ps
 }
 
-func (p *Policy) validate() error {
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+// check returns p's problems, each at the line of its value in pn.
+func (p *Policy) check(pn at) []Problem {
+	var ps []Problem
+	bad := func(where at, field, format string, args ...any) {
+		ps = append(ps, Problem{Line: where.line(field), Msg: fmt.Sprintf("policy %q: ", p.Name) + fmt.Sprintf(format, args...)})
+	}
 	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 	if !name.MatchString(p.Name) {
-		bad("name must be 1 to 64 letters, digits or _.:-")
+		bad(pn, "name", "name must be 1 to 64 letters, digits or _.:-")
 	}
 	if p.Domain == "" {
-		bad("domain is required")
+		bad(pn, "domain", "domain is required")
 	}
 	switch {
 	case len(p.Signals) == 0 && p.Proportional == nil:
-		bad("give signals (step form) or proportional")
+		bad(pn, "", "give signals (step form) or proportional")
 	case len(p.Signals) > 0 && p.Proportional != nil:
-		bad("signals and proportional exclude each other")
+		bad(pn, "proportional", "signals and proportional exclude each other")
 	case len(p.Signals) > maxSignals:
-		bad("%d signals: at most %d", len(p.Signals), maxSignals)
+		bad(pn, "signals", "%d signals: at most %d", len(p.Signals), maxSignals)
 	}
 	names := make(map[string]bool)
-	for _, s := range p.Signals {
+	for j, s := range p.Signals {
+		sn := pn.key("signals").index(j)
 		if !name.MatchString(s.Name) || names[s.Name] {
-			bad("signal name %q: want 1 to 64 letters, digits or _.:-, unique in the policy", s.Name)
+			bad(sn, "name", "signal name %q: want 1 to 64 letters, digits or _.:-, unique in the policy", s.Name)
 		}
 		names[s.Name] = true
 		if s.Query == "" || len(s.Query) > maxQuery {
-			bad("signal %q: query must hold 1 to %d bytes", s.Name, maxQuery)
+			bad(sn, "query", "signal %q: query must hold 1 to %d bytes", s.Name, maxQuery)
 		}
 		if !finite(s.LowerAbove) || !finite(s.RaiseBelow) || s.RaiseBelow >= s.LowerAbove {
-			bad("signal %q: raise_below (%v) must be below lower_above (%v): the gap between them keeps the scale from flapping", s.Name, s.RaiseBelow, s.LowerAbove)
+			bad(sn, "raise_below", "signal %q: raise_below (%v) must be below lower_above (%v): the gap between them keeps the scale from flapping", s.Name, s.RaiseBelow, s.LowerAbove)
 		}
 	}
 	if pr := p.Proportional; pr != nil {
+		prn := pn.key("proportional")
 		if pr.Query == "" || len(pr.Query) > maxQuery {
-			bad("proportional: query must hold 1 to %d bytes", maxQuery)
+			bad(prn, "query", "proportional: query must hold 1 to %d bytes", maxQuery)
 		}
 		if !(pr.Baseline > 0) || !finite(pr.Baseline) {
-			bad("proportional: baseline must be above 0")
+			bad(prn, "baseline", "proportional: baseline must be above 0")
 		}
 		if !(pr.Tolerance > 0 && pr.Tolerance < 1) {
-			bad("proportional: tolerance must be above 0 and below 1")
+			bad(prn, "tolerance", "proportional: tolerance must be above 0 and below 1")
 		}
 	}
 	if !(p.LowerFactor > 0 && p.LowerFactor < 1) {
-		bad("lower_factor must be above 0 and below 1, not %v", p.LowerFactor)
+		bad(pn, "lower_factor", "lower_factor must be above 0 and below 1, not %v", p.LowerFactor)
 	}
 	if !(p.RaiseFactor > 1 && p.RaiseFactor <= 10) {
-		bad("raise_factor must be above 1 and at most 10, not %v", p.RaiseFactor)
+		bad(pn, "raise_factor", "raise_factor must be above 1 and at most 10, not %v", p.RaiseFactor)
 	}
 	if !(p.MinScale > 0 && p.MinScale <= 1) {
-		bad("min_scale must be above 0 and at most 1, not %v", p.MinScale)
+		bad(pn, "min_scale", "min_scale must be above 0 and at most 1, not %v", p.MinScale)
 	}
 	if !(p.MaxScale >= 1 && p.MaxScale <= MaxScaleBound) {
-		bad("max_scale must be at least 1 and at most %d, not %v", MaxScaleBound, p.MaxScale)
+		bad(pn, "max_scale", "max_scale must be at least 1 and at most %d, not %v", MaxScaleBound, p.MaxScale)
 	}
 	if p.Interval < MinInterval {
-		bad("interval must be at least %v, not %v", MinInterval, p.Interval)
+		bad(pn, "interval", "interval must be at least %v, not %v", MinInterval, p.Interval)
 	}
 	if p.Cooldown < 0 {
-		bad("cooldown must not be negative")
+		bad(pn, "cooldown", "cooldown must not be negative")
 	}
 	if p.StaleAfter < p.Interval {
-		bad("stale_after (%v) must be at least the interval (%v)", p.StaleAfter, p.Interval)
+		bad(pn, "stale_after", "stale_after (%v) must be at least the interval (%v)", p.StaleAfter, p.Interval)
 	}
-	return errors.Join(errs...)
+	return ps
 }
 
 // redact hides the password of a URL's user information, for messages and

@@ -152,3 +152,44 @@ policies:
 		t.Errorf("two series: %v, want an error naming them", err)
 	}
 }
+
+// TestCooldownWithPrometheus: against a real Prometheus whose target
+// stays slow, a policy evaluated every second with a 3 s cooldown moves
+// once per cooldown, not once per interval.
+func TestCooldownWithPrometheus(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	b.latency.Set(2)
+	prom := promtest.Start(t, strings.TrimPrefix(b.srv.URL, "http://"))
+	src, err := adaptive.NewPrometheus(prom.URL(), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const p99 = `max(backend_latency_p99_seconds)`
+	r := newRig(t, fmt.Sprintf(`prometheus: %s
+policies:
+  - name: latency
+    domain: edge
+    rule: edge.user_id
+    interval: 1s
+    cooldown: 3s
+    signals:
+      - {name: p99, query: '%s', lower_above: 1, raise_below: 0.2}
+`, prom.URL(), p99), nil)
+	r.ctl = adaptive.New(adaptive.Options{Config: r.cfg, Source: src, Overrides: r.mgr, Rules: r.rules, Clock: r.clock, Audit: r.rec, Node: "n1", Registerer: prometheus.NewRegistry()})
+	promtest.WaitFor(t, 20*time.Second, func(ctx context.Context) error {
+		if v, err := src.Query(ctx, p99); err != nil || v != 2 {
+			return fmt.Errorf("p99 %v, %v; want 2 scraped", v, err)
+		}
+		return nil
+	})
+	var got []float64
+	for range 7 {
+		r.step(time.Second)
+		s, _ := r.scale("edge", "edge.user_id")
+		got = append(got, s)
+	}
+	if want := []float64{0.8, 0.8, 0.8, 0.64, 0.64, 0.64, 0.512}; !equal(got, want) {
+		t.Errorf("scales every second with a 3 s cooldown: %v, want %v", got, want)
+	}
+}

@@ -30,7 +30,7 @@ const (
 
 // Kinds returns every kind of Event, in the order above.
 func Kinds() []string {
-	return []string{KindReload, KindOverrideSet, KindOverrideRemove, KindOverrideExpire, KindOverrideRestore, KindApplied}
+	return []string{KindReload, KindOverrideSet, KindOverrideRemove, KindOverrideExpire, KindOverrideRestore, KindApplied, KindAdaptiveTrigger, KindAdaptiveRestore}
 }
 
 // Event is one audited change. Its JSON form (lower-case keys, empty

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -128,9 +129,26 @@ policies:
 	pollFor(t, 30*time.Second, "the rule file's limit back", func() bool { return limit(other) == 10 && !overridesHave(other, "scale") })
 	// The restore's log line may still be on its way from the node's
 	// stderr when the limit is back.
-	for _, want := range []string{"kind=adaptive.trigger", "kind=adaptive.restore", "p99=2 above 1"} {
+	for _, want := range []string{"kind=adaptive.trigger", "kind=adaptive.restore", "p99=2 above 1", "kind=override.set", "kind=override.remove"} {
 		pollFor(t, 10*time.Second, "the nodes' logs with "+want, func() bool {
 			return strings.Contains(dead.Log()+other.Log(), want)
 		})
+	}
+	// The node that was not the first actor applied its changes.
+	if !regexp.MustCompile(`kind=applied [^\n]*author=adaptive`).MatchString(other.Log()) {
+		t.Errorf("the other node's log has no applied event of the actor's change")
+	}
+	// The trail in Redis holds them too, and rls audit --kind 'adaptive.*'
+	// prints them and nothing else.
+	var out string
+	pollFor(t, 10*time.Second, "rls audit --kind 'adaptive.*' with a trigger and a restore", func() bool {
+		var code int
+		out, _, code = runRLS(t, "audit", "--redis", "redis://"+redis.Addr(), "--kind", "adaptive.*", "--count", "0")
+		return code == 0 && strings.Contains(out, " adaptive.trigger ") && strings.Contains(out, " adaptive.restore ")
+	})
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		if !strings.Contains(line, " adaptive.") || !strings.Contains(line, "author=adaptive") || !strings.Contains(line, "subject=latency") {
+			t.Errorf("rls audit --kind 'adaptive.*' printed %q", line)
+		}
 	}
 }

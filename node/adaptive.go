@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,18 +14,28 @@ import (
 	"github.com/sluice-rls/sluice/ruleset"
 )
 
-// startAdaptive runs the adaptive limits of --adaptive-config, if any,
-// until ctx is done; stop waits for the controller, which releases its
-// lock. With Redis, the nodes elect one actor through a lock in it and
-// the scale reaches every node through the shared overrides; without,
-// each node adapts its own overrides (adaptive.Solo).
-func startAdaptive(ctx context.Context, st Options, client goredis.UniversalClient, mgr *override.Manager, rules *ruleset.Store, trail auditTrail, log *slog.Logger, reg prometheus.Registerer) (stop func(), err error) {
+// loadAdaptive reads and checks the file of --adaptive-config; nil
+// without one. Run reads it before it starts anything, so that a bad file
+// stops the node with nothing to wind down.
+func loadAdaptive(st Options) (*adaptive.Config, error) {
 	if st.AdaptiveConfig == "" {
-		return func() {}, nil
+		return nil, nil
 	}
 	cfg, err := adaptive.Load(st.AdaptiveConfig)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--adaptive-config: %w", err)
+	}
+	return cfg, nil
+}
+
+// startAdaptive runs the adaptive limits of cfg (from loadAdaptive; nil:
+// none) until ctx is done; stop waits for the controller, which releases
+// its lock. With Redis, the nodes elect one actor through a lock in it and
+// the scale reaches every node through the shared overrides; without,
+// each node adapts its own overrides (adaptive.Solo).
+func startAdaptive(ctx context.Context, cfg *adaptive.Config, st Options, client goredis.UniversalClient, mgr *override.Manager, rules *ruleset.Store, trail auditTrail, log *slog.Logger, reg prometheus.Registerer) (stop func(), err error) {
+	if cfg == nil {
+		return func() {}, nil
 	}
 	src, err := adaptive.NewPrometheus(cfg.Prometheus, nil, cfg.QueryTimeout)
 	if err != nil {

@@ -31,7 +31,11 @@ func TestStartAdaptive(t *testing.T) {
 	start := func(path string) (func(), *prometheus.Registry, error) {
 		reg := prometheus.NewRegistry()
 		st := Options{AdaptiveConfig: path, Overrides: Overrides{MaxExpiry: time.Hour}}
-		stop, err := startAdaptive(context.Background(), st, nil, mgr, rules, auditTrail{node: "n"}, log, reg)
+		cfg, err := loadAdaptive(st)
+		if err != nil {
+			return nil, reg, err
+		}
+		stop, err := startAdaptive(context.Background(), cfg, st, nil, mgr, rules, auditTrail{node: "n"}, log, reg)
 		return stop, reg, err
 	}
 	stop, reg, err := start("")

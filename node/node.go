@@ -54,6 +54,10 @@ func New(opts Options) (*Node, error) {
 // order, once the servers have drained.
 func (n *Node) Run(ctx context.Context) error {
 	st, log := n.opts, n.log
+	adaptiveCfg, err := loadAdaptive(st)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	reg := newRegistry(st)
@@ -88,7 +92,7 @@ func (n *Node) Run(ctx context.Context) error {
 		return err
 	}
 	defer ovr.stop()
-	stopAdaptive, err := startAdaptive(ctx, st, layers.global.redis, ovr.mgr, rules.store, trail, log, reg)
+	stopAdaptive, err := startAdaptive(ctx, adaptiveCfg, st, layers.global.redis, ovr.mgr, rules.store, trail, log, reg)
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func testOptions() Options {
 		Settings: service.Settings{
 			HeaderLimit: service.DefaultHeaderLimit, HeaderRemaining: service.DefaultHeaderRemaining, HeaderReset: service.DefaultHeaderReset,
 			MaxDescriptors: service.DefaultMaxDescriptors, MaxEntries: service.DefaultMaxEntries, MaxValueBytes: service.DefaultMaxValueBytes,
-			MaxMetricValues: service.DefaultMaxMetricValues, RefusalLogEvery: 100, TopRefused: service.DefaultTopRefused,
+			MaxMetricValues: service.DefaultMaxMetricValues, MaxTenants: service.DefaultMaxTenants, RefusalLogEvery: 100, TopRefused: service.DefaultTopRefused,
 		},
 		MaxBuckets:         memory.DefaultMaxBuckets,
 		DrainTimeout:       10 * time.Second,
@@ -270,7 +270,7 @@ func TestNodeServesAndDrains(t *testing.T) {
 		GRPCHandshakeTimeout: time.Second,
 		Settings: service.Settings{
 			HeaderLimit: "RateLimit-Limit", HeaderRemaining: "RateLimit-Remaining", HeaderReset: "RateLimit-Reset",
-			MaxDescriptors: 8, MaxEntries: 8, MaxValueBytes: 64, MaxMetricValues: 10,
+			MaxDescriptors: 8, MaxEntries: 8, MaxValueBytes: 64, MaxMetricValues: 10, MaxTenants: 10,
 		},
 		MaxBuckets:   1000,
 		DrainTimeout: 5 * time.Second,

@@ -110,7 +110,7 @@ type Options struct {
 	// How the service answers and how much of a request it takes:
 	// --shadow, --quota-mode, --response-metadata, --ratelimit-header*,
 	// --refusal-details, --log-refusals, --top-refused, --max-descriptors,
-	// --max-entries, --max-value-bytes, --max-metric-values.
+	// --max-entries, --max-value-bytes, --max-metric-values, --max-tenants.
 	service.Settings
 
 	MaxBuckets int
@@ -148,6 +148,11 @@ type Options struct {
 	Logger *slog.Logger // where the node logs; nil: nowhere
 	Build  Build        // the running binary, for ratelimit_build_info, traces and the "serving" line
 }
+
+// MaxTenantsBound bounds --max-tenants: each tenant kept is a series per
+// node and rule for as long as the rule lives; a larger cap is a typing
+// mistake, and a rule with more tenants to review wants rules of its own.
+const MaxTenantsBound = 10000
 
 // MaxTopRefused bounds --top-refused: each counter may hold a value of up
 // to --max-value-bytes, for every tracked rule and minute.
@@ -224,6 +229,9 @@ func (s Options) Validate() error {
 	}
 	if s.TracingProtocol != "" && !slices.Contains(tracing.Protocols(), s.TracingProtocol) {
 		return fmt.Errorf("--tracing-protocol %q: want %s", s.TracingProtocol, strings.Join(tracing.Protocols(), " or "))
+	}
+	if s.MaxTenants < 1 || s.MaxTenants > MaxTenantsBound {
+		return fmt.Errorf("--max-tenants must be in [1, %d], not %d", MaxTenantsBound, s.MaxTenants)
 	}
 	if s.TopRefused < 0 || s.TopRefused > MaxTopRefused {
 		return fmt.Errorf("--top-refused must be in [0, %d], not %d", MaxTopRefused, s.TopRefused)

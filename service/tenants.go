@@ -1,6 +1,7 @@
 package service
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,8 +15,18 @@ import (
 const DefaultMaxTenants = 100
 
 // otherTenant is the tenant label of the tokens of a rule's tenants beyond
-// the cap. A tenant value may be "_other" too; the cap then merges them.
+// the cap. No tenant's own label is "_other" (tenantLabel).
 const otherTenant = "_other"
+
+// tenantLabel is the tenant label of a kept tenant: its value, with one
+// more "_" in front when it starts with "_" (a tenant "_other" is
+// "__other"), so that labels starting with a single "_" are sluice's.
+func tenantLabel(tenant string) string {
+	if strings.HasPrefix(tenant, "_") {
+		return "_" + tenant
+	}
+	return tenant
+}
 
 // tenantUse is the utilisation metrics of the rules with utilisation:
 // the tokens each tenant took and each rule's quota.
@@ -49,7 +60,7 @@ func newTenantUse() *tenantUse {
 	return &tenantUse{
 		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_tenant_consumed_tokens_total",
-			Help: "Tokens taken by allowed requests, per tenant (the request value of the rule's last level), for rules with utilisation; tenants beyond the per-rule cap count under tenant=\"_other\".",
+			Help: "Tokens taken by allowed requests, per tenant (the request value of the rule's last level), for rules with utilisation; tenants beyond the per-rule cap count under tenant=\"_other\" (a tenant value starting with _ gets one more: _other is __other).",
 		}, []string{"domain", "rule", "tenant"}),
 		quota: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ratelimit_tenant_quota_tokens_per_second",
@@ -89,7 +100,7 @@ func (u *tenantUse) add(r *descriptors.Rule, tenant string, cost uint64) {
 	if c == nil {
 		switch {
 		case len(rt.byName) < u.max:
-			c = u.consumed.WithLabelValues(r.Domain, r.Path, tenant)
+			c = u.consumed.WithLabelValues(r.Domain, r.Path, tenantLabel(tenant))
 			rt.byName[tenant] = c
 		case rt.other == nil:
 			rt.other = u.consumed.WithLabelValues(r.Domain, r.Path, otherTenant)

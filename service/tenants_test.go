@@ -137,3 +137,23 @@ descriptors:
 		t.Errorf("acme consumed %v across the reload, want 2", got)
 	}
 }
+
+// TestTenantNamedOtherIsNotTheOverflow: a tenant whose value is "_other"
+// keeps a series of its own, labelled "__other" (a leading "_" is
+// doubled), apart from tenant="_other", which counts only the tenants
+// beyond the cap.
+func TestTenantNamedOtherIsNotTheOverflow(t *testing.T) {
+	h := newHarness(t, tenantRules, func(o *service.Options) { o.MaxTenants = 2 })
+	for _, tenant := range []string{"_other", "_other", "acme", "late1", "late2", "late3"} {
+		h.call(t, request("api", desc("tenant="+tenant)))
+	}
+	if n := seriesCount(t, h, "ratelimit_tenant_consumed_tokens_total", "api.tenant"); n != 3 {
+		t.Errorf("%d series, want 3: the two kept tenants and the overflow", n)
+	}
+	for tenant, want := range map[string]float64{"__other": 2, "acme": 1, "_other": 3} {
+		got := metricValue(t, h, "ratelimit_tenant_consumed_tokens_total", map[string]string{"rule": "api.tenant", "tenant": tenant})
+		if got != want {
+			t.Errorf("tenant=%q counts %v tokens, want %v", tenant, got, want)
+		}
+	}
+}

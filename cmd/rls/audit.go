@@ -33,9 +33,10 @@ func (e auditError) Unwrap() error { return e.err }
 const auditUsage = `usage: rls audit --redis URL [flags]
 
 Prints the audit trail that rls serve --redis keeps in a Redis stream (rule
-reloads and xDS updates, runtime overrides), newest first, one event per line:
-time, kind, node, author, reason, subject, then every change as
-what "old" → "new". --redis takes the URL forms of rls serve --redis.
+reloads and xDS updates, runtime overrides, adaptive triggers and restores),
+newest first, one event per line: time, kind, node, author, reason, subject,
+then every change as what "old" → "new". --redis takes the URL forms of rls
+serve --redis.
 Exit status: 0, or 2 on an error.
 
 `

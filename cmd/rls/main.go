@@ -2,10 +2,12 @@
 //
 //	rls serve [flags]                 run the service (embedded example rules by default)
 //	rls validate [flags] PATH...      check rule files or directories as one
-//	                                  rule set, with serve's loading flags
+//	                                  rule set, with serve's loading flags,
+//	                                  and --adaptive-config's file
 //	rls check --domain D k=v[,k=v]... ask a running server for a decision
 //	                                  (exit 0 OK, 1 OVER_LIMIT, 2 error)
-//	rls audit --redis URL             print the audit trail (reloads, overrides)
+//	rls audit --redis URL             print the audit trail (reloads, overrides,
+//	                                  adaptive triggers and restores)
 //	rls usage --domain D k=v[,k=v]... read a server's buckets without spending
 //	                                  (--top: the values refused most)
 //	rls override set|list|rm          change runtime overrides (admin address)
@@ -69,11 +71,12 @@ func exitCode(err error) int {
 const usage = `usage:
   rls serve [flags]                    run the rate-limit service (rls serve -h lists flags)
   rls validate [flags] PATH...         check rule files or directories of *.yaml as the one
-                                       rule set serve would load (rls validate -h lists flags)
+                                       rule set serve would load, and --adaptive-config FILE
+                                       (rls validate -h lists flags)
   rls check [flags] KEY=VALUE[,KEY=VALUE]...
                                        ask a running server; one argument per descriptor;
                                        exit 0 OK, 1 OVER_LIMIT, 2 error (--tls-* for TLS)
-  rls audit --redis URL [--count N] [--since 1h] [--kind reload|override.*] [--json]
+  rls audit --redis URL [--count N] [--since 1h] [--kind reload|override.*|adaptive.*] [--json]
                                        print the audit trail newest first; exit 0, 2 on error
   rls usage [flags] --domain D KEY=VALUE[,KEY=VALUE]...
                                        read each descriptor's buckets on the admin address

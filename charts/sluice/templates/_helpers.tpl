@@ -102,6 +102,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end }}
 
+{{/* The ConfigMap of the adaptive-limits file: yours, or the chart's from adaptive.config; empty: off. */}}
+{{- define "sluice.adaptiveConfigMap" -}}
+{{- if .Values.adaptive.existingConfigMap.name }}
+{{- .Values.adaptive.existingConfigMap.name }}
+{{- else if .Values.adaptive.config }}
+{{- printf "%s-adaptive" (include "sluice.fullname" . | trunc 54 | trimSuffix "-") }}
+{{- end }}
+{{- end }}
+
+{{/* The key of the adaptive-limits file in its ConfigMap. */}}
+{{- define "sluice.adaptiveKey" -}}
+{{- if .Values.adaptive.existingConfigMap.name }}
+{{- .Values.adaptive.existingConfigMap.key }}
+{{- else }}
+{{- "adaptive.yaml" }}
+{{- end }}
+{{- end }}
+
 {{/* Checks of value combinations that would render a broken release. */}}
 {{- define "sluice.validate" -}}
 {{- if and .Values.autoscaling.enabled (lt (int .Values.autoscaling.maxReplicas) (int .Values.autoscaling.minReplicas)) }}
@@ -138,6 +156,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- if gt (len $sources) 1 }}
 {{- fail (printf "give one source of rules, not %s" (join " and " $sources)) }}
+{{- end }}
+{{- if and .Values.adaptive.config .Values.adaptive.existingConfigMap.name }}
+{{- fail "give one source of adaptive limits, not adaptive.config and adaptive.existingConfigMap.name" }}
 {{- end }}
 {{- if and .Values.xds.nodeID (not .Values.xds.server) }}
 {{- fail "xds.nodeID needs xds.server" }}

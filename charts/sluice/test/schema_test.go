@@ -17,6 +17,12 @@ func TestSchemaRejects(t *testing.T) {
 		{"rules: {examples: true}\nextraEnv: {RLS_LOG_LEVEL: debug}", "extraEnv"},
 		{"rules: {examples: true}\nextraArgs: --shadow", "extraArgs"},
 		{"rules: {examples: true}\nprobes: {type: tcp}", "probes"},
+		{"rules: {examples: true}\nadaptive: {configMap: mine}", "configMap"},
+		{"rules: {examples: true}\nadaptive: {config: {prometheus: 'http://p', polices: []}}", "polices"},
+		{"rules: {examples: true}\nadaptive: {config: {prometheus: 'http://p', policies: [{name: a, domain: d, min_scale: low}]}}", "min_scale"},
+		{"rules: {examples: true}\nadaptive: {config: {prometheus: 'http://p', policies: [{name: a, domain: d, interval: 15}]}}", "interval"},
+		{"rules: {examples: true}\nadaptive: {config: {prometheus: 'http://p', policies: [{name: a, domain: d, signals: [{name: s, query: q, lower_above: 1, raise_below: 0.5, rise: 1}]}]}}", "rise"},
+		{"rules: {examples: true}\nadaptive: {config: {prometheus: 'http://p', policies: [{name: a, domain: d, proportional: {query: q}}]}}", "baseline"},
 	} {
 		_, err := render(t, tc.vals)
 		if err == nil || !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), tc.msg) {

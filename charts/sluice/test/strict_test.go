@@ -123,6 +123,7 @@ func TestRenderRefuses(t *testing.T) {
 		{"rules: {files: {edge.yml: 'domain: edge'}}", "must end in .yaml"},
 		{"rules: {examples: true}\nautoscaling: {minReplicas: 5, maxReplicas: 3}", "maxReplicas must be at least"},
 		{"rules: {examples: true}\nautoscaling: {enabled: false}\nreplicaCount: 0", "replicaCount"},
+		{"rules: {examples: true}\nadaptive: {config: {prometheus: 'http://p'}, existingConfigMap: {name: mine}}", "give one source of adaptive limits, not adaptive.config and adaptive.existingConfigMap.name"},
 	} {
 		_, err := render(t, tc.vals)
 		if err == nil || !strings.Contains(err.Error(), tc.msg) {

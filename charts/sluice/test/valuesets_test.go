@@ -45,6 +45,9 @@ var valueSets = []struct {
 			if _, ok := flag(c.Args, "--tls-cert"); ok {
 				t.Errorf("TLS on by default")
 			}
+			if _, ok := flag(c.Args, "--adaptive-config"); ok {
+				t.Errorf("adaptive limits on by default")
+			}
 		},
 	},
 	{
@@ -374,6 +377,68 @@ extraVolumeMounts: [{name: emergency, mountPath: /etc/sluice/emergency, readOnly
 			}
 		},
 	},
+	{
+		name: "adaptive limits from values, with redis",
+		vals: `rules: {examples: true}
+redis: {existingSecret: {name: platform-redis}}
+adaptive:
+  config:
+    prometheus: http://prometheus.monitoring:9090
+    policies:
+      - name: api-latency
+        domain: edge
+        min_scale: 0.3
+        interval: 15s
+        signals: [{name: p99, query: 'histogram_quantile(0.99, x)', lower_above: 1, raise_below: 0.2}]`,
+		kinds: "ConfigMap/sluice-adaptive ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			d, _ := o.sluice(t)
+			cm, key := adaptiveFile(t, o)
+			if cm != "sluice-adaptive" || key != "adaptive.yaml" {
+				t.Fatalf("--adaptive-config is ConfigMap %q key %q, want sluice-adaptive adaptive.yaml", cm, key)
+			}
+			i := slices.IndexFunc(o.ConfigMaps, func(c *corev1.ConfigMap) bool { return c.Name == cm })
+			var got map[string]any
+			if err := yaml.Unmarshal([]byte(o.ConfigMaps[i].Data[key]), &got); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]any{
+				"prometheus": "http://prometheus.monitoring:9090",
+				"policies": []any{map[string]any{
+					"name": "api-latency", "domain": "edge", "min_scale": 0.3, "interval": "15s",
+					"signals": []any{map[string]any{"name": "p99", "query": "histogram_quantile(0.99, x)", "lower_above": float64(1), "raise_below": 0.2}},
+				}},
+			}
+			if !equality.Semantic.DeepEqual(got, want) {
+				t.Errorf("adaptive file %v, want adaptive.config %v", got, want)
+			}
+			sum := d.Spec.Template.Annotations["checksum/adaptive-config"]
+			if sum == "" {
+				t.Errorf("no checksum/adaptive-config: a new file would not restart the pods, and sluice reads it at start")
+			}
+			changed := decodeAll(t, mustRender(t, "rules: {examples: true}\nadaptive: {config: {prometheus: 'http://p:9090', dry_run: true}}"))
+			if d2, _ := changed.sluice(t); d2.Spec.Template.Annotations["checksum/adaptive-config"] == sum {
+				t.Errorf("checksum/adaptive-config unchanged by another file")
+			}
+		},
+	},
+	{
+		name:  "adaptive limits from an existing configmap",
+		vals:  "rules: {examples: true}\nadaptive: {existingConfigMap: {name: platform-adaptive, key: policies.yaml}}",
+		kinds: "ConfigMap/sluice-rules Deployment/sluice HorizontalPodAutoscaler/sluice PodDisruptionBudget/sluice Service/sluice ServiceAccount/sluice",
+		check: func(t *testing.T, o *objects) {
+			d, _ := o.sluice(t)
+			if cm, key := adaptiveFile(t, o); cm != "platform-adaptive" || key != "policies.yaml" {
+				t.Errorf("--adaptive-config is ConfigMap %q key %q, want platform-adaptive policies.yaml", cm, key)
+			}
+			if _, ok := d.Spec.Template.Annotations["checksum/adaptive-config"]; ok {
+				t.Errorf("checksum of a file the chart does not know")
+			}
+			if rulesConfigMap(t, o) != "sluice-rules" {
+				t.Errorf("the adaptive volume replaced the rules volume")
+			}
+		},
+	},
 }
 
 func TestValueSets(t *testing.T) {
@@ -449,6 +514,34 @@ func wantRedisSecret(t *testing.T, o *objects, c *corev1.Container, name, key, u
 	if s == nil || string(s.Data[key]) != url {
 		t.Errorf("Secret %s: %v, want %s=%s", name, s, key, url)
 	}
+}
+
+// adaptiveFile returns the ConfigMap and key of the file --adaptive-config
+// names, through the sluice container's read-only directory mounts (no
+// subPath); "", "" without the flag, failing when the file is no such key.
+func adaptiveFile(t *testing.T, o *objects) (configMap, key string) {
+	t.Helper()
+	d, c := o.sluice(t)
+	path, ok := flag(c.Args, "--adaptive-config")
+	if !ok {
+		return "", ""
+	}
+	for _, m := range c.VolumeMounts {
+		rel, ok := strings.CutPrefix(path, m.MountPath+"/")
+		if !ok {
+			continue
+		}
+		if m.SubPath != "" || !m.ReadOnly || strings.Contains(rel, "/") {
+			t.Errorf("adaptive mount %+v for %s: want a read-only directory, no subPath", m, path)
+		}
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name == m.Name && v.ConfigMap != nil {
+				return v.ConfigMap.Name, rel
+			}
+		}
+	}
+	t.Fatalf("--adaptive-config %s is in no mounted ConfigMap", path)
+	return "", ""
 }
 
 // secretFile returns "secret/key" for the file at path in container c of d,

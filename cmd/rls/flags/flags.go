@@ -150,6 +150,7 @@ func newServeFlagSet(s *Serve, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&s.MaxValueBytes, "max-value-bytes", service.DefaultMaxValueBytes, "keys and values longer than this (bytes) are limited by their SHA-256 digest")
 	fs.IntVar(&s.MaxBuckets, "max-buckets", memory.DefaultMaxBuckets, "most partly drained buckets per memory backend (about 80 B of heap each, budget 200 B of process memory); when full, requests needing a new bucket are refused")
 	fs.IntVar(&s.MaxMetricValues, "max-metric-values", service.DefaultMaxMetricValues, "most rule labels carrying request values (detailed_metric, value_to_metric); more are counted as <rule>:overflow")
+	fs.IntVar(&s.MaxTenants, "max-tenants", service.DefaultMaxTenants, fmt.Sprintf("per rule with utilisation: most tenants with a ratelimit_tenant_consumed_tokens_total series of their own, the first seen; later ones are counted together under tenant=\"_other\" (at most %d)", node.MaxTenantsBound))
 	fs.TextVar(&s.LogLevel, "log-level", slog.LevelInfo, "least `level` logged: debug | info | warn | error")
 	fs.TextVar(&s.LogFormat, "log-format", LogText, "log line `format`: "+formatList())
 	fs.IntVar(&s.RefusalLogEvery, "log-refusals", 100, "log one refused request in N, with domain, rule and descriptor values (0: none)")
@@ -197,7 +198,11 @@ type Validate struct {
 	Strict bool
 	// Paths are the rule files and directories checked together as one
 	// rule set: the PATH arguments, or --config when there are none.
+	// Empty when only AdaptiveConfig is to be checked.
 	Paths []string
+	// AdaptiveConfig is a file of adaptive limits to check too (rls
+	// serve's --adaptive-config), against the rules of Paths if any.
+	AdaptiveConfig string
 }
 
 const validateUsage = `usage: rls validate [flags] PATH...
@@ -211,10 +216,18 @@ but sluice finds suspect) are printed and do not fail, unless --strict. The
 flags, before or after PATH, are rls serve's loading flags, with their
 RLS_<FLAG> variables, and --strict; PATH arguments win over RLS_CONFIG.
 
+--adaptive-config FILE (RLS_ADAPTIVE_CONFIG) checks a file of adaptive limits
+too, as rls serve reads it, printing every problem as file:line: reason; with
+rules, a policy whose domain or rule they lack, or that would raise a
+protected rule, is a warning. Without PATH or --config it checks FILE alone.
+
+Exit status: 0 when everything checked is valid, 1 on a problem (or a warning
+with --strict), 2 on a usage error or a file that cannot be read.
+
 `
 
 // errNoPaths is ParseValidate's error when it has nothing to check.
-var errNoPaths = errors.New("no rule files to check: give PATH arguments or --config")
+var errNoPaths = errors.New("nothing to check: give PATH arguments, --config or --adaptive-config")
 
 // ParseValidate parses the flags and arguments of `rls validate`, taking
 // the loading flags' defaults from the environment through getenv, as
@@ -237,6 +250,7 @@ func ParseValidate(args []string, getenv func(string) string, out io.Writer) (Va
 		v.Paths = fs.Args()
 	case v.Config != "":
 		v.Paths = []string{v.Config}
+	case v.AdaptiveConfig != "": // the adaptive-limits file alone
 	default:
 		fs.Usage()
 		err = errNoPaths
@@ -257,6 +271,7 @@ func newValidateFlagSet(v *Validate, out io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	registerRules(fs, &v.Rules)
+	registerAdaptive(fs, &v.AdaptiveConfig)
 	fs.BoolVar(&v.Strict, "strict", false, "fail (exit 1) on warnings too, not only on errors: for CI")
 	return fs
 }

@@ -76,7 +76,7 @@ func TestServeFlagsSetTheirOptions(t *testing.T) {
 		"--admin-tls-client-ca", "ops-ca.pem", "--admin-tls-client-san", "alice",
 		"--redis", "rediss://redis:6379", "--redis-ca", "redis-ca.pem", "--redis-tls-cert", "client.pem", "--redis-tls-key", "client.key",
 		"--emergency-key", "emergency",
-		"--max-rule-bytes", "2000", "--refusal-details=false", "--log-refusals", "7",
+		"--max-rule-bytes", "2000", "--refusal-details=false", "--log-refusals", "7", "--max-tenants", "250",
 	}, envOf(env), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -116,6 +116,7 @@ func TestServeFlagsSetTheirOptions(t *testing.T) {
 		{"--max-rule-bytes", st.MaxRuleBytes, int64(2000)},
 		{"--refusal-details=false", st.NoRefusalDetails, true},
 		{"--log-refusals", st.RefusalLogEvery, 7},
+		{"--max-tenants", st.MaxTenants, 250},
 		{"--xds-server", xdsSt.XDS.Server, "cp:18000"},
 		{"--xds-node-id", xdsSt.XDS.NodeID, "envoy-ratelimit"},
 		{"--xds-tls-ca", xdsSt.XDS.TLSCA, "xds-ca.pem"},
@@ -160,6 +161,7 @@ func TestServeDefaultsAreTheOwners(t *testing.T) {
 		{"--max-entries", st.MaxEntries, service.DefaultMaxEntries},
 		{"--max-value-bytes", st.MaxValueBytes, service.DefaultMaxValueBytes},
 		{"--max-metric-values", st.MaxMetricValues, service.DefaultMaxMetricValues},
+		{"--max-tenants", st.MaxTenants, service.DefaultMaxTenants},
 		{"--top-refused", st.TopRefused, service.DefaultTopRefused},
 		{"--max-buckets", st.MaxBuckets, memory.DefaultMaxBuckets},
 		{"--log-level", st.LogLevel, slog.LevelInfo},
@@ -217,6 +219,8 @@ func TestParseServeErrors(t *testing.T) {
 		{"zero buckets", []string{"--max-buckets", "0"}, nil, []string{"--max-* flags ≥ 1"}},
 		{"negative top refused", []string{"--top-refused", "-1"}, nil, []string{"--top-refused must be in [0, 256], not -1"}},
 		{"huge top refused", nil, map[string]string{"RLS_TOP_REFUSED": "5000"}, []string{"--top-refused must be in [0, 256], not 5000"}},
+		{"zero tenants", []string{"--max-tenants", "0"}, nil, []string{"--max-tenants must be in [1, 10000], not 0"}},
+		{"huge tenant cap", nil, map[string]string{"RLS_MAX_TENANTS": "100000"}, []string{"--max-tenants must be in [1, 10000], not 100000"}},
 		{"stray argument", []string{"extra"}, nil, []string{"no arguments"}},
 		{"negative timeout", []string{"--http-idle-timeout", "-1s"}, nil, []string{"--http-"}},
 		{"negative conn cap", []string{"--http-max-conns", "-1"}, nil, []string{"--http-max-conns"}},
