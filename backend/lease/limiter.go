@@ -342,25 +342,77 @@ type keyNeed struct {
 	reset time.Duration
 }
 
-// hitLeased decides the hits for which leased reports true. When taken is
-// not nil it receives what an allowed decision spent (for putBack).
-func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []bucket.State, spent *[]taken) (bucket.Decision, error) {
-	// A request has a few keys: a linear search in a stack array beats a
-	// map, which would allocate on every call.
-	var buf [8]keyNeed
-	needs := buf[:0]
-	find := func(k bucket.Key, lim bucket.Limit) int {
-		for n := range needs {
-			if needs[n].key == k && needs[n].limit == lim {
-				return n
-			}
+// leasedTake reports whether h is one of the takes hitLeased decides
+// together: leased, neither a Give nor Independent (loose decides those).
+func (l *Limiter) leasedTake(h *bucket.Hit) bool {
+	return l.leased(h) && !h.Give && !h.Independent
+}
+
+// needs is a decision's takes aggregated per key and limit. A request has
+// a few keys: a linear search in a stack array beats a map, which would
+// allocate on every call.
+type needs []keyNeed
+
+// find returns the index of k under lim, or -1.
+func (ns needs) find(k bucket.Key, lim bucket.Limit) int {
+	for n := range ns {
+		if ns[n].key == k && ns[n].limit == lim {
+			return n
 		}
-		return -1
 	}
-	zero := false // a take of a Requests 0 limit refuses the call
+	return -1
+}
+
+// leasedDecision is one hitLeased call as its steps pass it on.
+type leasedDecision struct {
+	needs needs
+	// zero: a take of a Requests 0 limit refuses the decision. checks are
+	// then the Redis replies of the keys the node held nothing of, checked
+	// by index in needs (-1: not checked).
+	zero    bool
+	checks  []redisbackend.LeaseReply
+	checked []int
+	allowed bool
+	send    time.Time // the send of the decision's Redis call, if any
+}
+
+// hitLeased decides the hits for which leased reports true, in steps:
+// collect aggregates the takes per key; check asks Redis about the keys a
+// Requests 0 take leaves unknown (the decision is refused), or decide
+// reserves held tokens and sends what the leases cannot answer to Redis;
+// settle puts back what a refused decision reserved, or records what an
+// allowed one spent when spent is not nil; states reports each take;
+// loose then applies the gives and independent hits.
+func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []bucket.State, spent *[]taken) (bucket.Decision, error) {
+	var buf [8]keyNeed
+	var d leasedDecision
+	d.needs, d.zero = l.collect(buf[:0], hits, states)
+	d.allowed = !d.zero
+	var err error
+	switch {
+	case len(d.needs) == 0:
+	case d.zero:
+		d.checks, d.checked, err = l.check(ctx, d.needs, len(hits))
+	default:
+		d.allowed, d.send, err = l.decide(ctx, d.needs, len(hits))
+	}
+	if err != nil {
+		return bucket.Decision{}, err
+	}
+	l.settle(d.needs, d.allowed, spent)
+	l.states(&d, hits, states)
+	if err := l.loose(ctx, hits, states); err != nil {
+		return bucket.Decision{}, err
+	}
+	return bucket.Decision{Allowed: d.allowed, Answer: bucket.Decided}, nil
+}
+
+// collect aggregates the leased takes of hits into ns; a take of a
+// Requests 0 limit refuses the decision (zero) and gets its state here.
+func (l *Limiter) collect(ns needs, hits []bucket.Hit, states []bucket.State) (_ needs, zero bool) {
 	for i := range hits {
 		h := &hits[i]
-		if !l.leased(h) || h.Give || h.Independent {
+		if !l.leasedTake(h) {
 			continue
 		}
 		if h.Limit.Requests == 0 {
@@ -368,251 +420,281 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 			states[i] = bucket.State{RetryAfter: h.Limit.Period, ResetAfter: h.Limit.Period}
 			continue
 		}
-		n := find(h.Key, h.Limit)
+		n := ns.find(h.Key, h.Limit)
 		if n < 0 {
-			n = len(needs)
-			needs = append(needs, keyNeed{key: h.Key, limit: h.Limit, op: -1})
+			n = len(ns)
+			ns = append(ns, keyNeed{key: h.Key, limit: h.Limit, op: -1})
 		}
-		k := &needs[n]
+		k := &ns[n]
 		k.need = max(k.need, k.total+h.Cost)
 		k.total += h.Cost
 	}
-	allowed := !zero
-	// Refused by a Requests 0 take: the keys the node holds nothing of
-	// (no entry, or one under another limit) are checked in Redis, taking
-	// nothing, so that their states tell their buckets.
-	var checks []redisbackend.LeaseReply
-	var checked []int // index in checks by need, -1: not checked
-	if zero && len(needs) > 0 {
-		var ops []redisbackend.LeaseOp
-		checked = make([]int, len(needs))
-		l.mu.Lock()
-		for n := range needs {
-			checked[n] = -1
-			if e := l.entries[needs[n].key]; e == nil || e.limit != needs[n].limit {
-				checked[n] = len(ops)
-				ops = append(ops, redisbackend.LeaseOp{
-					Key: needs[n].key, Limit: needs[n].limit, Decision: 1,
-					Kind: redisbackend.LeaseIndependent, Need: needs[n].need, Share: l.share(),
-				})
-			}
-		}
-		l.mu.Unlock()
-		if len(ops) > 0 {
-			checks = make([]redisbackend.LeaseReply, len(ops))
-			err := l.batch.do(ctx, ops, checks)
-			l.opts.Metrics.redisCall(len(hits))
-			if err != nil {
-				return bucket.Decision{}, fmt.Errorf("backend/lease: %w", err)
-			}
-		}
-	}
-	cached := false // a key refused from the empty-bucket cache
-	var ops, takes []redisbackend.LeaseOp
-	var send time.Time
-	if allowed && len(needs) > 0 {
-		l.mu.Lock()
-		now := l.clock.Now()
-		// Keys met with another limit give their held tokens back first,
-		// ahead of the decision's takes (one decision in lease.lua).
-		for n := range needs {
-			needs[n].e = l.entry(needs[n].key, needs[n].limit, now, &ops)
-		}
-		for n := range needs {
-			k := &needs[n]
-			e := k.e // entry resets an entry in place: still the key's
-			e.used = now
-			if e.limit != k.limit {
-				// The key under two limits in this decision: the entry
-				// follows the last; this one is Redis' alone.
-				k.other = true
-				op := l.takeOp(k, 1, k.need, k.total)
-				op.Extra = 0
-				takes = append(takes, op)
-				k.op = len(takes) - 1
-				continue
-			}
-			if k.need > k.limit.Burst {
-				// Never allowed: Redis reports the bucket, the lease stays.
-				op := l.takeOp(k, 1, k.need, 0)
-				op.Extra = 0
-				takes = append(takes, op)
-				k.refused = true
-				k.op = len(takes) - 1 // its durations from the call's send
-				continue
-			}
-			k.until = e.expires
-			// Held tokens are not in debt: a check (need 0) passes on one.
-			if e.held >= max(k.need, 1) {
-				e.held -= k.total
-				k.reserved = k.total
-				l.lowWater(k.key, e)
-				continue
-			}
-			if e.held == 0 && k.need > 0 && now.Before(e.emptyUntil) {
-				// Known empty (the empty-bucket cache): refused without
-				// Redis until its next token is due. (A check asks Redis:
-				// it is refused only in debt, which the cache does not
-				// know.)
-				interval := e.limit.Period / time.Duration(e.limit.Requests)
-				k.refused, k.retry = true, e.emptyUntil.Sub(now)+time.Duration(k.need-1)*interval
-				cached = true
-				continue
-			}
-			// Redis decides: the key's pool goes back first (its held
-			// tokens into Redis, its grants out of the count of parked
-			// tokens), and the take asks Redis for everything, in the
-			// same call; its lease starts the next pool.
-			k.close = true
-			extra := l.maxLease(k.limit)
-			if e.fresh && !l.opts.EagerLeases {
-				extra = 0 // a key's first decision: rarely hit keys stay exact
-			}
-			op := l.takeOp(k, 1, k.need, k.total)
-			op.Extra = extra
-			takes = append(takes, op)
-			k.op = len(takes) - 1
-		}
-		// The takes after every give-back: one decision. A decision
-		// refused from the cache closes no pool.
-		for n := range needs {
-			if needs[n].close && !cached {
-				if op, ok := l.closePool(needs[n].e, 0); ok {
-					ops = append(ops, op)
-				}
-			}
-		}
-		for n := range needs {
-			if needs[n].op >= 0 {
-				needs[n].op += len(ops)
-			}
-		}
-		ops = append(ops, takes...)
-		for n := range needs {
-			if e := l.entries[needs[n].key]; e != nil {
-				e.fresh = false
-			}
-		}
-		if cached {
-			allowed = false
-			ops = ops[:0] // refused without Redis (a limit change's give-back is lost: never more tokens)
-			for n := range needs {
-				needs[n].op = -1
-			}
-		}
-		l.mu.Unlock()
-		if cached {
-			l.opts.Metrics.fromLease(len(hits))
-		} else if len(ops) > 0 {
-			replies := make([]redisbackend.LeaseReply, len(ops))
-			send = l.clock.Now()
-			err := l.batch.do(ctx, ops, replies)
-			l.opts.Metrics.redisCall(len(hits))
-			if err != nil {
-				l.mu.Lock()
-				now := l.clock.Now()
-				for n := range needs {
-					if e := l.entries[needs[n].key]; e != nil {
-						l.restore(e, needs[n].reserved, needs[n].until, now)
-					}
-				}
-				l.mu.Unlock()
-				return bucket.Decision{}, fmt.Errorf("backend/lease: %w", err)
-			}
-			allowed = l.apply(ops, replies, needs, send)
-		} else {
-			l.opts.Metrics.fromLease(len(hits))
-		}
-	}
-	if !allowed {
-		// Nothing spent: reserved tokens go back into the leases.
-		l.mu.Lock()
-		now := l.clock.Now()
-		for n := range needs {
-			if e := l.entries[needs[n].key]; e != nil {
-				l.restore(e, needs[n].reserved, needs[n].until, now)
-			}
-		}
-		l.mu.Unlock()
-	} else if spent != nil {
-		for _, k := range needs {
-			if k.reserved > 0 && !k.other {
-				*spent = append(*spent, taken{key: k.key, tokens: k.reserved, until: k.until})
-			}
-		}
-	}
-	// The takes' states, each seeing the takes of its key before it.
+	return ns, zero
+}
+
+// check handles a decision refused by a Requests 0 take: the keys the node
+// holds nothing of (no entry, or one under another limit) are checked in
+// Redis, taking nothing, so that their states tell their buckets. checked
+// is each key's index in checks, -1 when not checked.
+func (l *Limiter) check(ctx context.Context, needs needs, nHits int) (checks []redisbackend.LeaseReply, checked []int, _ error) {
+	var ops []redisbackend.LeaseOp
+	checked = make([]int, len(needs))
 	l.mu.Lock()
+	for n := range needs {
+		k := &needs[n]
+		checked[n] = -1
+		if e := l.entries[k.key]; e == nil || e.limit != k.limit {
+			checked[n] = len(ops)
+			ops = append(ops, redisbackend.LeaseOp{
+				Key: k.key, Limit: k.limit, Decision: 1,
+				Kind: redisbackend.LeaseIndependent, Need: k.need, Share: l.share(),
+			})
+		}
+	}
+	l.mu.Unlock()
+	if len(ops) == 0 {
+		return nil, checked, nil
+	}
+	checks = make([]redisbackend.LeaseReply, len(ops))
+	err := l.batch.do(ctx, ops, checks)
+	l.opts.Metrics.redisCall(nHits)
+	if err != nil {
+		return nil, nil, fmt.Errorf("backend/lease: %w", err)
+	}
+	return checks, checked, nil
+}
+
+// decide decides the takes of d: from the node's leases when they hold
+// enough for every key, else in one Redis call (plan's ops) sent at send,
+// whose replies apply records. A failed call puts the reserved tokens back.
+func (l *Limiter) decide(ctx context.Context, needs needs, nHits int) (allowed bool, send time.Time, _ error) {
+	l.mu.Lock()
+	ops, cached := l.plan(needs, l.clock.Now())
+	l.mu.Unlock()
+	if cached || len(ops) == 0 {
+		l.opts.Metrics.fromLease(nHits)
+		return !cached, time.Time{}, nil
+	}
+	replies := make([]redisbackend.LeaseReply, len(ops))
+	send = l.clock.Now()
+	err := l.batch.do(ctx, ops, replies)
+	l.opts.Metrics.redisCall(nHits)
+	if err != nil {
+		l.restoreReserved(needs)
+		return false, send, fmt.Errorf("backend/lease: %w", err)
+	}
+	return l.apply(ops, replies, needs, send), send, nil
+}
+
+// plan reserves held tokens for each key of needs and returns the ops of
+// the decision's Redis call: the give-backs of pools that go back first
+// (keys met under another limit, pools past their end, and the pools of
+// the keys Redis decides), then the takes, one decision in lease.lua.
+// cached reports a key refused from the empty-bucket cache: the decision
+// is refused without Redis, and no op is returned. Called with mu held.
+func (l *Limiter) plan(needs needs, now time.Time) (ops []redisbackend.LeaseOp, cached bool) {
+	for n := range needs {
+		needs[n].e = l.entry(needs[n].key, needs[n].limit, now, &ops)
+	}
+	var takes []redisbackend.LeaseOp
+	for n := range needs {
+		if l.planKey(&needs[n], now, &takes) {
+			cached = true
+		}
+	}
+	for n := range needs {
+		needs[n].e.fresh = false
+	}
+	if cached {
+		// Refused without Redis (a limit change's give-back is lost:
+		// never more tokens).
+		for n := range needs {
+			needs[n].op = -1
+		}
+		return nil, true
+	}
+	for n := range needs {
+		if needs[n].close {
+			if op, ok := l.closePool(needs[n].e, 0); ok {
+				ops = append(ops, op)
+			}
+		}
+	}
+	for n := range needs {
+		if needs[n].op >= 0 {
+			needs[n].op += len(ops)
+		}
+	}
+	return append(ops, takes...), false
+}
+
+// planKey decides how k is answered: from its lease (its tokens reserved),
+// refused from the empty-bucket cache (reported true), or by Redis (a take
+// appended to takes, k.op its index). Called with mu held.
+func (l *Limiter) planKey(k *keyNeed, now time.Time, takes *[]redisbackend.LeaseOp) (cached bool) {
+	e := k.e // entry resets an entry in place: still the key's
+	e.used = now
+	switch {
+	case e.limit != k.limit:
+		// The key under two limits in this decision: the entry follows the
+		// last; this one is Redis' alone.
+		k.other = true
+		l.redisTake(k, k.total, 0, takes)
+	case k.need > k.limit.Burst:
+		// Never allowed: Redis reports the bucket, the lease stays (its
+		// durations from the call's send).
+		k.refused = true
+		l.redisTake(k, 0, 0, takes)
+	case e.held >= max(k.need, 1):
+		// Held tokens are not in debt: a check (need 0) passes on one.
+		k.until = e.expires
+		e.held -= k.total
+		k.reserved = k.total
+		l.lowWater(k.key, e)
+	case e.held == 0 && k.need > 0 && now.Before(e.emptyUntil):
+		// Known empty (the empty-bucket cache): refused without Redis until
+		// its next token is due. (A check asks Redis: it is refused only in
+		// debt, which the cache does not know.)
+		k.until = e.expires
+		interval := e.limit.Period / time.Duration(e.limit.Requests)
+		k.refused, k.retry = true, e.emptyUntil.Sub(now)+time.Duration(k.need-1)*interval
+		return true
+	default:
+		// Redis decides: the key's pool goes back first (its held tokens
+		// into Redis, its grants out of the count of parked tokens), and
+		// the take asks Redis for everything, in the same call; its lease
+		// starts the next pool. A key's first decision leases nothing:
+		// rarely hit keys stay exact.
+		k.until = e.expires
+		k.close = true
+		extra := l.maxLease(k.limit)
+		if e.fresh && !l.opts.EagerLeases {
+			extra = 0
+		}
+		l.redisTake(k, k.total, extra, takes)
+	}
+	return false
+}
+
+// redisTake appends the take of k that Redis decides, taking take tokens
+// when k.need exist and leasing up to extra more.
+func (l *Limiter) redisTake(k *keyNeed, take, extra uint64, takes *[]redisbackend.LeaseOp) {
+	op := l.takeOp(k, 1, k.need, take)
+	op.Extra = extra
+	*takes = append(*takes, op)
+	k.op = len(*takes) - 1
+}
+
+// restoreReserved puts the tokens reserved for needs back into their
+// leases (restore).
+func (l *Limiter) restoreReserved(needs needs) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	now := l.clock.Now()
 	for n := range needs {
-		needs[n].later = 0
-		if allowed {
-			needs[n].later = needs[n].total
+		if e := l.entries[needs[n].key]; e != nil {
+			l.restore(e, needs[n].reserved, needs[n].until, now)
+		}
+	}
+}
+
+// settle puts back what a refused decision reserved (nothing spent), or
+// records in spent, when not nil, what an allowed one spent from leases.
+func (l *Limiter) settle(needs needs, allowed bool, spent *[]taken) {
+	if !allowed {
+		l.restoreReserved(needs)
+		return
+	}
+	if spent == nil {
+		return
+	}
+	for _, k := range needs {
+		if k.reserved > 0 && !k.other {
+			*spent = append(*spent, taken{key: k.key, tokens: k.reserved, until: k.until})
+		}
+	}
+}
+
+// states reports the leased takes of hits, each seeing the takes of its
+// key before it.
+func (l *Limiter) states(d *leasedDecision, hits []bucket.Hit, states []bucket.State) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	for n := range d.needs {
+		d.needs[n].later = 0
+		if d.allowed {
+			d.needs[n].later = d.needs[n].total
 		}
 	}
 	for i := range hits {
 		h := &hits[i]
-		if !l.leased(h) || h.Give || h.Independent || h.Limit.Requests == 0 {
+		if !l.leasedTake(h) || h.Limit.Requests == 0 {
 			continue
 		}
-		n := find(h.Key, h.Limit)
-		k := &needs[n]
+		n := d.needs.find(h.Key, h.Limit)
+		k := &d.needs[n]
 		e := l.entries[h.Key]
-		if zero && checked[n] >= 0 {
-			r := &checks[checked[n]]
-			st := bucket.State{Allowed: r.Allowed, Remaining: r.Remaining, ResetAfter: r.Reset}
-			if !r.Allowed {
-				st.RetryAfter = r.Retry
-			}
-			states[i] = st
+		if d.zero && d.checked[n] >= 0 {
+			states[i] = checkedState(&d.checks[d.checked[n]])
 			continue
 		}
-		if zero && (e == nil || e.limit != h.Limit) {
+		if d.zero && (e == nil || e.limit != h.Limit) {
 			// An entry dropped since the check: nothing known.
 			states[i] = bucket.State{Allowed: true}
 			continue
 		}
-		if allowed {
+		if d.allowed {
 			k.later -= h.Cost
 		}
-		at := now
-		if k.op >= 0 {
-			at = send // answered from Redis: its durations as Redis gave them
+		states[i] = l.takeState(d, k, e, now)
+	}
+}
+
+// checkedState is the state of a take checked in Redis by check.
+func checkedState(r *redisbackend.LeaseReply) bucket.State {
+	st := bucket.State{Allowed: r.Allowed, Remaining: r.Remaining, ResetAfter: r.Reset}
+	if !r.Allowed {
+		st.RetryAfter = r.Retry
+	}
+	return st
+}
+
+// takeState is the state of a take of k (entry e), with k.later tokens of
+// the key's takes after it. Called with mu held.
+func (l *Limiter) takeState(d *leasedDecision, k *keyNeed, e *entry, now time.Time) bucket.State {
+	at := now
+	if k.op >= 0 {
+		at = d.send // answered from Redis: its durations as Redis gave them
+	}
+	var st bucket.State
+	if k.other {
+		interval := k.limit.Period / time.Duration(k.limit.Requests)
+		st = bucket.State{
+			Remaining:  min(k.rem+k.later, k.limit.Burst),
+			ResetAfter: max(k.reset-time.Duration(k.later)*interval, 0),
 		}
-		var st bucket.State
-		if k.other {
-			interval := k.limit.Period / time.Duration(k.limit.Requests)
-			st = bucket.State{
-				Remaining:  min(k.rem+k.later, k.limit.Burst),
-				ResetAfter: max(k.reset-time.Duration(k.later)*interval, 0),
-			}
-		} else {
-			st = l.estimateAt(e, at, now, k.later)
-		}
-		switch {
-		case k.refused:
-			st.RetryAfter = k.retry
-			if k.need > k.limit.Burst {
-				st.RetryAfter = st.ResetAfter
-			}
-		case !allowed && k.op < 0 && !k.other && st.Remaining < k.need:
-			// Refused without Redis for another key: this one, as the
-			// node sees its bucket, lacks tokens too.
-			interval := k.limit.Period / time.Duration(k.limit.Requests)
+	} else {
+		st = l.estimateAt(e, at, now, k.later)
+	}
+	switch {
+	case k.refused:
+		st.RetryAfter = k.retry
+		if k.need > k.limit.Burst {
 			st.RetryAfter = st.ResetAfter
-			if k.need <= k.limit.Burst {
-				st.RetryAfter = max(st.ResetAfter-time.Duration(k.limit.Burst-k.need)*interval, 0)
-			}
-		default:
-			st.Allowed = true
 		}
-		states[i] = st
+	case !d.allowed && k.op < 0 && !k.other && st.Remaining < k.need:
+		// Refused without Redis for another key: this one, as the node
+		// sees its bucket, lacks tokens too.
+		interval := k.limit.Period / time.Duration(k.limit.Requests)
+		st.RetryAfter = st.ResetAfter
+		if k.need <= k.limit.Burst {
+			st.RetryAfter = max(st.ResetAfter-time.Duration(k.limit.Burst-k.need)*interval, 0)
+		}
+	default:
+		st.Allowed = true
 	}
-	l.mu.Unlock()
-	if err := l.loose(ctx, hits, states); err != nil {
-		return bucket.Decision{}, err
-	}
-	return bucket.Decision{Allowed: allowed, Answer: bucket.Decided}, nil
+	return st
 }
 
 // takeOp is the LeaseOp of a take of k.
