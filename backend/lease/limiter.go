@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -91,7 +92,7 @@ type Limiter struct {
 	mu      sync.Mutex
 	entries map[bucket.Key]*entry
 	fetch   map[bucket.Key]bool    // keys to prefetch
-	holding map[bucket.Key]bool    // keys that may hold tokens: Run looks at these alone
+	ends    poolEnds               // the pools' ends: Run gives back the ended ones
 	pending []redisbackend.LeaseOp // pools to give back in Run's next round
 	swept   time.Time              // Run's last sweep of idle entries
 	closed  bool
@@ -153,7 +154,6 @@ func New(opts Options) *Limiter {
 		clock:   opts.Clock,
 		entries: map[bucket.Key]*entry{},
 		fetch:   map[bucket.Key]bool{},
-		holding: map[bucket.Key]bool{},
 		batch:   &batcher{leaser: windowed{opts.Leaser, 2 * opts.Period}},
 		lowNum:  lowWaterNum,
 		lowDen:  lowWaterDen,
@@ -284,7 +284,7 @@ func (l *Limiter) putBack(ts []taken) {
 // (Redis no longer counts them as parked). Called with mu held.
 func (l *Limiter) restore(e *entry, n uint64, until, now time.Time) {
 	if n > 0 && e.granted != 0 && e.expires.Equal(until) && now.Before(until) {
-		l.addHeld(e, n)
+		e.held += n
 	}
 }
 
@@ -830,15 +830,6 @@ func (l *Limiter) rememberEmpty(e *entry, op redisbackend.LeaseOp, r *redisbacke
 	}
 }
 
-// addHeld adds n tokens to e's lease, and e to the keys Run looks at.
-// Called with mu held.
-func (l *Limiter) addHeld(e *entry, n uint64) {
-	e.held += n
-	if n > 0 {
-		l.holding[e.key] = true
-	}
-}
-
 // grant adds the lease of reply r, to a call sent at send, to e's pool;
 // it starts a new pool when e has none, or when e's ended (which Run's
 // next round then gives back). Called with mu held.
@@ -854,9 +845,10 @@ func (l *Limiter) grant(e *entry, r *redisbackend.LeaseReply, send, now time.Tim
 	}
 	if e.granted == 0 {
 		e.granted, e.pooled, e.expires = r.Granted, 0, send.Add(l.opts.Period)
+		heap.Push(&l.ends, poolEnd{at: e.expires, key: e.key})
 	}
 	e.pooled += r.Leased
-	l.addHeld(e, r.Leased)
+	e.held += r.Leased
 	e.lastLease = r.Leased
 	l.opts.Metrics.leased(r.Leased)
 }

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 
@@ -108,27 +109,23 @@ func (l *Limiter) step(ctx context.Context, mode stepMode) error {
 		ops = append(ops, op)
 	}
 	l.pending = nil
-	if mode != stepFetch {
-		for k := range l.holding {
-			e := l.entries[k]
-			switch {
-			case e == nil || e.granted == 0:
-				delete(l.holding, k)
-			case all || !now.Before(e.expires):
-				// The pool's end (spent or not, Redis counts its tokens as
-				// parked until it is closed).
-				renew := !all && !e.fetching && e.pooled > e.held && e.pooled-e.held >= renewSpent
-				if op, ok := l.closePool(e, uint64(len(ops)+1)); ok {
-					ops = append(ops, op)
-				}
-				delete(l.holding, k)
-				if renew {
-					// A key in use: the next pool in the same call, so
-					// that its next decision need not wait on Redis.
-					e.fetching = true
-					ops = append(ops, l.prefetchOp(e, uint64(len(ops)+1)))
-				}
-			}
+	for mode != stepFetch && len(l.ends) > 0 && (all || !now.Before(l.ends[0].at)) {
+		end := heap.Pop(&l.ends).(poolEnd)
+		e := l.entries[end.key]
+		if e == nil || e.granted == 0 || !e.expires.Equal(end.at) {
+			continue // closed before its end
+		}
+		// The pool's end (spent or not, Redis counts its tokens as parked
+		// until it is closed).
+		renew := !all && !e.fetching && e.pooled > e.held && e.pooled-e.held >= renewSpent
+		if op, ok := l.closePool(e, uint64(len(ops)+1)); ok {
+			ops = append(ops, op)
+		}
+		if renew {
+			// A key in use: the next pool in the same call, so that its
+			// next decision need not wait on Redis.
+			e.fetching = true
+			ops = append(ops, l.prefetchOp(e, uint64(len(ops)+1)))
 		}
 	}
 	// Idle keys (no pool, unused for a lease period) are forgotten once a
