@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -66,6 +67,11 @@ type Options struct {
 	Nodes func() int
 	// Metrics counts leases (nil: not counted).
 	Metrics *Metrics
+	// Autostart starts Run at the first hit the Limiter leases, in a
+	// goroutine of its own that Close stops and waits for: a node whose
+	// rules lease nothing runs no lease loop, and one whose rules come to
+	// lease (a reload) starts it then. Without it the caller runs Run.
+	Autostart bool
 	// EagerLeases leases from a key's first decision. By default a key
 	// seen for the first time (or idle for a lease period) is decided
 	// exactly, without a lease, and leased from its next decision: keys
@@ -74,8 +80,8 @@ type Options struct {
 }
 
 // Limiter is the leased global layer. It is safe for concurrent use. Run
-// gives back expired leases and fetches the next ones in the background;
-// Close gives back every lease.
+// gives back expired leases and fetches the next ones in the background
+// (Options.Autostart starts it); Close gives back every lease.
 //
 // Per key it holds the tokens leased and not spent (held) and an estimate
 // of Redis' bucket: the instant it would be full, from the last reply. The
@@ -104,6 +110,9 @@ type Limiter struct {
 	nudge chan struct{} // a prefetch is wanted
 	done  chan struct{} // closed by Close: Run returns
 	runMu sync.Mutex    // held by Run's call: Close waits for it
+
+	started atomic.Bool    // Options.Autostart's Run is started (or Close came first)
+	runs    sync.WaitGroup // Options.Autostart's Run
 }
 
 // entry is the node's state of one leased key.
@@ -206,6 +215,9 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 		if l.leased(&hits[i]) {
 			nLeased++
 		}
+	}
+	if nLeased > 0 && l.opts.Autostart && !l.started.Load() {
+		l.start()
 	}
 	switch {
 	case len(hits) == 0:

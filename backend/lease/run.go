@@ -52,6 +52,18 @@ const (
 	stepAll
 )
 
+// start starts Run in a goroutine of its own (Options.Autostart), once,
+// and never after Close.
+func (l *Limiter) start() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.started.Load() {
+		return
+	}
+	l.started.Store(true)
+	l.runs.Go(func() { l.Run(context.Background()) })
+}
+
 // Close stops Run, then gives back every token the node holds, in one
 // call (per 512 keys) under the Leaser's timeout. Later Hits still work
 // but take no new leases. Calling it again does nothing more.
@@ -64,6 +76,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 	l.closed = true
 	close(l.done)
 	l.mu.Unlock()
+	l.runs.Wait()
 	l.runMu.Lock() // Run has returned
 	defer l.runMu.Unlock()
 	err := l.step(ctx, stepAll)
