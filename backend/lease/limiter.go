@@ -11,7 +11,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/backend/leaseproto"
 	"github.com/sluice-rls/sluice/bucket"
 )
 
@@ -36,10 +36,11 @@ const (
 // holds fall to lowWaterNum/lowWaterDen of its last lease.
 const lowWaterNum, lowWaterDen = 1, 2
 
-// Leaser takes, leases and gives back tokens of Redis buckets in one call:
-// backend/redis.Limiter.Lease, whose documentation gives the semantics.
+// Leaser takes, leases and gives back tokens of Redis buckets in one call
+// of package leaseproto's ops: backend/redis.Limiter.Lease, whose
+// documentation gives the semantics.
 type Leaser interface {
-	Lease(ctx context.Context, ops []redisbackend.LeaseOp, out []redisbackend.LeaseReply) error
+	Lease(ctx context.Context, ops []leaseproto.Op, out []leaseproto.Reply) error
 }
 
 // Options configures a Limiter.
@@ -97,10 +98,10 @@ type Limiter struct {
 
 	mu      sync.Mutex
 	entries map[bucket.Key]*entry
-	fetch   map[bucket.Key]bool    // keys to prefetch
-	ends    poolEnds               // the pools' ends: Run gives back the ended ones
-	pending []redisbackend.LeaseOp // pools to give back in Run's next round
-	swept   time.Time              // Run's last sweep of idle entries
+	fetch   map[bucket.Key]bool // keys to prefetch
+	ends    poolEnds            // the pools' ends: Run gives back the ended ones
+	pending []leaseproto.Op     // pools to give back in Run's next round
+	swept   time.Time           // Run's last sweep of idle entries
 	closed  bool
 
 	batch *batcher // the decisions' Lease calls
@@ -127,7 +128,7 @@ type entry struct {
 	fullLo, fullHi time.Time
 	lastLease      uint64 // size of the last lease granted
 	// The pool: the leases granted since the first one it holds, which
-	// Redis counts as parked until the pool is closed (a LeaseReturn) or
+	// Redis counts as parked until the pool is closed (a leaseproto.Return) or
 	// its count's window passes. granted is Redis' clock at its first
 	// grant (zero: no pool), pooled the tokens it was granted in all, and
 	// expires its end, one lease period after the send of the first
@@ -181,7 +182,7 @@ type windowed struct {
 }
 
 // Lease stamps ops' Window and passes them on.
-func (w windowed) Lease(ctx context.Context, ops []redisbackend.LeaseOp, out []redisbackend.LeaseReply) error {
+func (w windowed) Lease(ctx context.Context, ops []leaseproto.Op, out []leaseproto.Reply) error {
 	for i := range ops {
 		ops[i].Window = w.window
 	}
@@ -303,11 +304,11 @@ func (l *Limiter) restore(e *entry, n uint64, until, now time.Time) {
 // closePool returns the op that gives e's held tokens back and closes its
 // pool in Redis (none when e has no pool), and empties it. Called with mu
 // held.
-func (l *Limiter) closePool(e *entry, decision uint64) (redisbackend.LeaseOp, bool) {
+func (l *Limiter) closePool(e *entry, decision uint64) (leaseproto.Op, bool) {
 	if e.granted == 0 {
-		return redisbackend.LeaseOp{}, false
+		return leaseproto.Op{}, false
 	}
-	op := redisbackend.LeaseOp{Key: e.key, Limit: e.limit, Decision: decision, Kind: redisbackend.LeaseReturn, Take: e.held, Since: e.granted, Unpark: e.pooled}
+	op := leaseproto.Op{Key: e.key, Limit: e.limit, Decision: decision, Kind: leaseproto.Return, Take: e.held, Since: e.granted, Unpark: e.pooled}
 	l.opts.Metrics.given(e.held)
 	e.held, e.granted, e.pooled, e.expires, e.emptyUntil = 0, 0, 0, time.Time{}, time.Time{}
 	return op, true
@@ -341,7 +342,7 @@ type keyNeed struct {
 	reserved uint64    // held tokens reserved for it
 	close    bool      // Redis decides it: its pool goes back first
 	until    time.Time // the end of the pool they came from
-	op       int       // index of its LeaseOp, or -1: decided from the lease
+	op       int       // index of its leaseproto.Op, or -1: decided from the lease
 	refused  bool
 	retry    time.Duration
 	later    uint64 // tokens of takes after the one a state is for
@@ -382,7 +383,7 @@ type leasedDecision struct {
 	// then the Redis replies of the keys the node held nothing of, checked
 	// by index in needs (-1: not checked).
 	zero    bool
-	checks  []redisbackend.LeaseReply
+	checks  []leaseproto.Reply
 	checked []int
 	allowed bool
 	send    time.Time // the send of the decision's Redis call, if any
@@ -448,8 +449,8 @@ func (l *Limiter) collect(ns needs, hits []bucket.Hit, states []bucket.State) (_
 // holds nothing of (no entry, or one under another limit) are checked in
 // Redis, taking nothing, so that their states tell their buckets. checked
 // is each key's index in checks, -1 when not checked.
-func (l *Limiter) check(ctx context.Context, needs needs, nHits int) (checks []redisbackend.LeaseReply, checked []int, _ error) {
-	var ops []redisbackend.LeaseOp
+func (l *Limiter) check(ctx context.Context, needs needs, nHits int) (checks []leaseproto.Reply, checked []int, _ error) {
+	var ops []leaseproto.Op
 	checked = make([]int, len(needs))
 	l.mu.Lock()
 	for n := range needs {
@@ -457,9 +458,9 @@ func (l *Limiter) check(ctx context.Context, needs needs, nHits int) (checks []r
 		checked[n] = -1
 		if e := l.entries[k.key]; e == nil || e.limit != k.limit {
 			checked[n] = len(ops)
-			ops = append(ops, redisbackend.LeaseOp{
+			ops = append(ops, leaseproto.Op{
 				Key: k.key, Limit: k.limit, Decision: 1,
-				Kind: redisbackend.LeaseIndependent, Need: k.need, Share: l.share(),
+				Kind: leaseproto.Independent, Need: k.need, Share: l.share(),
 			})
 		}
 	}
@@ -467,7 +468,7 @@ func (l *Limiter) check(ctx context.Context, needs needs, nHits int) (checks []r
 	if len(ops) == 0 {
 		return nil, checked, nil
 	}
-	checks = make([]redisbackend.LeaseReply, len(ops))
+	checks = make([]leaseproto.Reply, len(ops))
 	err := l.batch.do(ctx, ops, checks)
 	l.opts.Metrics.redisCall(nHits)
 	if err != nil {
@@ -487,7 +488,7 @@ func (l *Limiter) decide(ctx context.Context, needs needs, nHits int) (allowed b
 		l.opts.Metrics.fromLease(nHits)
 		return !cached, time.Time{}, nil
 	}
-	replies := make([]redisbackend.LeaseReply, len(ops))
+	replies := make([]leaseproto.Reply, len(ops))
 	send = l.clock.Now()
 	err := l.batch.do(ctx, ops, replies)
 	l.opts.Metrics.redisCall(nHits)
@@ -504,11 +505,11 @@ func (l *Limiter) decide(ctx context.Context, needs needs, nHits int) (allowed b
 // the keys Redis decides), then the takes, one decision in lease.lua.
 // cached reports a key refused from the empty-bucket cache: the decision
 // is refused without Redis, and no op is returned. Called with mu held.
-func (l *Limiter) plan(needs needs, now time.Time) (ops []redisbackend.LeaseOp, cached bool) {
+func (l *Limiter) plan(needs needs, now time.Time) (ops []leaseproto.Op, cached bool) {
 	for n := range needs {
 		needs[n].e = l.entry(needs[n].key, needs[n].limit, now, &ops)
 	}
-	var takes []redisbackend.LeaseOp
+	var takes []leaseproto.Op
 	for n := range needs {
 		if l.planKey(&needs[n], now, &takes) {
 			cached = true
@@ -543,7 +544,7 @@ func (l *Limiter) plan(needs needs, now time.Time) (ops []redisbackend.LeaseOp, 
 // planKey decides how k is answered: from its lease (its tokens reserved),
 // refused from the empty-bucket cache (reported true), or by Redis (a take
 // appended to takes, k.op its index). Called with mu held.
-func (l *Limiter) planKey(k *keyNeed, now time.Time, takes *[]redisbackend.LeaseOp) (cached bool) {
+func (l *Limiter) planKey(k *keyNeed, now time.Time, takes *[]leaseproto.Op) (cached bool) {
 	e := k.e // entry resets an entry in place: still the key's
 	e.used = now
 	switch {
@@ -590,7 +591,7 @@ func (l *Limiter) planKey(k *keyNeed, now time.Time, takes *[]redisbackend.Lease
 
 // redisTake appends the take of k that Redis decides, taking take tokens
 // when k.need exist and leasing up to extra more.
-func (l *Limiter) redisTake(k *keyNeed, take, extra uint64, takes *[]redisbackend.LeaseOp) {
+func (l *Limiter) redisTake(k *keyNeed, take, extra uint64, takes *[]leaseproto.Op) {
 	op := l.takeOp(k, 1, k.need, take)
 	op.Extra = extra
 	*takes = append(*takes, op)
@@ -664,7 +665,7 @@ func (l *Limiter) states(d *leasedDecision, hits []bucket.Hit, states []bucket.S
 }
 
 // checkedState is the state of a take checked in Redis by check.
-func checkedState(r *redisbackend.LeaseReply) bucket.State {
+func checkedState(r *leaseproto.Reply) bucket.State {
 	st := bucket.State{Allowed: r.Allowed, Remaining: r.Remaining, ResetAfter: r.Reset}
 	if !r.Allowed {
 		st.RetryAfter = r.Retry
@@ -709,10 +710,10 @@ func (l *Limiter) takeState(d *leasedDecision, k *keyNeed, e *entry, now time.Ti
 	return st
 }
 
-// takeOp is the LeaseOp of a take of k.
-func (l *Limiter) takeOp(k *keyNeed, decision, need, take uint64) redisbackend.LeaseOp {
-	return redisbackend.LeaseOp{
-		Key: k.key, Limit: k.limit, Decision: decision, Kind: redisbackend.LeaseTake,
+// takeOp is the leaseproto.Op of a take of k.
+func (l *Limiter) takeOp(k *keyNeed, decision, need, take uint64) leaseproto.Op {
+	return leaseproto.Op{
+		Key: k.key, Limit: k.limit, Decision: decision, Kind: leaseproto.Take,
 		Need: need, Take: take, Extra: l.maxLease(k.limit), Share: l.share(),
 	}
 }
@@ -744,7 +745,7 @@ func (l *Limiter) share() uint64 {
 // whose pool ended, gives its held tokens back and closes its pool first
 // (as an op of an earlier decision).
 // Called with mu held.
-func (l *Limiter) entry(k bucket.Key, lim bucket.Limit, now time.Time, ops *[]redisbackend.LeaseOp) *entry {
+func (l *Limiter) entry(k bucket.Key, lim bucket.Limit, now time.Time, ops *[]leaseproto.Op) *entry {
 	e := l.entries[k]
 	if e == nil {
 		e = &entry{key: k, limit: lim, fullLo: now, fullHi: now, fresh: true}
@@ -766,7 +767,7 @@ func (l *Limiter) entry(k bucket.Key, lim bucket.Limit, now time.Time, ops *[]re
 
 // apply records the replies of a decision's call and reports whether it
 // was allowed.
-func (l *Limiter) apply(ops []redisbackend.LeaseOp, replies []redisbackend.LeaseReply, needs []keyNeed, send time.Time) bool {
+func (l *Limiter) apply(ops []leaseproto.Op, replies []leaseproto.Reply, needs []keyNeed, send time.Time) bool {
 	allowed := true
 	for n := range needs {
 		k := &needs[n]
@@ -830,8 +831,8 @@ func (l *Limiter) apply(ops []redisbackend.LeaseOp, replies []redisbackend.Lease
 // e's takes are refused without Redis. Another node's give-back may refill
 // it sooner: then this node refuses for at most one token interval more
 // than it must (never admits more). Called with mu held.
-func (l *Limiter) rememberEmpty(e *entry, op redisbackend.LeaseOp, r *redisbackend.LeaseReply, send time.Time) {
-	if op.Kind == redisbackend.LeaseGive || op.Kind == redisbackend.LeaseReturn || r.Remaining > 0 || e.held > 0 || e.limit.Requests == 0 {
+func (l *Limiter) rememberEmpty(e *entry, op leaseproto.Op, r *leaseproto.Reply, send time.Time) {
+	if op.Kind == leaseproto.Give || op.Kind == leaseproto.Return || r.Remaining > 0 || e.held > 0 || e.limit.Requests == 0 {
 		e.emptyUntil = time.Time{}
 		return
 	}
@@ -845,7 +846,7 @@ func (l *Limiter) rememberEmpty(e *entry, op redisbackend.LeaseOp, r *redisbacke
 // grant adds the lease of reply r, to a call sent at send, to e's pool;
 // it starts a new pool when e has none, or when e's ended (which Run's
 // next round then gives back). Called with mu held.
-func (l *Limiter) grant(e *entry, r *redisbackend.LeaseReply, send, now time.Time) {
+func (l *Limiter) grant(e *entry, r *leaseproto.Reply, send, now time.Time) {
 	if e.granted != 0 && !now.Before(e.expires) {
 		if op, ok := l.closePool(e, 0); ok {
 			l.pending = append(l.pending, op)
@@ -912,7 +913,7 @@ func (l *Limiter) estimateAt(e *entry, send, now time.Time, extra uint64) bucket
 // enough, else in one Redis call, each op its own decision. A give returns
 // the key's held tokens with it.
 func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.State) error {
-	var ops []redisbackend.LeaseOp
+	var ops []leaseproto.Op
 	var refs []int // hit of each op
 	l.mu.Lock()
 	now := l.clock.Now()
@@ -946,7 +947,7 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 		d := uint64(len(ops) + 1)
 		switch {
 		case h.Give:
-			ops = append(ops, redisbackend.LeaseOp{Key: h.Key, Limit: h.Limit, Decision: d, Kind: redisbackend.LeaseGive, Take: h.Cost})
+			ops = append(ops, leaseproto.Op{Key: h.Key, Limit: h.Limit, Decision: d, Kind: leaseproto.Give, Take: h.Cost})
 			e.emptyUntil = time.Time{}
 		case fromLease:
 			e.held -= h.Cost
@@ -955,8 +956,8 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 			states[i] = st
 			continue
 		default:
-			ops = append(ops, redisbackend.LeaseOp{
-				Key: h.Key, Limit: h.Limit, Decision: d, Kind: redisbackend.LeaseIndependent,
+			ops = append(ops, leaseproto.Op{
+				Key: h.Key, Limit: h.Limit, Decision: d, Kind: leaseproto.Independent,
 				Need: h.Cost, Take: h.Cost, Extra: l.maxLease(h.Limit), Share: l.share(),
 				Overdraw: h.Overdraw,
 			})
@@ -970,7 +971,7 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 	if len(ops) == 0 {
 		return nil
 	}
-	replies := make([]redisbackend.LeaseReply, len(ops))
+	replies := make([]leaseproto.Reply, len(ops))
 	send := l.clock.Now()
 	err := l.batch.do(ctx, ops, replies)
 	l.mu.Lock()
@@ -990,11 +991,11 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 		switch {
 		case refs[j] < 0:
 			continue
-		case op.Kind == redisbackend.LeaseIndependent && r.Leased > 0:
+		case op.Kind == leaseproto.Independent && r.Leased > 0:
 			l.grant(e, r, send, now)
 		}
 		st := l.estimateAt(e, send, now, 0)
-		if op.Kind == redisbackend.LeaseGive || r.Allowed {
+		if op.Kind == leaseproto.Give || r.Allowed {
 			st.Allowed = true
 		} else {
 			st.RetryAfter = r.Retry

@@ -5,7 +5,7 @@ import (
 	"context"
 	"fmt"
 
-	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/backend/leaseproto"
 )
 
 // maxCallOps bounds the ops of one background call: a script call blocks
@@ -90,11 +90,11 @@ func (l *Limiter) Close(ctx context.Context) error {
 // if any, leases again (and waits on Redis), as a new key's would.
 const renewSpent = 2
 
-// prefetchOp is the LeaseOp of a prefetch of e's next lease: an
+// prefetchOp is the leaseproto.Op of a prefetch of e's next lease: an
 // independent take of nothing, always allowed, with its lease.
-func (l *Limiter) prefetchOp(e *entry, decision uint64) redisbackend.LeaseOp {
-	return redisbackend.LeaseOp{
-		Key: e.key, Limit: e.limit, Decision: decision, Kind: redisbackend.LeaseIndependent,
+func (l *Limiter) prefetchOp(e *entry, decision uint64) leaseproto.Op {
+	return leaseproto.Op{
+		Key: e.key, Limit: e.limit, Decision: decision, Kind: leaseproto.Independent,
 		Extra: l.maxLease(e.limit), Share: l.share(),
 	}
 }
@@ -103,7 +103,7 @@ func (l *Limiter) prefetchOp(e *entry, decision uint64) redisbackend.LeaseOp {
 // give-backs of ended pools, and forgets idle keys.
 func (l *Limiter) step(ctx context.Context, mode stepMode) error {
 	all := mode == stepAll
-	var ops []redisbackend.LeaseOp
+	var ops []leaseproto.Op
 	l.mu.Lock()
 	now := l.clock.Now()
 	for k := range l.fetch {
@@ -167,8 +167,8 @@ func (l *Limiter) step(ctx context.Context, mode stepMode) error {
 // give-back loses its tokens (they left Redis, so losing them never
 // admits more; keeping them past their pool's end would spend tokens that
 // Redis may no longer count as parked).
-func (l *Limiter) background(ctx context.Context, ops []redisbackend.LeaseOp) error {
-	replies := make([]redisbackend.LeaseReply, len(ops))
+func (l *Limiter) background(ctx context.Context, ops []leaseproto.Op) error {
+	replies := make([]leaseproto.Reply, len(ops))
 	send := l.clock.Now()
 	err := windowed{l.opts.Leaser, 2 * l.opts.Period}.Lease(ctx, ops, replies)
 	l.mu.Lock()
@@ -176,7 +176,7 @@ func (l *Limiter) background(ctx context.Context, ops []redisbackend.LeaseOp) er
 	now := l.clock.Now()
 	for j, op := range ops {
 		e := l.entries[op.Key]
-		if op.Kind == redisbackend.LeaseIndependent && e != nil {
+		if op.Kind == leaseproto.Independent && e != nil {
 			e.fetching = false
 		}
 		if err != nil || e == nil || e.limit != op.Limit {
