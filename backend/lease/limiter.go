@@ -376,7 +376,10 @@ func (ns needs) find(k bucket.Key, lim bucket.Limit) int {
 	return -1
 }
 
-// leasedDecision is one hitLeased call as its steps pass it on.
+// leasedDecision is one hitLeased call as its steps pass it on. The steps
+// that send ops or store what they are given take its needs alone, not a
+// pointer to it: the needs' stack array must not escape to the heap (a
+// decision from the leases allocates nothing, TestFromLeaseAllocs).
 type leasedDecision struct {
 	needs needs
 	// zero: a take of a Requests 0 limit refuses the decision. checks are
