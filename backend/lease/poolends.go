@@ -21,11 +21,19 @@ type poolEnd struct {
 // about one lease period.
 type poolEnds []poolEnd
 
-// Len, Less, Swap, Push and Pop are heap.Interface's.
-func (h poolEnds) Len() int           { return len(h) }
+// Len is heap.Interface's: the ends held.
+func (h poolEnds) Len() int { return len(h) }
+
+// Less is heap.Interface's: the earlier end first.
 func (h poolEnds) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h poolEnds) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *poolEnds) Push(x any)        { *h = append(*h, x.(poolEnd)) }
+
+// Swap is heap.Interface's.
+func (h poolEnds) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+
+// Push is heap.Interface's: x is a poolEnd.
+func (h *poolEnds) Push(x any) { *h = append(*h, x.(poolEnd)) }
+
+// Pop is heap.Interface's: it removes the last end.
 func (h *poolEnds) Pop() any {
 	old := *h
 	x := old[len(old)-1]
