@@ -20,7 +20,8 @@ const mod = "github.com/sluice-rls/sluice/"
 // that own them; the service sees the bucket
 // contract and the rules, never a backend or the fail-open switch; the
 // fail-open switch sees the contract, never a backend; backends and rules
-// see only the contract; the contract sees nothing.
+// see only the contract, the leased layer and Redis also the lease protocol
+// they share (never each other); the contract sees nothing.
 var allowedImports = map[string][]string{
 	"bucket":              {},
 	"bucket/buckettest":   {"bucket"},
@@ -28,8 +29,9 @@ var allowedImports = map[string][]string{
 	"ruleset":             {"audit", "descriptors"},
 	"xds":                 {"audit", "descriptors", "ruleset"},
 	"backend/memory":      {"bucket"},
-	"backend/redis":       {"bucket"},
-	"backend/lease":       {"backend/redis", "bucket"},
+	"backend/redis":       {"backend/leaseproto", "bucket"},
+	"backend/leaseproto":  {"bucket"},
+	"backend/lease":       {"backend/leaseproto", "bucket"},
 	"fallback":            {"bucket"},
 	"service":             {"bucket", "descriptors", "override"},
 	"override":            {"audit", "bucket", "descriptors"},

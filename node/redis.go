@@ -77,17 +77,13 @@ func newRedisGlobal(ctx context.Context, st Options, log *slog.Logger, reg prome
 	registerFullRefusals(reg, "fallback", share.FullRefusals)
 
 	// The leased layer passes hits of exact rules to lim untouched; its
-	// Run gives back expired leases and prefetches.
+	// loop, which gives back expired leases and prefetches, starts at the
+	// first leased hit (whenever the rules come to lease) and stops at
+	// Close.
 	leased := lease.New(lease.Options{
 		Leaser: lim, Exact: lim, Default: st.Consistency, Period: st.LeasePeriod,
-		Nodes: nodeCount, Metrics: lease.NewMetrics(reg),
+		Nodes: nodeCount, Metrics: lease.NewMetrics(reg), Autostart: true,
 	})
-	leaseCtx, stopLeases := context.WithCancel(ctx)
-	leaseDone := make(chan struct{})
-	go func() {
-		defer close(leaseDone)
-		leased.Run(leaseCtx)
-	}()
 
 	sw := fallback.New(fallback.Options{
 		Primary:   leased,
@@ -111,8 +107,6 @@ func newRedisGlobal(ctx context.Context, st Options, log *slog.Logger, reg prome
 		if err := leased.Close(ctx); err != nil {
 			log.Warn("leased tokens not given back", "err", err)
 		}
-		stopLeases()
-		<-leaseDone
 		stopNodes()
 		<-nodesDone // it deregisters this node before the client closes
 		lim.Close() // fails what is queued, waits for calls in flight

@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/backend/leaseproto"
 )
 
 // batcher shares Lease calls among concurrent decisions, as backend/redis
@@ -26,13 +26,13 @@ type batcher struct {
 
 // pending is one queued decision.
 type pending struct {
-	ops  []redisbackend.LeaseOp
-	out  []redisbackend.LeaseReply
+	ops  []leaseproto.Op
+	out  []leaseproto.Reply
 	done chan error
 }
 
 // do runs ops through the Leaser, alone or in a shared call.
-func (b *batcher) do(ctx context.Context, ops []redisbackend.LeaseOp, out []redisbackend.LeaseReply) error {
+func (b *batcher) do(ctx context.Context, ops []leaseproto.Op, out []leaseproto.Reply) error {
 	b.mu.Lock()
 	if !b.busy {
 		b.busy = true
@@ -72,7 +72,7 @@ func (b *batcher) write() {
 			return
 		}
 		b.mu.Unlock()
-		var ops []redisbackend.LeaseOp
+		var ops []leaseproto.Op
 		dec := uint64(0)
 		for _, p := range batch {
 			for i, op := range p.ops {
@@ -83,7 +83,7 @@ func (b *batcher) write() {
 				ops = append(ops, op)
 			}
 		}
-		out := make([]redisbackend.LeaseReply, len(ops))
+		out := make([]leaseproto.Reply, len(ops))
 		err := b.leaser.Lease(context.Background(), ops, out)
 		at := 0
 		for _, p := range batch {

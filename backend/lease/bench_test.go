@@ -18,6 +18,7 @@ import (
 func BenchmarkFromLease(b *testing.B) {
 	srv := redistest.Start(b)
 	l, _ := newLimiter(b, srv, lease.Options{Clock: clockwork.NewFakeClock(), MaxLease: 1 << 40})
+	b.ReportAllocs()
 	lim := bucket.Limit{Requests: 1 << 40, Period: time.Second, Burst: 1 << 40}
 	hits := []bucket.Hit{take(bucket.SumKey([]byte("a")), lim, 1), take(bucket.SumKey([]byte("b")), lim, 1), take(bucket.SumKey([]byte("c")), lim, 1)}
 	b.RunParallel(func(pb *testing.PB) {

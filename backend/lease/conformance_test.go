@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rls/sluice/backend/lease"
+	"github.com/sluice-rls/sluice/backend/leaseproto"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/bucket/buckettest"
@@ -117,7 +118,7 @@ type counting struct {
 	calls atomic.Int64
 }
 
-func (c *counting) Lease(ctx context.Context, ops []redisbackend.LeaseOp, out []redisbackend.LeaseReply) error {
+func (c *counting) Lease(ctx context.Context, ops []leaseproto.Op, out []leaseproto.Reply) error {
 	c.calls.Add(1)
 	return c.Limiter.Lease(ctx, ops, out)
 }
@@ -126,9 +127,9 @@ func (c *counting) Lease(ctx context.Context, ops []redisbackend.LeaseOp, out []
 // taking any.
 func (c *counting) inRedis(t *testing.T, k bucket.Key, lim bucket.Limit) uint64 {
 	t.Helper()
-	out := make([]redisbackend.LeaseReply, 1)
-	op := redisbackend.LeaseOp{Key: k, Limit: lim, Decision: 1, Kind: redisbackend.LeaseIndependent}
-	if err := c.Limiter.Lease(context.Background(), []redisbackend.LeaseOp{op}, out); err != nil {
+	out := make([]leaseproto.Reply, 1)
+	op := leaseproto.Op{Key: k, Limit: lim, Decision: 1, Kind: leaseproto.Independent}
+	if err := c.Limiter.Lease(context.Background(), []leaseproto.Op{op}, out); err != nil {
 		t.Fatal(err)
 	}
 	return out[0].Remaining

@@ -16,7 +16,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rls/sluice/backend/lease"
-	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/backend/leaseproto"
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
@@ -627,33 +627,33 @@ func TestParkedCount(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := context.Background()
 	lim := bucket.Limit{Requests: 100, Period: 24 * time.Hour, Burst: 100}
-	call := func(op redisbackend.LeaseOp) redisbackend.LeaseReply {
+	call := func(op leaseproto.Op) leaseproto.Reply {
 		t.Helper()
 		op.Limit, op.Decision = lim, 1
-		out := make([]redisbackend.LeaseReply, 1)
-		if err := r.Limiter.Lease(ctx, []redisbackend.LeaseOp{op}, out); err != nil {
+		out := make([]leaseproto.Reply, 1)
+		if err := r.Limiter.Lease(ctx, []leaseproto.Op{op}, out); err != nil {
 			t.Fatal(err)
 		}
 		return out[0]
 	}
 	k := key(t, 0)
-	leaseOp := redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseTake, Need: 1, Take: 1, Extra: 100, Share: 2, Window: time.Hour}
+	leaseOp := leaseproto.Op{Key: k, Kind: leaseproto.Take, Need: 1, Take: 1, Extra: 100, Share: 2, Window: time.Hour}
 	g := call(leaseOp)
 	if g.Leased != 49 || g.Remaining != 50 || g.Granted == 0 {
 		t.Fatalf("take 1 and lease: %+v, want 49 leased, 50 left, a grant time", g)
 	}
-	if got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseGive, Take: 60, Window: time.Hour}); got.Remaining != 51 {
+	if got := call(leaseproto.Op{Key: k, Kind: leaseproto.Give, Take: 60, Window: time.Hour}); got.Remaining != 51 {
 		t.Errorf("give 60 with 49 parked: %d left, want 51 (100 - 49)", got.Remaining)
 	}
 	// The pool goes back: 10 unspent, 39 spent; the count empties.
-	if got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseReturn, Take: 10, Window: time.Hour, Since: g.Granted, Unpark: 49}); got.Remaining != 61 {
+	if got := call(leaseproto.Op{Key: k, Kind: leaseproto.Return, Take: 10, Window: time.Hour, Since: g.Granted, Unpark: 49}); got.Remaining != 61 {
 		t.Errorf("return 10 closing the pool: %d left, want 61", got.Remaining)
 	}
 	rkey := fmt.Sprintf("%s:lease:{%x}", t.Name(), k[:])
 	if v, err := c.Get(ctx, rkey).Bytes(); err != nil || len(v) != 32 {
 		t.Errorf("value with nothing parked: %d bytes (%v), want 32", len(v), err)
 	}
-	if got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseGive, Take: 60, Window: time.Hour}); got.Remaining != 100 {
+	if got := call(leaseproto.Op{Key: k, Kind: leaseproto.Give, Take: 60, Window: time.Hour}); got.Remaining != 100 {
 		t.Errorf("give 60 with nothing parked: %d left, want 100", got.Remaining)
 	}
 
@@ -669,7 +669,7 @@ func TestParkedCount(t *testing.T) {
 	// Until a window has passed on Redis' clock the lease is counted; a
 	// window or two after, it is dropped: poll with gives of 1000.
 	for end := time.Now().Add(5 * time.Second); ; {
-		got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseGive, Take: 1000, Window: win})
+		got := call(leaseproto.Op{Key: k, Kind: leaseproto.Give, Take: 1000, Window: win})
 		tm, err := c.Time(ctx).Result() // after the give: its time is before
 		if err != nil {
 			t.Fatal(err)
@@ -688,10 +688,10 @@ func TestParkedCount(t *testing.T) {
 	// The pool's return comes too late to unpark anything: the count is
 	// empty, and a second lease's count stays whole.
 	g2 := call(leaseOp) // takes 1, leases 49 of 99: 50 left
-	if got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseReturn, Take: 0, Window: win, Since: g.Granted, Unpark: 49}); got.Remaining != 50 {
+	if got := call(leaseproto.Op{Key: k, Kind: leaseproto.Return, Take: 0, Window: win, Since: g.Granted, Unpark: 49}); got.Remaining != 50 {
 		t.Errorf("a stale return: %d left, want 50", got.Remaining)
 	}
-	got := call(redisbackend.LeaseOp{Key: k, Kind: redisbackend.LeaseGive, Take: 1000, Window: win})
+	got := call(leaseproto.Op{Key: k, Kind: leaseproto.Give, Take: 1000, Window: win})
 	tm, err := c.Time(ctx).Result() // after the give: its time is before
 	if err != nil {
 		t.Fatal(err)

@@ -1,15 +1,17 @@
 package lease
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
-	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/backend/leaseproto"
 	"github.com/sluice-rls/sluice/bucket"
 )
 
@@ -34,10 +36,11 @@ const (
 // holds fall to lowWaterNum/lowWaterDen of its last lease.
 const lowWaterNum, lowWaterDen = 1, 2
 
-// Leaser takes, leases and gives back tokens of Redis buckets in one call:
-// backend/redis.Limiter.Lease, whose documentation gives the semantics.
+// Leaser takes, leases and gives back tokens of Redis buckets in one call
+// of package leaseproto's ops: backend/redis.Limiter.Lease, whose
+// documentation gives the semantics.
 type Leaser interface {
-	Lease(ctx context.Context, ops []redisbackend.LeaseOp, out []redisbackend.LeaseReply) error
+	Lease(ctx context.Context, ops []leaseproto.Op, out []leaseproto.Reply) error
 }
 
 // Options configures a Limiter.
@@ -65,6 +68,11 @@ type Options struct {
 	Nodes func() int
 	// Metrics counts leases (nil: not counted).
 	Metrics *Metrics
+	// Autostart starts Run at the first hit the Limiter leases, in a
+	// goroutine of its own that Close stops and waits for: a node whose
+	// rules lease nothing runs no lease loop, and one whose rules come to
+	// lease (a reload) starts it then. Without it the caller runs Run.
+	Autostart bool
 	// EagerLeases leases from a key's first decision. By default a key
 	// seen for the first time (or idle for a lease period) is decided
 	// exactly, without a lease, and leased from its next decision: keys
@@ -73,8 +81,8 @@ type Options struct {
 }
 
 // Limiter is the leased global layer. It is safe for concurrent use. Run
-// gives back expired leases and fetches the next ones in the background;
-// Close gives back every lease.
+// gives back expired leases and fetches the next ones in the background
+// (Options.Autostart starts it); Close gives back every lease.
 //
 // Per key it holds the tokens leased and not spent (held) and an estimate
 // of Redis' bucket: the instant it would be full, from the last reply. The
@@ -90,10 +98,10 @@ type Limiter struct {
 
 	mu      sync.Mutex
 	entries map[bucket.Key]*entry
-	fetch   map[bucket.Key]bool    // keys to prefetch
-	holding map[bucket.Key]bool    // keys that may hold tokens: Run looks at these alone
-	pending []redisbackend.LeaseOp // pools to give back in Run's next round
-	swept   time.Time              // Run's last sweep of idle entries
+	fetch   map[bucket.Key]bool // keys to prefetch
+	ends    poolEnds            // the pools' ends: Run gives back the ended ones
+	pending []leaseproto.Op     // pools to give back in Run's next round
+	swept   time.Time           // Run's last sweep of idle entries
 	closed  bool
 
 	batch *batcher // the decisions' Lease calls
@@ -103,6 +111,9 @@ type Limiter struct {
 	nudge chan struct{} // a prefetch is wanted
 	done  chan struct{} // closed by Close: Run returns
 	runMu sync.Mutex    // held by Run's call: Close waits for it
+
+	started atomic.Bool    // Options.Autostart's Run is started (or Close came first)
+	runs    sync.WaitGroup // Options.Autostart's Run
 }
 
 // entry is the node's state of one leased key.
@@ -117,7 +128,7 @@ type entry struct {
 	fullLo, fullHi time.Time
 	lastLease      uint64 // size of the last lease granted
 	// The pool: the leases granted since the first one it holds, which
-	// Redis counts as parked until the pool is closed (a LeaseReturn) or
+	// Redis counts as parked until the pool is closed (a leaseproto.Return) or
 	// its count's window passes. granted is Redis' clock at its first
 	// grant (zero: no pool), pooled the tokens it was granted in all, and
 	// expires its end, one lease period after the send of the first
@@ -153,7 +164,6 @@ func New(opts Options) *Limiter {
 		clock:   opts.Clock,
 		entries: map[bucket.Key]*entry{},
 		fetch:   map[bucket.Key]bool{},
-		holding: map[bucket.Key]bool{},
 		batch:   &batcher{leaser: windowed{opts.Leaser, 2 * opts.Period}},
 		lowNum:  lowWaterNum,
 		lowDen:  lowWaterDen,
@@ -172,7 +182,7 @@ type windowed struct {
 }
 
 // Lease stamps ops' Window and passes them on.
-func (w windowed) Lease(ctx context.Context, ops []redisbackend.LeaseOp, out []redisbackend.LeaseReply) error {
+func (w windowed) Lease(ctx context.Context, ops []leaseproto.Op, out []leaseproto.Reply) error {
 	for i := range ops {
 		ops[i].Window = w.window
 	}
@@ -206,6 +216,9 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 		if l.leased(&hits[i]) {
 			nLeased++
 		}
+	}
+	if nLeased > 0 && l.opts.Autostart && !l.started.Load() {
+		l.start()
 	}
 	switch {
 	case len(hits) == 0:
@@ -284,18 +297,18 @@ func (l *Limiter) putBack(ts []taken) {
 // (Redis no longer counts them as parked). Called with mu held.
 func (l *Limiter) restore(e *entry, n uint64, until, now time.Time) {
 	if n > 0 && e.granted != 0 && e.expires.Equal(until) && now.Before(until) {
-		l.addHeld(e, n)
+		e.held += n
 	}
 }
 
 // closePool returns the op that gives e's held tokens back and closes its
 // pool in Redis (none when e has no pool), and empties it. Called with mu
 // held.
-func (l *Limiter) closePool(e *entry, decision uint64) (redisbackend.LeaseOp, bool) {
+func (l *Limiter) closePool(e *entry, decision uint64) (leaseproto.Op, bool) {
 	if e.granted == 0 {
-		return redisbackend.LeaseOp{}, false
+		return leaseproto.Op{}, false
 	}
-	op := redisbackend.LeaseOp{Key: e.key, Limit: e.limit, Decision: decision, Kind: redisbackend.LeaseReturn, Take: e.held, Since: e.granted, Unpark: e.pooled}
+	op := leaseproto.Op{Key: e.key, Limit: e.limit, Decision: decision, Kind: leaseproto.Return, Take: e.held, Since: e.granted, Unpark: e.pooled}
 	l.opts.Metrics.given(e.held)
 	e.held, e.granted, e.pooled, e.expires, e.emptyUntil = 0, 0, 0, time.Time{}, time.Time{}
 	return op, true
@@ -329,7 +342,7 @@ type keyNeed struct {
 	reserved uint64    // held tokens reserved for it
 	close    bool      // Redis decides it: its pool goes back first
 	until    time.Time // the end of the pool they came from
-	op       int       // index of its LeaseOp, or -1: decided from the lease
+	op       int       // index of its leaseproto.Op, or -1: decided from the lease
 	refused  bool
 	retry    time.Duration
 	later    uint64 // tokens of takes after the one a state is for
@@ -342,25 +355,80 @@ type keyNeed struct {
 	reset time.Duration
 }
 
-// hitLeased decides the hits for which leased reports true. When taken is
-// not nil it receives what an allowed decision spent (for putBack).
-func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []bucket.State, spent *[]taken) (bucket.Decision, error) {
-	// A request has a few keys: a linear search in a stack array beats a
-	// map, which would allocate on every call.
-	var buf [8]keyNeed
-	needs := buf[:0]
-	find := func(k bucket.Key, lim bucket.Limit) int {
-		for n := range needs {
-			if needs[n].key == k && needs[n].limit == lim {
-				return n
-			}
+// leasedTake reports whether h is one of the takes hitLeased decides
+// together: leased, neither a Give nor Independent (loose decides those).
+func (l *Limiter) leasedTake(h *bucket.Hit) bool {
+	return l.leased(h) && !h.Give && !h.Independent
+}
+
+// needs is a decision's takes aggregated per key and limit. A request has
+// a few keys: a linear search in a stack array beats a map, which would
+// allocate on every call.
+type needs []keyNeed
+
+// find returns the index of k under lim, or -1.
+func (ns needs) find(k bucket.Key, lim bucket.Limit) int {
+	for n := range ns {
+		if ns[n].key == k && ns[n].limit == lim {
+			return n
 		}
-		return -1
 	}
-	zero := false // a take of a Requests 0 limit refuses the call
+	return -1
+}
+
+// leasedDecision is one hitLeased call as its steps pass it on. The steps
+// that send ops or store what they are given take its needs alone, not a
+// pointer to it: the needs' stack array must not escape to the heap (a
+// decision from the leases allocates nothing, TestFromLeaseAllocs).
+type leasedDecision struct {
+	needs needs
+	// zero: a take of a Requests 0 limit refuses the decision. checks are
+	// then the Redis replies of the keys the node held nothing of, checked
+	// by index in needs (-1: not checked).
+	zero    bool
+	checks  []leaseproto.Reply
+	checked []int
+	allowed bool
+	send    time.Time // the send of the decision's Redis call, if any
+}
+
+// hitLeased decides the hits for which leased reports true, in steps:
+// collect aggregates the takes per key; check asks Redis about the keys a
+// Requests 0 take leaves unknown (the decision is refused), or decide
+// reserves held tokens and sends what the leases cannot answer to Redis;
+// settle puts back what a refused decision reserved, or records what an
+// allowed one spent when spent is not nil; states reports each take;
+// loose then applies the gives and independent hits.
+func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []bucket.State, spent *[]taken) (bucket.Decision, error) {
+	var buf [8]keyNeed
+	var d leasedDecision
+	d.needs, d.zero = l.collect(buf[:0], hits, states)
+	d.allowed = !d.zero
+	var err error
+	switch {
+	case len(d.needs) == 0:
+	case d.zero:
+		d.checks, d.checked, err = l.check(ctx, d.needs, len(hits))
+	default:
+		d.allowed, d.send, err = l.decide(ctx, d.needs, len(hits))
+	}
+	if err != nil {
+		return bucket.Decision{}, err
+	}
+	l.settle(d.needs, d.allowed, spent)
+	l.states(&d, hits, states)
+	if err := l.loose(ctx, hits, states); err != nil {
+		return bucket.Decision{}, err
+	}
+	return bucket.Decision{Allowed: d.allowed, Answer: bucket.Decided}, nil
+}
+
+// collect aggregates the leased takes of hits into ns; a take of a
+// Requests 0 limit refuses the decision (zero) and gets its state here.
+func (l *Limiter) collect(ns needs, hits []bucket.Hit, states []bucket.State) (_ needs, zero bool) {
 	for i := range hits {
 		h := &hits[i]
-		if !l.leased(h) || h.Give || h.Independent {
+		if !l.leasedTake(h) {
 			continue
 		}
 		if h.Limit.Requests == 0 {
@@ -368,257 +436,287 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 			states[i] = bucket.State{RetryAfter: h.Limit.Period, ResetAfter: h.Limit.Period}
 			continue
 		}
-		n := find(h.Key, h.Limit)
+		n := ns.find(h.Key, h.Limit)
 		if n < 0 {
-			n = len(needs)
-			needs = append(needs, keyNeed{key: h.Key, limit: h.Limit, op: -1})
+			n = len(ns)
+			ns = append(ns, keyNeed{key: h.Key, limit: h.Limit, op: -1})
 		}
-		k := &needs[n]
+		k := &ns[n]
 		k.need = max(k.need, k.total+h.Cost)
 		k.total += h.Cost
 	}
-	allowed := !zero
-	// Refused by a Requests 0 take: the keys the node holds nothing of
-	// (no entry, or one under another limit) are checked in Redis, taking
-	// nothing, so that their states tell their buckets.
-	var checks []redisbackend.LeaseReply
-	var checked []int // index in checks by need, -1: not checked
-	if zero && len(needs) > 0 {
-		var ops []redisbackend.LeaseOp
-		checked = make([]int, len(needs))
-		l.mu.Lock()
-		for n := range needs {
-			checked[n] = -1
-			if e := l.entries[needs[n].key]; e == nil || e.limit != needs[n].limit {
-				checked[n] = len(ops)
-				ops = append(ops, redisbackend.LeaseOp{
-					Key: needs[n].key, Limit: needs[n].limit, Decision: 1,
-					Kind: redisbackend.LeaseIndependent, Need: needs[n].need, Share: l.share(),
-				})
-			}
-		}
-		l.mu.Unlock()
-		if len(ops) > 0 {
-			checks = make([]redisbackend.LeaseReply, len(ops))
-			err := l.batch.do(ctx, ops, checks)
-			l.opts.Metrics.redisCall(len(hits))
-			if err != nil {
-				return bucket.Decision{}, fmt.Errorf("backend/lease: %w", err)
-			}
-		}
-	}
-	cached := false // a key refused from the empty-bucket cache
-	var ops, takes []redisbackend.LeaseOp
-	var send time.Time
-	if allowed && len(needs) > 0 {
-		l.mu.Lock()
-		now := l.clock.Now()
-		// Keys met with another limit give their held tokens back first,
-		// ahead of the decision's takes (one decision in lease.lua).
-		for n := range needs {
-			needs[n].e = l.entry(needs[n].key, needs[n].limit, now, &ops)
-		}
-		for n := range needs {
-			k := &needs[n]
-			e := k.e // entry resets an entry in place: still the key's
-			e.used = now
-			if e.limit != k.limit {
-				// The key under two limits in this decision: the entry
-				// follows the last; this one is Redis' alone.
-				k.other = true
-				op := l.takeOp(k, 1, k.need, k.total)
-				op.Extra = 0
-				takes = append(takes, op)
-				k.op = len(takes) - 1
-				continue
-			}
-			if k.need > k.limit.Burst {
-				// Never allowed: Redis reports the bucket, the lease stays.
-				op := l.takeOp(k, 1, k.need, 0)
-				op.Extra = 0
-				takes = append(takes, op)
-				k.refused = true
-				k.op = len(takes) - 1 // its durations from the call's send
-				continue
-			}
-			k.until = e.expires
-			// Held tokens are not in debt: a check (need 0) passes on one.
-			if e.held >= max(k.need, 1) {
-				e.held -= k.total
-				k.reserved = k.total
-				l.lowWater(k.key, e)
-				continue
-			}
-			if e.held == 0 && k.need > 0 && now.Before(e.emptyUntil) {
-				// Known empty (the empty-bucket cache): refused without
-				// Redis until its next token is due. (A check asks Redis:
-				// it is refused only in debt, which the cache does not
-				// know.)
-				interval := e.limit.Period / time.Duration(e.limit.Requests)
-				k.refused, k.retry = true, e.emptyUntil.Sub(now)+time.Duration(k.need-1)*interval
-				cached = true
-				continue
-			}
-			// Redis decides: the key's pool goes back first (its held
-			// tokens into Redis, its grants out of the count of parked
-			// tokens), and the take asks Redis for everything, in the
-			// same call; its lease starts the next pool.
-			k.close = true
-			extra := l.maxLease(k.limit)
-			if e.fresh && !l.opts.EagerLeases {
-				extra = 0 // a key's first decision: rarely hit keys stay exact
-			}
-			op := l.takeOp(k, 1, k.need, k.total)
-			op.Extra = extra
-			takes = append(takes, op)
-			k.op = len(takes) - 1
-		}
-		// The takes after every give-back: one decision. A decision
-		// refused from the cache closes no pool.
-		for n := range needs {
-			if needs[n].close && !cached {
-				if op, ok := l.closePool(needs[n].e, 0); ok {
-					ops = append(ops, op)
-				}
-			}
-		}
-		for n := range needs {
-			if needs[n].op >= 0 {
-				needs[n].op += len(ops)
-			}
-		}
-		ops = append(ops, takes...)
-		for n := range needs {
-			if e := l.entries[needs[n].key]; e != nil {
-				e.fresh = false
-			}
-		}
-		if cached {
-			allowed = false
-			ops = ops[:0] // refused without Redis (a limit change's give-back is lost: never more tokens)
-			for n := range needs {
-				needs[n].op = -1
-			}
-		}
-		l.mu.Unlock()
-		if cached {
-			l.opts.Metrics.fromLease(len(hits))
-		} else if len(ops) > 0 {
-			replies := make([]redisbackend.LeaseReply, len(ops))
-			send = l.clock.Now()
-			err := l.batch.do(ctx, ops, replies)
-			l.opts.Metrics.redisCall(len(hits))
-			if err != nil {
-				l.mu.Lock()
-				now := l.clock.Now()
-				for n := range needs {
-					if e := l.entries[needs[n].key]; e != nil {
-						l.restore(e, needs[n].reserved, needs[n].until, now)
-					}
-				}
-				l.mu.Unlock()
-				return bucket.Decision{}, fmt.Errorf("backend/lease: %w", err)
-			}
-			allowed = l.apply(ops, replies, needs, send)
-		} else {
-			l.opts.Metrics.fromLease(len(hits))
-		}
-	}
-	if !allowed {
-		// Nothing spent: reserved tokens go back into the leases.
-		l.mu.Lock()
-		now := l.clock.Now()
-		for n := range needs {
-			if e := l.entries[needs[n].key]; e != nil {
-				l.restore(e, needs[n].reserved, needs[n].until, now)
-			}
-		}
-		l.mu.Unlock()
-	} else if spent != nil {
-		for _, k := range needs {
-			if k.reserved > 0 && !k.other {
-				*spent = append(*spent, taken{key: k.key, tokens: k.reserved, until: k.until})
-			}
-		}
-	}
-	// The takes' states, each seeing the takes of its key before it.
+	return ns, zero
+}
+
+// check handles a decision refused by a Requests 0 take: the keys the node
+// holds nothing of (no entry, or one under another limit) are checked in
+// Redis, taking nothing, so that their states tell their buckets. checked
+// is each key's index in checks, -1 when not checked.
+func (l *Limiter) check(ctx context.Context, needs needs, nHits int) (checks []leaseproto.Reply, checked []int, _ error) {
+	var ops []leaseproto.Op
+	checked = make([]int, len(needs))
 	l.mu.Lock()
+	for n := range needs {
+		k := &needs[n]
+		checked[n] = -1
+		if e := l.entries[k.key]; e == nil || e.limit != k.limit {
+			checked[n] = len(ops)
+			ops = append(ops, leaseproto.Op{
+				Key: k.key, Limit: k.limit, Decision: 1,
+				Kind: leaseproto.Independent, Need: k.need, Share: l.share(),
+			})
+		}
+	}
+	l.mu.Unlock()
+	if len(ops) == 0 {
+		return nil, checked, nil
+	}
+	checks = make([]leaseproto.Reply, len(ops))
+	err := l.batch.do(ctx, ops, checks)
+	l.opts.Metrics.redisCall(nHits)
+	if err != nil {
+		return nil, nil, fmt.Errorf("backend/lease: %w", err)
+	}
+	return checks, checked, nil
+}
+
+// decide decides the takes of d: from the node's leases when they hold
+// enough for every key, else in one Redis call (plan's ops) sent at send,
+// whose replies apply records. A failed call puts the reserved tokens back.
+func (l *Limiter) decide(ctx context.Context, needs needs, nHits int) (allowed bool, send time.Time, _ error) {
+	l.mu.Lock()
+	ops, cached := l.plan(needs, l.clock.Now())
+	l.mu.Unlock()
+	if cached || len(ops) == 0 {
+		l.opts.Metrics.fromLease(nHits)
+		return !cached, time.Time{}, nil
+	}
+	replies := make([]leaseproto.Reply, len(ops))
+	send = l.clock.Now()
+	err := l.batch.do(ctx, ops, replies)
+	l.opts.Metrics.redisCall(nHits)
+	if err != nil {
+		l.restoreReserved(needs)
+		return false, send, fmt.Errorf("backend/lease: %w", err)
+	}
+	return l.apply(ops, replies, needs, send), send, nil
+}
+
+// plan reserves held tokens for each key of needs and returns the ops of
+// the decision's Redis call: the give-backs of pools that go back first
+// (keys met under another limit, pools past their end, and the pools of
+// the keys Redis decides), then the takes, one decision in lease.lua.
+// cached reports a key refused from the empty-bucket cache: the decision
+// is refused without Redis, and no op is returned. Called with mu held.
+func (l *Limiter) plan(needs needs, now time.Time) (ops []leaseproto.Op, cached bool) {
+	for n := range needs {
+		needs[n].e = l.entry(needs[n].key, needs[n].limit, now, &ops)
+	}
+	var takes []leaseproto.Op
+	for n := range needs {
+		if l.planKey(&needs[n], now, &takes) {
+			cached = true
+		}
+	}
+	for n := range needs {
+		needs[n].e.fresh = false
+	}
+	if cached {
+		// Refused without Redis (a limit change's give-back is lost:
+		// never more tokens).
+		for n := range needs {
+			needs[n].op = -1
+		}
+		return nil, true
+	}
+	for n := range needs {
+		if needs[n].close {
+			if op, ok := l.closePool(needs[n].e, 0); ok {
+				ops = append(ops, op)
+			}
+		}
+	}
+	for n := range needs {
+		if needs[n].op >= 0 {
+			needs[n].op += len(ops)
+		}
+	}
+	return append(ops, takes...), false
+}
+
+// planKey decides how k is answered: from its lease (its tokens reserved),
+// refused from the empty-bucket cache (reported true), or by Redis (a take
+// appended to takes, k.op its index). Called with mu held.
+func (l *Limiter) planKey(k *keyNeed, now time.Time, takes *[]leaseproto.Op) (cached bool) {
+	e := k.e // entry resets an entry in place: still the key's
+	e.used = now
+	switch {
+	case e.limit != k.limit:
+		// The key under two limits in this decision: the entry follows the
+		// last; this one is Redis' alone.
+		k.other = true
+		l.redisTake(k, k.total, 0, takes)
+	case k.need > k.limit.Burst:
+		// Never allowed: Redis reports the bucket, the lease stays (its
+		// durations from the call's send).
+		k.refused = true
+		l.redisTake(k, 0, 0, takes)
+	case e.held >= max(k.need, 1):
+		// Held tokens are not in debt: a check (need 0) passes on one.
+		k.until = e.expires
+		e.held -= k.total
+		k.reserved = k.total
+		l.lowWater(k.key, e)
+	case e.held == 0 && k.need > 0 && now.Before(e.emptyUntil):
+		// Known empty (the empty-bucket cache): refused without Redis until
+		// its next token is due. (A check asks Redis: it is refused only in
+		// debt, which the cache does not know.)
+		k.until = e.expires
+		interval := e.limit.Period / time.Duration(e.limit.Requests)
+		k.refused, k.retry = true, e.emptyUntil.Sub(now)+time.Duration(k.need-1)*interval
+		return true
+	default:
+		// Redis decides: the key's pool goes back first (its held tokens
+		// into Redis, its grants out of the count of parked tokens), and
+		// the take asks Redis for everything, in the same call; its lease
+		// starts the next pool. A key's first decision leases nothing:
+		// rarely hit keys stay exact.
+		k.until = e.expires
+		k.close = true
+		extra := l.maxLease(k.limit)
+		if e.fresh && !l.opts.EagerLeases {
+			extra = 0
+		}
+		l.redisTake(k, k.total, extra, takes)
+	}
+	return false
+}
+
+// redisTake appends the take of k that Redis decides, taking take tokens
+// when k.need exist and leasing up to extra more.
+func (l *Limiter) redisTake(k *keyNeed, take, extra uint64, takes *[]leaseproto.Op) {
+	op := l.takeOp(k, 1, k.need, take)
+	op.Extra = extra
+	*takes = append(*takes, op)
+	k.op = len(*takes) - 1
+}
+
+// restoreReserved puts the tokens reserved for needs back into their
+// leases (restore).
+func (l *Limiter) restoreReserved(needs needs) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	now := l.clock.Now()
 	for n := range needs {
-		needs[n].later = 0
-		if allowed {
-			needs[n].later = needs[n].total
+		if e := l.entries[needs[n].key]; e != nil {
+			l.restore(e, needs[n].reserved, needs[n].until, now)
+		}
+	}
+}
+
+// settle puts back what a refused decision reserved (nothing spent), or
+// records in spent, when not nil, what an allowed one spent from leases.
+func (l *Limiter) settle(needs needs, allowed bool, spent *[]taken) {
+	if !allowed {
+		l.restoreReserved(needs)
+		return
+	}
+	if spent == nil {
+		return
+	}
+	for _, k := range needs {
+		if k.reserved > 0 && !k.other {
+			*spent = append(*spent, taken{key: k.key, tokens: k.reserved, until: k.until})
+		}
+	}
+}
+
+// states reports the leased takes of hits, each seeing the takes of its
+// key before it.
+func (l *Limiter) states(d *leasedDecision, hits []bucket.Hit, states []bucket.State) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	for n := range d.needs {
+		d.needs[n].later = 0
+		if d.allowed {
+			d.needs[n].later = d.needs[n].total
 		}
 	}
 	for i := range hits {
 		h := &hits[i]
-		if !l.leased(h) || h.Give || h.Independent || h.Limit.Requests == 0 {
+		if !l.leasedTake(h) || h.Limit.Requests == 0 {
 			continue
 		}
-		n := find(h.Key, h.Limit)
-		k := &needs[n]
+		n := d.needs.find(h.Key, h.Limit)
+		k := &d.needs[n]
 		e := l.entries[h.Key]
-		if zero && checked[n] >= 0 {
-			r := &checks[checked[n]]
-			st := bucket.State{Allowed: r.Allowed, Remaining: r.Remaining, ResetAfter: r.Reset}
-			if !r.Allowed {
-				st.RetryAfter = r.Retry
-			}
-			states[i] = st
+		if d.zero && d.checked[n] >= 0 {
+			states[i] = checkedState(&d.checks[d.checked[n]])
 			continue
 		}
-		if zero && (e == nil || e.limit != h.Limit) {
+		if d.zero && (e == nil || e.limit != h.Limit) {
 			// An entry dropped since the check: nothing known.
 			states[i] = bucket.State{Allowed: true}
 			continue
 		}
-		if allowed {
+		if d.allowed {
 			k.later -= h.Cost
 		}
-		at := now
-		if k.op >= 0 {
-			at = send // answered from Redis: its durations as Redis gave them
-		}
-		var st bucket.State
-		if k.other {
-			interval := k.limit.Period / time.Duration(k.limit.Requests)
-			st = bucket.State{
-				Remaining:  min(k.rem+k.later, k.limit.Burst),
-				ResetAfter: max(k.reset-time.Duration(k.later)*interval, 0),
-			}
-		} else {
-			st = l.estimateAt(e, at, now, k.later)
-		}
-		switch {
-		case k.refused:
-			st.RetryAfter = k.retry
-			if k.need > k.limit.Burst {
-				st.RetryAfter = st.ResetAfter
-			}
-		case !allowed && k.op < 0 && !k.other && st.Remaining < k.need:
-			// Refused without Redis for another key: this one, as the
-			// node sees its bucket, lacks tokens too.
-			interval := k.limit.Period / time.Duration(k.limit.Requests)
-			st.RetryAfter = st.ResetAfter
-			if k.need <= k.limit.Burst {
-				st.RetryAfter = max(st.ResetAfter-time.Duration(k.limit.Burst-k.need)*interval, 0)
-			}
-		default:
-			st.Allowed = true
-		}
-		states[i] = st
+		states[i] = l.takeState(d, k, e, now)
 	}
-	l.mu.Unlock()
-	if err := l.loose(ctx, hits, states); err != nil {
-		return bucket.Decision{}, err
-	}
-	return bucket.Decision{Allowed: allowed, Answer: bucket.Decided}, nil
 }
 
-// takeOp is the LeaseOp of a take of k.
-func (l *Limiter) takeOp(k *keyNeed, decision, need, take uint64) redisbackend.LeaseOp {
-	return redisbackend.LeaseOp{
-		Key: k.key, Limit: k.limit, Decision: decision, Kind: redisbackend.LeaseTake,
+// checkedState is the state of a take checked in Redis by check.
+func checkedState(r *leaseproto.Reply) bucket.State {
+	st := bucket.State{Allowed: r.Allowed, Remaining: r.Remaining, ResetAfter: r.Reset}
+	if !r.Allowed {
+		st.RetryAfter = r.Retry
+	}
+	return st
+}
+
+// takeState is the state of a take of k (entry e), with k.later tokens of
+// the key's takes after it. Called with mu held.
+func (l *Limiter) takeState(d *leasedDecision, k *keyNeed, e *entry, now time.Time) bucket.State {
+	at := now
+	if k.op >= 0 {
+		at = d.send // answered from Redis: its durations as Redis gave them
+	}
+	var st bucket.State
+	if k.other {
+		interval := k.limit.Period / time.Duration(k.limit.Requests)
+		st = bucket.State{
+			Remaining:  min(k.rem+k.later, k.limit.Burst),
+			ResetAfter: max(k.reset-time.Duration(k.later)*interval, 0),
+		}
+	} else {
+		st = l.estimateAt(e, at, now, k.later)
+	}
+	switch {
+	case k.refused:
+		st.RetryAfter = k.retry
+		if k.need > k.limit.Burst {
+			st.RetryAfter = st.ResetAfter
+		}
+	case !d.allowed && k.op < 0 && !k.other && st.Remaining < k.need:
+		// Refused without Redis for another key: this one, as the node
+		// sees its bucket, lacks tokens too.
+		interval := k.limit.Period / time.Duration(k.limit.Requests)
+		st.RetryAfter = st.ResetAfter
+		if k.need <= k.limit.Burst {
+			st.RetryAfter = max(st.ResetAfter-time.Duration(k.limit.Burst-k.need)*interval, 0)
+		}
+	default:
+		st.Allowed = true
+	}
+	return st
+}
+
+// takeOp is the leaseproto.Op of a take of k.
+func (l *Limiter) takeOp(k *keyNeed, decision, need, take uint64) leaseproto.Op {
+	return leaseproto.Op{
+		Key: k.key, Limit: k.limit, Decision: decision, Kind: leaseproto.Take,
 		Need: need, Take: take, Extra: l.maxLease(k.limit), Share: l.share(),
 	}
 }
@@ -650,7 +748,7 @@ func (l *Limiter) share() uint64 {
 // whose pool ended, gives its held tokens back and closes its pool first
 // (as an op of an earlier decision).
 // Called with mu held.
-func (l *Limiter) entry(k bucket.Key, lim bucket.Limit, now time.Time, ops *[]redisbackend.LeaseOp) *entry {
+func (l *Limiter) entry(k bucket.Key, lim bucket.Limit, now time.Time, ops *[]leaseproto.Op) *entry {
 	e := l.entries[k]
 	if e == nil {
 		e = &entry{key: k, limit: lim, fullLo: now, fullHi: now, fresh: true}
@@ -672,7 +770,7 @@ func (l *Limiter) entry(k bucket.Key, lim bucket.Limit, now time.Time, ops *[]re
 
 // apply records the replies of a decision's call and reports whether it
 // was allowed.
-func (l *Limiter) apply(ops []redisbackend.LeaseOp, replies []redisbackend.LeaseReply, needs []keyNeed, send time.Time) bool {
+func (l *Limiter) apply(ops []leaseproto.Op, replies []leaseproto.Reply, needs []keyNeed, send time.Time) bool {
 	allowed := true
 	for n := range needs {
 		k := &needs[n]
@@ -736,8 +834,8 @@ func (l *Limiter) apply(ops []redisbackend.LeaseOp, replies []redisbackend.Lease
 // e's takes are refused without Redis. Another node's give-back may refill
 // it sooner: then this node refuses for at most one token interval more
 // than it must (never admits more). Called with mu held.
-func (l *Limiter) rememberEmpty(e *entry, op redisbackend.LeaseOp, r *redisbackend.LeaseReply, send time.Time) {
-	if op.Kind == redisbackend.LeaseGive || op.Kind == redisbackend.LeaseReturn || r.Remaining > 0 || e.held > 0 || e.limit.Requests == 0 {
+func (l *Limiter) rememberEmpty(e *entry, op leaseproto.Op, r *leaseproto.Reply, send time.Time) {
+	if op.Kind == leaseproto.Give || op.Kind == leaseproto.Return || r.Remaining > 0 || e.held > 0 || e.limit.Requests == 0 {
 		e.emptyUntil = time.Time{}
 		return
 	}
@@ -748,19 +846,10 @@ func (l *Limiter) rememberEmpty(e *entry, op redisbackend.LeaseOp, r *redisbacke
 	}
 }
 
-// addHeld adds n tokens to e's lease, and e to the keys Run looks at.
-// Called with mu held.
-func (l *Limiter) addHeld(e *entry, n uint64) {
-	e.held += n
-	if n > 0 {
-		l.holding[e.key] = true
-	}
-}
-
 // grant adds the lease of reply r, to a call sent at send, to e's pool;
 // it starts a new pool when e has none, or when e's ended (which Run's
 // next round then gives back). Called with mu held.
-func (l *Limiter) grant(e *entry, r *redisbackend.LeaseReply, send, now time.Time) {
+func (l *Limiter) grant(e *entry, r *leaseproto.Reply, send, now time.Time) {
 	if e.granted != 0 && !now.Before(e.expires) {
 		if op, ok := l.closePool(e, 0); ok {
 			l.pending = append(l.pending, op)
@@ -772,9 +861,10 @@ func (l *Limiter) grant(e *entry, r *redisbackend.LeaseReply, send, now time.Tim
 	}
 	if e.granted == 0 {
 		e.granted, e.pooled, e.expires = r.Granted, 0, send.Add(l.opts.Period)
+		heap.Push(&l.ends, poolEnd{at: e.expires, key: e.key})
 	}
 	e.pooled += r.Leased
-	l.addHeld(e, r.Leased)
+	e.held += r.Leased
 	e.lastLease = r.Leased
 	l.opts.Metrics.leased(r.Leased)
 }
@@ -826,7 +916,7 @@ func (l *Limiter) estimateAt(e *entry, send, now time.Time, extra uint64) bucket
 // enough, else in one Redis call, each op its own decision. A give returns
 // the key's held tokens with it.
 func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.State) error {
-	var ops []redisbackend.LeaseOp
+	var ops []leaseproto.Op
 	var refs []int // hit of each op
 	l.mu.Lock()
 	now := l.clock.Now()
@@ -860,7 +950,7 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 		d := uint64(len(ops) + 1)
 		switch {
 		case h.Give:
-			ops = append(ops, redisbackend.LeaseOp{Key: h.Key, Limit: h.Limit, Decision: d, Kind: redisbackend.LeaseGive, Take: h.Cost})
+			ops = append(ops, leaseproto.Op{Key: h.Key, Limit: h.Limit, Decision: d, Kind: leaseproto.Give, Take: h.Cost})
 			e.emptyUntil = time.Time{}
 		case fromLease:
 			e.held -= h.Cost
@@ -869,8 +959,8 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 			states[i] = st
 			continue
 		default:
-			ops = append(ops, redisbackend.LeaseOp{
-				Key: h.Key, Limit: h.Limit, Decision: d, Kind: redisbackend.LeaseIndependent,
+			ops = append(ops, leaseproto.Op{
+				Key: h.Key, Limit: h.Limit, Decision: d, Kind: leaseproto.Independent,
 				Need: h.Cost, Take: h.Cost, Extra: l.maxLease(h.Limit), Share: l.share(),
 				Overdraw: h.Overdraw,
 			})
@@ -884,7 +974,7 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 	if len(ops) == 0 {
 		return nil
 	}
-	replies := make([]redisbackend.LeaseReply, len(ops))
+	replies := make([]leaseproto.Reply, len(ops))
 	send := l.clock.Now()
 	err := l.batch.do(ctx, ops, replies)
 	l.mu.Lock()
@@ -904,11 +994,11 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 		switch {
 		case refs[j] < 0:
 			continue
-		case op.Kind == redisbackend.LeaseIndependent && r.Leased > 0:
+		case op.Kind == leaseproto.Independent && r.Leased > 0:
 			l.grant(e, r, send, now)
 		}
 		st := l.estimateAt(e, send, now, 0)
-		if op.Kind == redisbackend.LeaseGive || r.Allowed {
+		if op.Kind == leaseproto.Give || r.Allowed {
 			st.Allowed = true
 		} else {
 			st.RetryAfter = r.Retry

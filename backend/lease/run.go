@@ -1,10 +1,11 @@
 package lease
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 
-	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/backend/leaseproto"
 )
 
 // maxCallOps bounds the ops of one background call: a script call blocks
@@ -51,6 +52,18 @@ const (
 	stepAll
 )
 
+// start starts Run in a goroutine of its own (Options.Autostart), once,
+// and never after Close.
+func (l *Limiter) start() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.started.Load() {
+		return
+	}
+	l.started.Store(true)
+	l.runs.Go(func() { l.Run(context.Background()) })
+}
+
 // Close stops Run, then gives back every token the node holds, in one
 // call (per 512 keys) under the Leaser's timeout. Later Hits still work
 // but take no new leases. Calling it again does nothing more.
@@ -63,6 +76,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 	l.closed = true
 	close(l.done)
 	l.mu.Unlock()
+	l.runs.Wait()
 	l.runMu.Lock() // Run has returned
 	defer l.runMu.Unlock()
 	err := l.step(ctx, stepAll)
@@ -76,11 +90,11 @@ func (l *Limiter) Close(ctx context.Context) error {
 // if any, leases again (and waits on Redis), as a new key's would.
 const renewSpent = 2
 
-// prefetchOp is the LeaseOp of a prefetch of e's next lease: an
+// prefetchOp is the leaseproto.Op of a prefetch of e's next lease: an
 // independent take of nothing, always allowed, with its lease.
-func (l *Limiter) prefetchOp(e *entry, decision uint64) redisbackend.LeaseOp {
-	return redisbackend.LeaseOp{
-		Key: e.key, Limit: e.limit, Decision: decision, Kind: redisbackend.LeaseIndependent,
+func (l *Limiter) prefetchOp(e *entry, decision uint64) leaseproto.Op {
+	return leaseproto.Op{
+		Key: e.key, Limit: e.limit, Decision: decision, Kind: leaseproto.Independent,
 		Extra: l.maxLease(e.limit), Share: l.share(),
 	}
 }
@@ -89,7 +103,7 @@ func (l *Limiter) prefetchOp(e *entry, decision uint64) redisbackend.LeaseOp {
 // give-backs of ended pools, and forgets idle keys.
 func (l *Limiter) step(ctx context.Context, mode stepMode) error {
 	all := mode == stepAll
-	var ops []redisbackend.LeaseOp
+	var ops []leaseproto.Op
 	l.mu.Lock()
 	now := l.clock.Now()
 	for k := range l.fetch {
@@ -108,27 +122,23 @@ func (l *Limiter) step(ctx context.Context, mode stepMode) error {
 		ops = append(ops, op)
 	}
 	l.pending = nil
-	if mode != stepFetch {
-		for k := range l.holding {
-			e := l.entries[k]
-			switch {
-			case e == nil || e.granted == 0:
-				delete(l.holding, k)
-			case all || !now.Before(e.expires):
-				// The pool's end (spent or not, Redis counts its tokens as
-				// parked until it is closed).
-				renew := !all && !e.fetching && e.pooled > e.held && e.pooled-e.held >= renewSpent
-				if op, ok := l.closePool(e, uint64(len(ops)+1)); ok {
-					ops = append(ops, op)
-				}
-				delete(l.holding, k)
-				if renew {
-					// A key in use: the next pool in the same call, so
-					// that its next decision need not wait on Redis.
-					e.fetching = true
-					ops = append(ops, l.prefetchOp(e, uint64(len(ops)+1)))
-				}
-			}
+	for mode != stepFetch && len(l.ends) > 0 && (all || !now.Before(l.ends[0].at)) {
+		end := heap.Pop(&l.ends).(poolEnd)
+		e := l.entries[end.key]
+		if e == nil || e.granted == 0 || !e.expires.Equal(end.at) {
+			continue // closed before its end
+		}
+		// The pool's end (spent or not, Redis counts its tokens as parked
+		// until it is closed).
+		renew := !all && !e.fetching && e.pooled > e.held && e.pooled-e.held >= renewSpent
+		if op, ok := l.closePool(e, uint64(len(ops)+1)); ok {
+			ops = append(ops, op)
+		}
+		if renew {
+			// A key in use: the next pool in the same call, so that its
+			// next decision need not wait on Redis.
+			e.fetching = true
+			ops = append(ops, l.prefetchOp(e, uint64(len(ops)+1)))
 		}
 	}
 	// Idle keys (no pool, unused for a lease period) are forgotten once a
@@ -157,8 +167,8 @@ func (l *Limiter) step(ctx context.Context, mode stepMode) error {
 // give-back loses its tokens (they left Redis, so losing them never
 // admits more; keeping them past their pool's end would spend tokens that
 // Redis may no longer count as parked).
-func (l *Limiter) background(ctx context.Context, ops []redisbackend.LeaseOp) error {
-	replies := make([]redisbackend.LeaseReply, len(ops))
+func (l *Limiter) background(ctx context.Context, ops []leaseproto.Op) error {
+	replies := make([]leaseproto.Reply, len(ops))
 	send := l.clock.Now()
 	err := windowed{l.opts.Leaser, 2 * l.opts.Period}.Lease(ctx, ops, replies)
 	l.mu.Lock()
@@ -166,7 +176,7 @@ func (l *Limiter) background(ctx context.Context, ops []redisbackend.LeaseOp) er
 	now := l.clock.Now()
 	for j, op := range ops {
 		e := l.entries[op.Key]
-		if op.Kind == redisbackend.LeaseIndependent && e != nil {
+		if op.Kind == leaseproto.Independent && e != nil {
 			e.fetching = false
 		}
 		if err != nil || e == nil || e.limit != op.Limit {

@@ -12,6 +12,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rls/sluice/backend/leaseproto"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/internal/redistest"
@@ -155,9 +156,9 @@ func simSlow(lim bucket.Limit) bucket.Limit {
 	return lim
 }
 
-func (s *simLeaser) Lease(ctx context.Context, ops []redisbackend.LeaseOp, out []redisbackend.LeaseReply) error {
+func (s *simLeaser) Lease(ctx context.Context, ops []leaseproto.Op, out []leaseproto.Reply) error {
 	s.calls++
-	sops := make([]redisbackend.LeaseOp, 0, len(ops)+1)
+	sops := make([]leaseproto.Op, 0, len(ops)+1)
 	due := s.lim.Requests * uint64(s.clock.Since(s.start)) / uint64(s.lim.Period)
 	if due > s.refilled && len(ops) > 0 {
 		if err := simRefill.Run(ctx, s.c, []string{s.rkey}, due-s.refilled).Err(); err != nil {
@@ -176,7 +177,7 @@ func (s *simLeaser) Lease(ctx context.Context, ops []redisbackend.LeaseOp, out [
 		}
 		sops = append(sops, op)
 	}
-	sout := make([]redisbackend.LeaseReply, len(sops))
+	sout := make([]leaseproto.Reply, len(sops))
 	if err := s.r.Lease(ctx, sops, sout); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rls/sluice/backend/leaseproto"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/internal/redistest"
@@ -24,7 +25,7 @@ type sweepingLeaser struct {
 	swept atomic.Bool
 }
 
-func (s *sweepingLeaser) Lease(ctx context.Context, ops []redisbackend.LeaseOp, out []redisbackend.LeaseReply) error {
+func (s *sweepingLeaser) Lease(ctx context.Context, ops []leaseproto.Op, out []leaseproto.Reply) error {
 	if s.swept.CompareAndSwap(false, true) {
 		s.clock.Advance(2 * s.l.opts.Period)
 		_ = s.l.step(ctx, stepTick) // its own calls come back here

@@ -13,7 +13,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/sluice-rls/sluice/bucket"
+	"github.com/sluice-rls/sluice/backend/leaseproto"
 )
 
 // leaseLua is the script of the leased global layer (package
@@ -30,75 +30,6 @@ const leaseArgs = 12
 
 // leaseReplyBytes is the size of lease.lua's reply per key: six doubles.
 const leaseReplyBytes = 8 * 6
-
-// LeaseKind says what a LeaseOp does.
-type LeaseKind uint8
-
-const (
-	// LeaseTake takes Take tokens when Need exist, all-or-nothing with the
-	// other LeaseTake ops of its decision, then leases up to Extra more.
-	LeaseTake LeaseKind = iota
-	// LeaseGive gives Take tokens back: never above the burst minus the
-	// tokens the bucket counts as parked in leases (lease.lua's header), so
-	// that the fleet's bucket (Redis' plus the leases) stays within the
-	// burst, as exact mode's.
-	LeaseGive
-	// LeaseIndependent is a LeaseTake decided alone (a shadow-mode or quota
-	// hit, or a prefetch with Need 0, refused only in debt and then leasing
-	// nothing).
-	LeaseIndependent
-	// LeaseReturn closes a node's pool of leased tokens: it takes the
-	// pool's Unpark granted tokens (first granted at Since) out of the
-	// bucket's count of parked tokens, then gives back Take tokens leased
-	// under Limit as a LeaseGive, except that the give does nothing when
-	// the bucket was written under another limit since (those tokens are
-	// lost, never admitted: the conservative side; a give back under the
-	// old limit would switch the bucket back to the old limit's rate).
-	LeaseReturn
-)
-
-// LeaseOp is one bucket operation of a call of Limiter.Lease. Ops with the
-// same Decision number next to each other form one decision.
-type LeaseOp struct {
-	Key      bucket.Key
-	Limit    bucket.Limit
-	Decision uint64
-	Kind     LeaseKind
-	// Need is how many tokens must exist for a take to be allowed (0: the
-	// bucket must not be in debt, lacking more than its burst); Take how
-	// many it takes then (Take ≤ Need), or how many a give gives back.
-	Need, Take uint64
-	// Overdraw, on a LeaseIndependent op, takes Take tokens also when the
-	// take is refused, into debt (bucket.Hit's Overdraw), and leases
-	// nothing then.
-	Overdraw bool
-	// Extra bounds the tokens leased beyond Take once the decision is
-	// allowed; they are at most the tokens then left divided by Share.
-	Extra, Share uint64
-	// Window is the longest that tokens this op leases may stay parked
-	// on the node (spent or not): the bucket counts them as parked for at
-	// least that long. Zero: until the bucket's value expires.
-	Window time.Duration
-	// Since and Unpark are a LeaseReturn's pool: when its first grant was
-	// made (LeaseReply.Granted) and how many tokens it was granted in all.
-	Since, Unpark uint64
-}
-
-// LeaseReply is lease.lua's answer for one LeaseOp.
-type LeaseReply struct {
-	Allowed bool
-	// Leased is the number of tokens leased beyond Take.
-	Leased uint64
-	// Remaining is the number of whole tokens left in Redis' bucket.
-	Remaining uint64
-	// Retry is, for a refused take, the time until Need tokens exist.
-	Retry time.Duration
-	// Reset is the time until Redis' bucket is full, on Redis' clock.
-	Reset time.Duration
-	// Granted is, when Leased > 0, Redis' clock at the grant in
-	// microseconds: a LeaseReturn's Since.
-	Granted uint64
-}
 
 // ErrLeaseSlots is returned by Lease on a Ring for a decision of several
 // keys, which one script call cannot decide all-or-nothing.
@@ -125,7 +56,7 @@ var ErrLeaseSlots = errors.New("backend/redis: a leased decision spans Ring shar
 // key, and every decision must have one key (ErrLeaseSlots). Every call
 // runs under the Timeout, not ctx's deadline. Errors are classified as
 // Hit's (ErrorKind).
-func (l *Limiter) Lease(ctx context.Context, ops []LeaseOp, out []LeaseReply) error {
+func (l *Limiter) Lease(ctx context.Context, ops []leaseproto.Op, out []leaseproto.Reply) error {
 	if len(out) < len(ops) {
 		return fmt.Errorf("backend/redis: %d replies for %d lease ops", len(out), len(ops))
 	}
@@ -169,7 +100,7 @@ type leaseGroup struct {
 // of one call were decided all-or-nothing per decision). In Redis Cluster
 // a master's call refused as non-local (a stale slot map) goes again one
 // call per slot.
-func (l *Limiter) leaseRun(ctx context.Context, ks keyspace, ops []LeaseOp, out []LeaseReply) ([]int, error) {
+func (l *Limiter) leaseRun(ctx context.Context, ks keyspace, ops []leaseproto.Op, out []leaseproto.Reply) ([]int, error) {
 	call := make([]int, len(ops))
 	var groups []leaseGroup
 	switch l.route {
@@ -244,7 +175,7 @@ func (l *Limiter) leaseRun(ctx context.Context, ks keyspace, ops []LeaseOp, out 
 
 // leaseGroups runs one script call per group, concurrently, and records
 // each call's error in its group.
-func (l *Limiter) leaseGroups(ctx context.Context, ks keyspace, ops []LeaseOp, out []LeaseReply, groups []leaseGroup) {
+func (l *Limiter) leaseGroups(ctx context.Context, ks keyspace, ops []leaseproto.Op, out []leaseproto.Reply, groups []leaseGroup) {
 	if len(groups) == 1 {
 		groups[0].err = l.leaseCall(ctx, ks, ops, groups[0].idx, groups[0].merged, out)
 		return
@@ -265,29 +196,29 @@ func (l *Limiter) leaseGroups(ctx context.Context, ks keyspace, ops []LeaseOp, o
 // and nothing leased. A call that refused a take of the decision took
 // nothing for it (its takes that were allowed alone included), so it gives
 // nothing back.
-func (l *Limiter) leaseRefund(ctx context.Context, ks keyspace, ops []LeaseOp, out []LeaseReply, call []int) error {
-	var gives []LeaseOp
+func (l *Limiter) leaseRefund(ctx context.Context, ks keyspace, ops []leaseproto.Op, out []leaseproto.Reply, call []int) error {
+	var gives []leaseproto.Op
 	var refs []int
 	var refused []int // calls that refused a take of the decision
 	for i := 0; i < len(ops); {
 		j := i
 		refused = refused[:0]
 		for j < len(ops) && ops[j].Decision == ops[i].Decision {
-			if ops[j].Kind == LeaseTake && !out[j].Allowed && !slices.Contains(refused, call[j]) {
+			if ops[j].Kind == leaseproto.Take && !out[j].Allowed && !slices.Contains(refused, call[j]) {
 				refused = append(refused, call[j])
 			}
 			j++
 		}
 		for k := i; len(refused) > 0 && k < j; k++ {
-			if ops[k].Kind == LeaseTake && out[k].Allowed && !slices.Contains(refused, call[k]) && ops[k].Take+out[k].Leased > 0 {
+			if ops[k].Kind == leaseproto.Take && out[k].Allowed && !slices.Contains(refused, call[k]) && ops[k].Take+out[k].Leased > 0 {
 				// The lease goes back as a return that unparks it, the
 				// take as a give.
 				if out[k].Leased > 0 {
-					gives = append(gives, LeaseOp{Key: ops[k].Key, Limit: ops[k].Limit, Decision: uint64(len(gives) + 1), Kind: LeaseReturn,
+					gives = append(gives, leaseproto.Op{Key: ops[k].Key, Limit: ops[k].Limit, Decision: uint64(len(gives) + 1), Kind: leaseproto.Return,
 						Take: out[k].Leased, Window: ops[k].Window, Since: out[k].Granted, Unpark: out[k].Leased})
 					refs = append(refs, -1)
 				}
-				gives = append(gives, LeaseOp{Key: ops[k].Key, Limit: ops[k].Limit, Decision: uint64(len(gives) + 1), Kind: LeaseGive, Take: ops[k].Take, Window: ops[k].Window})
+				gives = append(gives, leaseproto.Op{Key: ops[k].Key, Limit: ops[k].Limit, Decision: uint64(len(gives) + 1), Kind: leaseproto.Give, Take: ops[k].Take, Window: ops[k].Window})
 				refs = append(refs, k)
 			}
 		}
@@ -296,7 +227,7 @@ func (l *Limiter) leaseRefund(ctx context.Context, ks keyspace, ops []LeaseOp, o
 	if len(gives) == 0 {
 		return nil
 	}
-	replies := make([]LeaseReply, len(gives))
+	replies := make([]leaseproto.Reply, len(gives))
 	if _, err := l.leaseRun(ctx, ks, gives, replies); err != nil {
 		return fmt.Errorf("backend/redis: refund of a leased decision refused on another master: %w", err)
 	}
@@ -313,7 +244,7 @@ func (l *Limiter) leaseRefund(ctx context.Context, ks keyspace, ops []LeaseOp, o
 // leaseCall runs one script call for ops[idx]: with their bucket keys as
 // KEYS, or, merged, in ARGV after the arguments, KEYS[1] routing the call.
 // It returns the call's error unclassified.
-func (l *Limiter) leaseCall(ctx context.Context, ks keyspace, ops []LeaseOp, idx []int, merged bool, out []LeaseReply) error {
+func (l *Limiter) leaseCall(ctx context.Context, ks keyspace, ops []leaseproto.Op, idx []int, merged bool, out []leaseproto.Reply) error {
 	keys := make([]string, len(idx))
 	args := make([]byte, 0, 8*leaseArgs*len(idx))
 	for j, i := range idx {
@@ -356,7 +287,7 @@ func (l *Limiter) leaseCall(ctx context.Context, ks keyspace, ops []LeaseOp, idx
 			}
 			f[k] = uint64(x)
 		}
-		out[i] = LeaseReply{
+		out[i] = leaseproto.Reply{
 			Allowed:   f[0] == 1,
 			Leased:    f[1],
 			Remaining: f[2],
@@ -370,8 +301,8 @@ func (l *Limiter) leaseCall(ctx context.Context, ks keyspace, ops []LeaseOp, idx
 
 // leaseFlags is op's flags as lease.lua reads them: its Kind, and 6 for an
 // independent take that overdraws.
-func leaseFlags(op *LeaseOp) uint64 {
-	if op.Overdraw && op.Kind == LeaseIndependent {
+func leaseFlags(op *leaseproto.Op) uint64 {
+	if op.Overdraw && op.Kind == leaseproto.Independent {
 		return 6
 	}
 	return uint64(op.Kind)

@@ -13,6 +13,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rls/sluice/backend/leaseproto"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/internal/redistest"
@@ -104,9 +105,9 @@ func newLeaseFixture(t *testing.T, cl *redistest.Cluster, prefix string) *leaseF
 }
 
 // lease runs ops and fails the test on error.
-func (f *leaseFixture) lease(ops ...redisbackend.LeaseOp) []redisbackend.LeaseReply {
+func (f *leaseFixture) lease(ops ...leaseproto.Op) []leaseproto.Reply {
 	f.t.Helper()
-	out := make([]redisbackend.LeaseReply, len(ops))
+	out := make([]leaseproto.Reply, len(ops))
 	if err := f.l.Lease(context.Background(), ops, out); err != nil {
 		f.t.Fatalf("Lease(%+v): %v", ops, err)
 	}
@@ -117,7 +118,7 @@ func (f *leaseFixture) lease(ops ...redisbackend.LeaseOp) []redisbackend.LeaseRe
 // leases nothing.
 func (f *leaseFixture) tokens(k bucket.Key) uint64 {
 	f.t.Helper()
-	return f.lease(redisbackend.LeaseOp{Key: k, Limit: hourly, Decision: 1, Kind: redisbackend.LeaseIndependent, Share: 1})[0].Remaining
+	return f.lease(leaseproto.Op{Key: k, Limit: hourly, Decision: 1, Kind: leaseproto.Independent, Share: 1})[0].Remaining
 }
 
 // leaseKey returns the Redis key of leased bucket k.
@@ -142,8 +143,8 @@ func (f *leaseFixture) place(k bucket.Key) (slot int, master string) {
 }
 
 // take is a lease op of decision d taking one token of k, leasing one more.
-func take(k bucket.Key, d uint64) redisbackend.LeaseOp {
-	return redisbackend.LeaseOp{Key: k, Limit: hourly, Decision: d, Kind: redisbackend.LeaseTake, Need: 1, Take: 1, Extra: 1, Share: 2}
+func take(k bucket.Key, d uint64) leaseproto.Op {
+	return leaseproto.Op{Key: k, Limit: hourly, Decision: d, Kind: leaseproto.Take, Need: 1, Take: 1, Extra: 1, Share: 2}
 }
 
 // testLeasePerMaster: a Lease batch over many slots of every master costs
@@ -155,7 +156,7 @@ func testLeasePerMaster(t *testing.T, cl *redistest.Cluster) {
 	ctx := context.Background()
 	// 60 buckets, each its own decision: spread over about 60 slots of the 3
 	// masters.
-	var ops []redisbackend.LeaseOp
+	var ops []leaseproto.Op
 	slots, byMaster := map[int]bool{}, map[string][]bucket.Key{}
 	var masters []string // in order of first bucket
 	for i := range 60 {
@@ -202,8 +203,8 @@ func testLeasePerMaster(t *testing.T, cl *redistest.Cluster) {
 	// of one master refused there: nothing taken, nothing given back.
 	a, b, c := byMaster[masters[0]][0], byMaster[masters[1]][0], byMaster[masters[2]][0]
 	same := byMaster[masters[1]][1]
-	one := func(k bucket.Key, d, n uint64) redisbackend.LeaseOp {
-		return redisbackend.LeaseOp{Key: k, Limit: hourly, Decision: d, Kind: redisbackend.LeaseTake, Need: n, Take: n, Share: 1}
+	one := func(k bucket.Key, d, n uint64) leaseproto.Op {
+		return leaseproto.Op{Key: k, Limit: hourly, Decision: d, Kind: leaseproto.Take, Need: n, Take: n, Share: 1}
 	}
 	f.lease(one(b, 1, 3)) // b: 3 → 0
 	before = f.calls.snapshot()
@@ -285,14 +286,14 @@ func testLeaseStaleSlotMap(t *testing.T, cl *redistest.Cluster) {
 	to := (master(owner) + 1) % 3
 	cl.MoveSlot(movedSlot, to)
 	fresh.lease(take(a, 1))
-	ops := []redisbackend.LeaseOp{
+	ops := []leaseproto.Op{
 		take(a, 1), // first: the master call routes to the old master
 		take(moved, 1),
 		take(other, 1),
 		take(moved, 2),
 		// Decision 3 spans slots (and, freshly, masters): refused by moved,
 		// so a gives back what it took.
-		{Key: moved, Limit: hourly, Decision: 3, Kind: redisbackend.LeaseTake, Need: 5, Take: 5, Share: 1},
+		{Key: moved, Limit: hourly, Decision: 3, Kind: leaseproto.Take, Need: 5, Take: 5, Share: 1},
 		take(a, 3),
 	}
 	before := stale.calls.snapshot()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/sluice-rls/sluice/backend/leaseproto"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/bucket"
 )
@@ -117,10 +118,10 @@ func testBeyondLoweredBurst(t *testing.T, e env) {
 	// taken under the larger limit first.
 	ctx := context.Background()
 	k = f.key(1)
-	lease := func(lim bucket.Limit, need, take, extra uint64) redisbackend.LeaseReply {
+	lease := func(lim bucket.Limit, need, take, extra uint64) leaseproto.Reply {
 		t.Helper()
-		out := make([]redisbackend.LeaseReply, 1)
-		ops := []redisbackend.LeaseOp{{Key: k, Limit: lim, Decision: 1, Kind: redisbackend.LeaseTake, Need: need, Take: take, Extra: extra, Share: 1}}
+		out := make([]leaseproto.Reply, 1)
+		ops := []leaseproto.Op{{Key: k, Limit: lim, Decision: 1, Kind: leaseproto.Take, Need: need, Take: take, Extra: extra, Share: 1}}
 		if err := f.l.Lease(ctx, ops, out); err != nil {
 			t.Fatalf("Lease: %v", err)
 		}

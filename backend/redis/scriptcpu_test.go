@@ -52,14 +52,66 @@ func TestScriptCPU(t *testing.T) {
 	if err != nil || rounds < 1 {
 		rounds = 8
 	}
-	scripts := []struct{ name, src string }{{"new", tokenBucketLua}}
+	scripts := []cpuScript{{"new", tokenBucketLua, scriptCPUShapes(tokenBucketCPU)}}
 	if path := os.Getenv("SLUICE_SCRIPT_CPU_OLD"); path != "" {
 		old, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		scripts = append([]struct{ name, src string }{{"old", string(old)}}, scripts...)
+		scripts = append([]cpuScript{{"old", string(old), scripts[0].shapes}}, scripts...)
 	}
+	runScriptCPU(t, rounds, scripts)
+}
+
+// TestLeaseScriptCPU measures lease.lua's Redis CPU per op as
+// TestScriptCPU measures token_bucket.lua's, beside token_bucket.lua on the
+// same shapes in alternating rounds (ABBA): one-key takes of 1 token, every
+// op allowed, the exact layer's op against the leased layer's op that
+// Redis decides (a take leasing nothing: a key's first decision, or one
+// near its limit; and the same take leasing up to 10 more). It runs when
+// SLUICE_SCRIPT_CPU is set, as TestScriptCPU; SLUICE_LEASE_CPU_OLD names
+// another lease.lua (same arguments and reply) to run too:
+//
+//	git show main:backend/redis/lease.lua > /tmp/old.lua
+//	SLUICE_SCRIPT_CPU=12 SLUICE_LEASE_CPU_OLD=/tmp/old.lua \
+//	  go test -run TestLeaseScriptCPU -v ./backend/redis/
+//
+// Every ratio is to the first script, token_bucket.lua.
+func TestLeaseScriptCPU(t *testing.T) {
+	env := os.Getenv("SLUICE_SCRIPT_CPU")
+	if env == "" {
+		t.Skip("a measurement: set SLUICE_SCRIPT_CPU=<rounds> (and SLUICE_LEASE_CPU_OLD=<old lease.lua>) to run it")
+	}
+	rounds, err := strconv.Atoi(env)
+	if err != nil || rounds < 1 {
+		rounds = 8
+	}
+	scripts := []cpuScript{
+		{"token_bucket", tokenBucketLua, scriptCPUShapes(tokenBucketCPU)},
+		{"lease", leaseLua, scriptCPUShapes(leaseCPU(0))},
+		{"lease+10", leaseLua, scriptCPUShapes(leaseCPU(10))},
+	}
+	if path := os.Getenv("SLUICE_LEASE_CPU_OLD"); path != "" {
+		old, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scripts = append(scripts, cpuScript{"old lease", string(old), scriptCPUShapes(leaseCPU(0))})
+	}
+	runScriptCPU(t, rounds, scripts)
+}
+
+// cpuScript is one script of a CPU measurement, with its calls' shapes
+// (the same names and keys for every script of a run).
+type cpuScript struct {
+	name, src string
+	shapes    []scriptCPUShape
+}
+
+// runScriptCPU runs rounds of every shape of every script, alternating the
+// scripts round by round (ABBA) on one redis-server, and logs the µs per
+// bucket of each and its ratio to the first script.
+func runScriptCPU(t *testing.T, rounds int, scripts []cpuScript) {
 	srv := redistest.Start(t)
 	c := srv.Client()
 	t.Cleanup(func() { _ = c.Close() })
@@ -67,12 +119,13 @@ func TestScriptCPU(t *testing.T) {
 	t.Logf("redis-server pid %d", srv.PID())
 	shas := make([]string, len(scripts))
 	for i, s := range scripts {
+		var err error
 		if shas[i], err = c.ScriptLoad(ctx, s.src).Result(); err != nil {
 			t.Fatalf("SCRIPT LOAD %s: %v", s.name, err)
 		}
 	}
 	only := os.Getenv("SLUICE_SCRIPT_CPU_SHAPE")
-	for _, shape := range scriptCPUShapes() {
+	for n, shape := range scripts[0].shapes {
 		if !strings.HasPrefix(shape.name, only) {
 			continue
 		}
@@ -83,7 +136,7 @@ func TestScriptCPU(t *testing.T) {
 				if r%2 == 1 {
 					i = len(scripts) - 1 - j // ABBA
 				}
-				us, err := scriptCPURound(ctx, c, shas[i], shape, r*len(scripts)+j)
+				us, err := scriptCPURound(ctx, c, shas[i], scripts[i].shapes[n], r*len(scripts)+j)
 				if err != nil {
 					t.Fatalf("%s, %s: %v", shape.name, scripts[i].name, err)
 				}
@@ -94,12 +147,12 @@ func TestScriptCPU(t *testing.T) {
 		for i, s := range scripts {
 			line += fmt.Sprintf(" %s median %.2f min %.2f µs/bucket;", s.name, median(per[i]), slices.Min(per[i]))
 		}
-		if len(scripts) == 2 {
+		for i := 1; i < len(scripts); i++ {
 			ratios := make([]float64, rounds)
 			for r := range rounds {
-				ratios[r] = per[1][r] / per[0][r]
+				ratios[r] = per[i][r] / per[0][r]
 			}
-			line += fmt.Sprintf(" new/old median %.3f (rounds: %s)", median(ratios), fmtRatios(ratios))
+			line += fmt.Sprintf(" %s/%s median %.3f (rounds: %s);", scripts[i].name, scripts[0].name, median(ratios), fmtRatios(ratios))
 		}
 		t.Log(line)
 	}
@@ -112,59 +165,77 @@ const (
 	scriptCPUPipe  = 16
 )
 
-// scriptCPUShape is one kind of call: its keys and ARGV[1] for call i.
+// scriptCPUShape is one kind of call: its keys and ARGV[1] for call i,
+// and the reply's bytes per bucket.
 type scriptCPUShape struct {
 	name    string
 	buckets int // per call
+	reply   int
 	build   func(i int) (keys []string, blob []byte)
 }
 
-func scriptCPUShapes() []scriptCPUShape {
+// cpuArgs is a script's arguments of a CPU measurement: its keys' prefix,
+// a take's arguments after the decision number, and its reply's bytes per
+// key.
+type cpuArgs struct {
+	prefix string
+	take   []uint64
+	reply  int
+}
+
+// tokenBucketCPU is token_bucket.lua's: a take of 1 token of 10 per
+// second with a burst no call exhausts.
+var tokenBucketCPU = cpuArgs{"cpu/", []uint64{uint64(time.Second / time.Microsecond), 10, 1 << 50, 1, 0}, replyBytes}
+
+// leaseCPU is lease.lua's, the same take, leasing up to extra more (2
+// nodes) for a window of 2 s.
+func leaseCPU(extra uint64) cpuArgs {
+	return cpuArgs{"cpu-lease/", []uint64{uint64(time.Second / time.Microsecond), 10, 1 << 50, 1, 1, extra, 4, 0, uint64(2 * time.Second / time.Microsecond), 0, 0}, leaseReplyBytes}
+}
+
+func scriptCPUShapes(a cpuArgs) []scriptCPUShape {
 	const table = 4096 // spread buckets
-	lim := func(flags uint64) []uint64 {
-		return []uint64{uint64(time.Second / time.Microsecond), 10, 1 << 50, 1, flags}
-	}
-	spread := func(i, j int) string { return "cpu/spread/" + strconv.Itoa((i*36+j*131)%table) }
+	spread := func(i, j int) string { return a.prefix + "spread/" + strconv.Itoa((i*36+j*131)%table) }
 	return []scriptCPUShape{
-		{"spread 12x3", 36, func(i int) ([]string, []byte) {
+		{"spread 12x3", 36, a.reply, func(i int) ([]string, []byte) {
 			var keys []string
 			var blob []byte
 			for d := range 12 {
 				for k := range 3 {
 					keys = append(keys, spread(i, d*3+k))
-					blob = appendArgs(blob, uint64(d+1), lim(0))
+					blob = appendArgs(blob, uint64(d+1), a.take)
 				}
 			}
 			return keys, blob
 		}},
-		{"spread 36x1", 36, func(i int) ([]string, []byte) {
+		{"spread 36x1", 36, a.reply, func(i int) ([]string, []byte) {
 			var keys []string
 			var blob []byte
 			for d := range 36 {
 				keys = append(keys, spread(i, d))
-				blob = appendArgs(blob, uint64(d+1), lim(0))
+				blob = appendArgs(blob, uint64(d+1), a.take)
 			}
 			return keys, blob
 		}},
-		{"shared 12x3", 36, func(i int) ([]string, []byte) {
+		{"shared 12x3", 36, a.reply, func(i int) ([]string, []byte) {
 			var keys []string
 			var blob []byte
 			for d := range 12 {
-				keys = append(keys, "cpu/shared")
-				blob = appendArgs(blob, uint64(d+1), lim(0))
+				keys = append(keys, a.prefix+"shared")
+				blob = appendArgs(blob, uint64(d+1), a.take)
 				for k := 1; k < 3; k++ {
 					keys = append(keys, spread(i, d*3+k))
-					blob = appendArgs(blob, uint64(d+1), lim(0))
+					blob = appendArgs(blob, uint64(d+1), a.take)
 				}
 			}
 			return keys, blob
 		}},
-		{"hot 36x1", 36, func(int) ([]string, []byte) {
+		{"hot 36x1", 36, a.reply, func(int) ([]string, []byte) {
 			var keys []string
 			var blob []byte
 			for d := range 36 {
-				keys = append(keys, "cpu/hot")
-				blob = appendArgs(blob, uint64(d+1), lim(0))
+				keys = append(keys, a.prefix+"hot")
+				blob = appendArgs(blob, uint64(d+1), a.take)
 			}
 			return keys, blob
 		}},
@@ -189,7 +260,7 @@ func scriptCPURound(ctx context.Context, c *goredis.Client, sha string, shape sc
 			return 0, err
 		}
 		for _, cmd := range cmds {
-			if s, ok := cmd.(*goredis.Cmd).Val().(string); !ok || len(s) != replyBytes*shape.buckets {
+			if s, ok := cmd.(*goredis.Cmd).Val().(string); !ok || len(s) != shape.reply*shape.buckets {
 				return 0, fmt.Errorf("reply %q", cmd.(*goredis.Cmd).Val())
 			}
 		}
