@@ -1,0 +1,51 @@
+package share
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the standing-shares metrics of docs/metrics.md. A nil
+// *Metrics counts nothing.
+type Metrics struct {
+	byShare, behind prometheus.Counter
+}
+
+// NewMetrics creates and registers ratelimit_share_decisions_total on reg,
+// and ratelimit_share_cells and ratelimit_share_nodes reading l and m.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratelimit_share_decisions_total",
+		Help: "Global-layer decisions with a hit of a rule with a share, by who answered: share (this node's standing shares alone, no Redis call) or redis (some hit went to Redis' part).",
+	}, []string{"answer"})
+	reg.MustRegister(decisions)
+	return &Metrics{byShare: decisions.WithLabelValues("share"), behind: decisions.WithLabelValues("redis")}
+}
+
+// Register adds ratelimit_share_cells (the cells l holds) and
+// ratelimit_share_nodes (the n shares are sized by, 0 while this node
+// holds none) to reg.
+func Register(reg prometheus.Registerer, l *Limiter, m Membership) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ratelimit_share_cells",
+			Help: "Standing-share cells this node holds: keys partly spent from its share.",
+		}, func() float64 { return float64(l.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ratelimit_share_nodes",
+			Help: "The node count n this node's standing shares are sized by (f/n of a rule); 0 while it holds none (not admitted by every live node).",
+		}, func() float64 {
+			if n, ok := m.Share(); ok {
+				return float64(n)
+			}
+			return 0
+		}),
+	)
+}
+
+func (m *Metrics) decided(byShare bool) {
+	switch {
+	case m == nil:
+	case byShare:
+		m.byShare.Inc()
+	default:
+		m.behind.Inc()
+	}
+}
