@@ -8,8 +8,7 @@ type Metrics struct {
 	byShare, behind prometheus.Counter
 }
 
-// NewMetrics creates and registers ratelimit_share_decisions_total on reg,
-// and ratelimit_share_cells and ratelimit_share_nodes reading l and m.
+// NewMetrics creates and registers ratelimit_share_decisions_total on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ratelimit_share_decisions_total",
@@ -19,25 +18,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return &Metrics{byShare: decisions.WithLabelValues("share"), behind: decisions.WithLabelValues("redis")}
 }
 
-// Register adds ratelimit_share_cells (the cells l holds) and
-// ratelimit_share_nodes (the n shares are sized by, 0 while this node
-// holds none) to reg.
-func Register(reg prometheus.Registerer, l *Limiter, m Membership) {
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "ratelimit_share_cells",
-			Help: "Standing-share cells this node holds: keys partly spent from its share.",
-		}, func() float64 { return float64(l.Len()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "ratelimit_share_nodes",
-			Help: "The node count n this node's standing shares are sized by (f/n of a rule); 0 while it holds none (not admitted by every live node).",
-		}, func() float64 {
-			if n, ok := m.Share(); ok {
-				return float64(n)
-			}
-			return 0
-		}),
-	)
+// RegisterNodes adds ratelimit_share_nodes to reg: the n m sizes shares
+// by, 0 while this node holds none.
+func RegisterNodes(reg prometheus.Registerer, m Membership) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ratelimit_share_nodes",
+		Help: "The node count n this node's standing shares are sized by (f/n of a rule); 0 while it holds none (not admitted by every live node).",
+	}, func() float64 {
+		if n, ok := m.Share(); ok {
+			return float64(n)
+		}
+		return 0
+	}))
 }
 
 func (m *Metrics) decided(byShare bool) {
