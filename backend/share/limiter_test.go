@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rls/sluice/backend/share"
 	"github.com/sluice-rls/sluice/bucket"
 )
 
@@ -211,5 +212,48 @@ func TestNoShareUntouched(t *testing.T) {
 	f.hit(t, hits...)
 	if h := f.behind.last(t); len(h) != 2 || h[0] != hits[0] || h[1] != hits[1] {
 		t.Errorf("behind got %+v, want %+v", h, hits)
+	}
+}
+
+// A changed limit converts the cell keeping what it lacks; a cost above
+// the cell goes to Redis' part whole.
+func TestLimitChangeAndLargeCost(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	f.hit(t, takeOf("a", 10))
+	doubled := takeOf("a", 10)
+	doubled.Limit.Requests, doubled.Limit.Burst = 120, 120 // cell 20, 10 lacking
+	if d, st := f.hit(t, doubled); !d.Allowed || st[0].Remaining != 0 || f.behind.count() != 0 {
+		t.Fatalf("limit doubled: %+v %+v, %d calls behind; want the 10 new tokens from the cell", d, st[0], f.behind.count())
+	}
+	big := takeOf("b", 15)
+	if d, st := f.hit(t, big); !d.Allowed || st[0].Remaining != 15+10 {
+		t.Errorf("a take of 15, above the cell's 10: %+v %+v; want it from Redis' part (15 left there, 10 in the cell)", d, st[0])
+	}
+	if h := f.behind.last(t); h[0].Cost != 15 || h[0].Limit != redisPart {
+		t.Errorf("behind got %+v, want the take of 15 whole at Redis' part", h)
+	}
+}
+
+// skipping answers Skipped (--redis-failure local while Redis fails).
+type skipping struct{ bucket.Limiter }
+
+func (skipping) Hit(context.Context, []bucket.Hit, []bucket.State) (bucket.Decision, error) {
+	return bucket.Decision{Allowed: true, Answer: bucket.Skipped}, nil
+}
+
+// A call the layer behind skips is skipped whole: the cells' tokens go
+// back. One whose takes all fit the cells is still decided by them.
+func TestSkippedBehindGivesBack(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	l := share.New(share.Options{Inner: skipping{f.behind}, Membership: f.member, Clock: f.clock})
+	hits := []bucket.Hit{takeOf("a", 4), {Key: key("b"), Limit: perMinute, Cost: 1}}
+	st := make([]bucket.State, 2)
+	if d, _ := l.Hit(context.Background(), hits, st); d.Answer != bucket.Skipped {
+		t.Fatalf("decision %+v, want Skipped", d)
+	}
+	if d, _ := l.Hit(context.Background(), []bucket.Hit{takeOf("a", 10)}, st); d.Answer != bucket.Decided || !d.Allowed || st[0].Remaining != 0 {
+		t.Errorf("the cell's 10 tokens: %+v %+v, want decided by the cell", d, st[0])
 	}
 }
