@@ -1,0 +1,79 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-rls/sluice/internal/redistest"
+)
+
+// shareRules is leaseShared's rule with half of it held as standing
+// shares, once exact and once leased behind them.
+const shareRules = `domain: share
+descriptors:
+  - key: exact
+    rate_limit: {unit: second, requests_per_unit: 50, burst: 50, share: 0.5}
+  - key: leased
+    rate_limit: {unit: second, requests_per_unit: 50, burst: 50, share: 0.5, consistency: leased}
+`
+
+// TestShareNeverOver drives a rule with a share at twice its rate, spread
+// evenly over three built nodes on one real redis-server for 10 s: the
+// fleet admits no more than burst + rate × T, and the shares answer.
+//
+// The floor is 95% of what Redis' part and the three nodes' shares admit
+// together: node/shares.go's stand-in sizes shares by the live count plus
+// one (n = 4), so a quarter of the shared half stays unused.
+func TestShareNeverOver(t *testing.T) {
+	t.Parallel()
+	for _, rule := range []string{"exact", "leased"} {
+		t.Run(rule, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			nodes := leaseNodesOn(t, "redis://"+srv.Addr()+"/0", shareRules, "--redis-timeout", neverOverTimeout)
+			for i, p := range nodes {
+				pollFor(t, 10*time.Second, fmt.Sprintf("node %d holding shares of n = 4", i), func() bool {
+					v, _ := scrapeMetric(t, p, "ratelimit_share_nodes")
+					return v == 4
+				})
+			}
+			out := pace(t, nodes, []float64{2 * leaseShared / 3, 2 * leaseShared / 3, 2 * leaseShared / 3}, neverOverTime, request("share", rule+"=all"))
+			const f, n = 0.5, 4
+			checkShareBound(t, out, leaseShared, leaseShared, 1-f+3*f/n)
+			checkNoFallback(t, nodes)
+			var byShare float64
+			for _, p := range nodes {
+				v, _ := scrapeMetric(t, p, `ratelimit_share_decisions_total{answer="share"}`)
+				byShare += v
+			}
+			t.Logf("decisions answered by a share alone: %.0f of %d", byShare, len(out.latencies))
+			if byShare == 0 {
+				t.Error("no decision was answered by a share")
+			}
+		})
+	}
+}
+
+// checkShareBound asserts admitted ≤ burst + rate × T, as checkNeverOver,
+// and admitted ≥ 95% of part × (burst + rate × T'): part is the part of
+// the limit the nodes can reach.
+func checkShareBound(t *testing.T, out paced, burst, rate, part float64) {
+	t.Helper()
+	elapsed, offered := out.last.Sub(out.first), out.lastSent.Sub(out.first)
+	bound := burst + rate*elapsed.Seconds()
+	floor := 0.95 * part * (burst + rate*offered.Seconds())
+	t.Logf("admitted %d, refused %d, errors %d: %.1f%% of burst + rate × T = %.0f (T %v); floor %.0f; latency p50 %v, p99 %v",
+		out.admitted, out.refused, out.errors, 100*float64(out.admitted)/bound, bound, elapsed.Round(time.Millisecond), floor, out.quantile(0.5), out.p99())
+	if out.errors > 0 {
+		t.Errorf("%d errors, want 0; first: %v", out.errors, out.firstErr)
+	}
+	if float64(out.admitted) > bound {
+		t.Errorf("admitted %d, over burst + rate × T = %.1f", out.admitted, bound)
+	}
+	if float64(out.admitted) < floor {
+		t.Errorf("admitted %d, under %.1f", out.admitted, floor)
+	}
+}
