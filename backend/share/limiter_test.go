@@ -257,3 +257,43 @@ func TestSkippedBehindGivesBack(t *testing.T) {
 		t.Errorf("the cell's 10 tokens: %+v %+v, want decided by the cell", d, st[0])
 	}
 }
+
+// fallingBack answers as the fail-open switch does while Redis fails:
+// decided, by its fallback.
+type fallingBack struct{ bucket.Limiter }
+
+func (f fallingBack) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.State) (bucket.Decision, error) {
+	d, err := f.Limiter.Hit(ctx, hits, states)
+	d.Answer = bucket.Fallback
+	return d, err
+}
+
+// While the layer behind answers from its fallback, the cells keep
+// deciding what fits them, and the rest reports the fallback's answer.
+func TestFallbackBehind(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	l := share.New(share.Options{Inner: fallingBack{f.behind}, Membership: f.member, Clock: f.clock})
+	st := make([]bucket.State, 1)
+	if d, _ := l.Hit(context.Background(), []bucket.Hit{takeOf("a", 10)}, st); d.Answer != bucket.Decided || !d.Allowed || f.behind.count() != 0 {
+		t.Errorf("a take that fits: %+v, %d calls behind; want decided by the cell", d, f.behind.count())
+	}
+	if d, _ := l.Hit(context.Background(), []bucket.Hit{takeOf("a", 1)}, st); d.Answer != bucket.Fallback || !d.Allowed {
+		t.Errorf("a take beyond the cell: %+v, want the fallback's answer", d)
+	}
+}
+
+// A call decided by the cells allocates nothing.
+func TestCellsDoNotAllocate(t *testing.T) {
+	if raceDetector {
+		t.Skip("the race detector allocates")
+	}
+	f := newFixture(t, 3, 0)
+	hits := []bucket.Hit{takeOf("a", 1), takeOf("b", 1), takeOf("c", 1)}
+	hits[0].Limit.Burst, hits[1].Limit.Burst, hits[2].Limit.Burst = 1<<40, 1<<40, 1<<40
+	st := make([]bucket.State, 3)
+	f.l.Hit(context.Background(), hits, st) // the cells exist, the pool holds a scratch
+	if n := testing.AllocsPerRun(100, func() { f.l.Hit(context.Background(), hits, st) }); n != 0 {
+		t.Errorf("a call decided by the cells allocates %v times, want 0", n)
+	}
+}
