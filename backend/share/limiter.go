@@ -141,10 +141,11 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 	l.opts.Metrics.decided(false)
 	sc.innerStates = grow(sc.innerStates, len(sc.inner))
 	d, err := l.opts.Inner.Hit(ctx, sc.inner, sc.innerStates)
-	if err != nil || d.Answer == bucket.Skipped || d.Answer == bucket.Bypassed || !d.Allowed {
+	decided := err == nil && d.Answer != bucket.Skipped && d.Answer != bucket.Bypassed
+	if !decided || !d.Allowed {
 		l.giveBack(sc, hits)
 	}
-	if err != nil || d.Answer == bucket.Skipped || d.Answer == bucket.Bypassed {
+	if !decided {
 		return d, err
 	}
 	for i := range hits {
@@ -184,8 +185,8 @@ func (l *Limiter) plan(sc *scratch, hits []bucket.Hit, n int, ok bool) {
 // cellCalls decides the cells' part: a first call with every take (each
 // on its own: an Independent take takes only when its cell has the
 // tokens), then the independent hits, and a check of the cell of each
-// give and check;
-// a second call with the gives, each at most what its cell lacks.
+// give and check; a second call with the gives, each at most what its
+// cell lacks.
 func (l *Limiter) cellCalls(sc *scratch, hits []bucket.Hit) {
 	add := func(i int, cost uint64) {
 		sc.plans[i].cellAt = len(sc.cellHits)
@@ -261,8 +262,7 @@ func (l *Limiter) innerHits(sc *scratch, hits []bucket.Hit) {
 // is not allowed after all.
 func (l *Limiter) giveBack(sc *scratch, hits []bucket.Hit) {
 	for i := range hits {
-		h, p := &hits[i], &sc.plans[i]
-		if p.cellAt >= 0 && take(h) && !h.Independent && sc.cellStates[p.cellAt].Allowed {
+		if h, p := &hits[i], &sc.plans[i]; sc.tookFromCell(h, p) {
 			sc.back = append(sc.back, bucket.Hit{Key: h.Key, Limit: p.cell, Cost: h.Cost, Give: true})
 		}
 	}
@@ -273,14 +273,18 @@ func (l *Limiter) giveBack(sc *scratch, hits []bucket.Hit) {
 	l.cells.HitAt(l.clock.Now(), sc.back, sc.backStates)
 	j := 0
 	for i := range hits {
-		h, p := &hits[i], &sc.plans[i]
-		if p.cellAt >= 0 && take(h) && !h.Independent && sc.cellStates[p.cellAt].Allowed {
+		if h, p := &hits[i], &sc.plans[i]; sc.tookFromCell(h, p) {
 			// The take's state describes its cell as the call leaves it.
 			c := &sc.cellStates[p.cellAt]
 			c.Remaining, c.ResetAfter = sc.backStates[j].Remaining, sc.backStates[j].ResetAfter
 			j++
 		}
 	}
+}
+
+// tookFromCell reports whether h, planned p, is a take its cell allowed.
+func (sc *scratch) tookFromCell(h *bucket.Hit, p *plan) bool {
+	return p.cellAt >= 0 && take(h) && !h.Independent && sc.cellStates[p.cellAt].Allowed
 }
 
 // cellState returns the state of hit i of a call its cells decided.
@@ -323,12 +327,15 @@ func satAdd(a, b uint64) uint64 {
 	return ^uint64(0)
 }
 
-// grow returns s with length n, reusing its array when large enough.
+// grow returns s with length n, keeping its contents and reusing its
+// array when large enough.
 func grow[T any](s []T, n int) []T {
 	if cap(s) >= n {
 		return s[:n]
 	}
-	return make([]T, n, n+n/2)
+	g := make([]T, n, n+n/2)
+	copy(g, s)
+	return g
 }
 
 var _ bucket.Limiter = (*Limiter)(nil)

@@ -297,3 +297,16 @@ func TestCellsDoNotAllocate(t *testing.T) {
 		t.Errorf("a call decided by the cells allocates %v times, want 0", n)
 	}
 }
+
+// A call whose gives need a second call of the cells keeps what the first
+// one decided: its take, which fit, goes nowhere else.
+func TestGivesKeepTheTakesDecided(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	f.hit(t, takeOf("a", 10))
+	f.hit(t, takeOf("b", 10))
+	give := func(k string) bucket.Hit { h := takeOf(k, 1); h.Give = true; return h }
+	if d, st := f.hit(t, takeOf("c", 1), give("a"), give("b")); !d.Allowed || st[0].Remaining != 9 || f.behind.count() != 0 {
+		t.Errorf("a take that fits and two gives the cells absorb: %+v %+v, %d calls behind; want all decided by the cells", d, st, f.behind.count())
+	}
+}
