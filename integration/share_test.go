@@ -57,6 +57,26 @@ func TestShareNeverOver(t *testing.T) {
 	}
 }
 
+// TestShareSkew is TestShareNeverOver with 90% of the traffic on one node:
+// the fleet admits at least what that node's share and Redis' part give
+// (the worst case of skew, f/n + 1 − f of the limit), never more than the
+// limit. The share of the bound it reaches is docs/config.md's figure.
+func TestShareSkew(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	nodes := leaseNodesOn(t, "redis://"+srv.Addr()+"/0", shareRules, "--redis-timeout", neverOverTimeout)
+	for i, p := range nodes {
+		pollFor(t, 10*time.Second, fmt.Sprintf("node %d holding shares of n = 4", i), func() bool {
+			v, _ := scrapeMetric(t, p, "ratelimit_share_nodes")
+			return v == 4
+		})
+	}
+	out := pace(t, nodes, []float64{0.9 * 2 * leaseShared, 0.05 * 2 * leaseShared, 0.05 * 2 * leaseShared}, neverOverTime, request("share", "exact=all"))
+	const f, n = 0.5, 4
+	checkShareBound(t, out, leaseShared, leaseShared, 1-f+f/n)
+	checkNoFallback(t, nodes)
+}
+
 // checkShareBound asserts admitted ≤ burst + rate × T, as checkNeverOver,
 // and admitted ≥ 95% of part × (burst + rate × T'): part is the part of
 // the limit the nodes can reach.
