@@ -24,9 +24,9 @@ descriptors:
 // evenly over three built nodes on one real redis-server for 10 s: the
 // fleet admits no more than burst + rate × T, and the shares answer.
 //
-// The floor is 95% of what Redis' part and the three nodes' shares admit
-// together: node/shares.go's stand-in sizes shares by the live count plus
-// one (n = 4), so a quarter of the shared half stays unused.
+// The floor is 95% of what Redis' part and the three nodes' shares of n
+// admit together (node/shares.go's stand-in sizes shares by the live count
+// plus one, n = 4, leaving a quarter of the shared half unused).
 func TestShareNeverOver(t *testing.T) {
 	t.Parallel()
 	for _, rule := range []string{"exact", "leased"} {
@@ -34,14 +34,9 @@ func TestShareNeverOver(t *testing.T) {
 			t.Parallel()
 			srv := redistest.Start(t)
 			nodes := leaseNodesOn(t, "redis://"+srv.Addr()+"/0", shareRules, "--redis-timeout", neverOverTimeout)
-			for i, p := range nodes {
-				pollFor(t, 10*time.Second, fmt.Sprintf("node %d holding shares of n = 4", i), func() bool {
-					v, _ := scrapeMetric(t, p, "ratelimit_share_nodes")
-					return v == 4
-				})
-			}
+			n := waitShares(t, nodes)
 			out := pace(t, nodes, []float64{2 * leaseShared / 3, 2 * leaseShared / 3, 2 * leaseShared / 3}, neverOverTime, request("share", rule+"=all"))
-			const f, n = 0.5, 4
+			const f = 0.5
 			checkShareBound(t, out, leaseShared, leaseShared, 1-f+3*f/n)
 			checkNoFallback(t, nodes)
 			var byShare float64
@@ -65,16 +60,26 @@ func TestShareSkew(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	nodes := leaseNodesOn(t, "redis://"+srv.Addr()+"/0", shareRules, "--redis-timeout", neverOverTimeout)
-	for i, p := range nodes {
-		pollFor(t, 10*time.Second, fmt.Sprintf("node %d holding shares of n = 4", i), func() bool {
-			v, _ := scrapeMetric(t, p, "ratelimit_share_nodes")
-			return v == 4
-		})
-	}
+	n := waitShares(t, nodes)
 	out := pace(t, nodes, []float64{0.9 * 2 * leaseShared, 0.05 * 2 * leaseShared, 0.05 * 2 * leaseShared}, neverOverTime, request("share", "exact=all"))
-	const f, n = 0.5, 4
+	const f = 0.5
 	checkShareBound(t, out, leaseShared, leaseShared, 1-f+f/n)
 	checkNoFallback(t, nodes)
+}
+
+// waitShares waits until every node holds a share sized for all of them
+// and returns the largest n they size it by.
+func waitShares(t *testing.T, nodes []*rlsProcess) float64 {
+	t.Helper()
+	var n float64
+	for i, p := range nodes {
+		pollFor(t, 15*time.Second, fmt.Sprintf("node %d holding a share of n ≥ %d", i, len(nodes)), func() bool {
+			v, _ := scrapeMetric(t, p, "ratelimit_share_nodes")
+			n = max(n, v)
+			return v >= float64(len(nodes))
+		})
+	}
+	return n
 }
 
 // checkShareBound asserts admitted ≤ burst + rate × T, as checkNeverOver,
