@@ -23,7 +23,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func RegisterNodes(reg prometheus.Registerer, m Membership) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ratelimit_share_nodes",
-		Help: "The node count n this node's standing shares are sized by (f/n of a rule); 0 while it holds none (not admitted by every live node).",
+		Help: "The node count n this node's standing shares are sized by (f/n of a rule); 0 while it holds none.",
 	}, func() float64 {
 		if n, ok := m.Share(); ok {
 			return float64(n)
