@@ -84,6 +84,12 @@ type Hit struct {
 	// buckets (package backend/lease); the zero value leaves it to the
 	// layer's default. Layers that do not lease ignore it.
 	Consistency Consistency
+	// Share is the rule's standing share f in millionths, 0 < f <
+	// 1000000 (package backend/share): the part of the limit the live
+	// nodes hold, f/n each, beside the shared store's part 1 − f; 0: none.
+	// Integers, so that the parts never add up to more than the limit.
+	// Layers without shares ignore it.
+	Share uint32
 }
 
 // Consistency says how a global bucket is decided: in Redis on every

@@ -39,7 +39,7 @@ type decoder struct {
 var (
 	rootFields       = []string{"domain", "descriptors"}
 	descriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "metadata", "detailed_metric", "value_to_metric", "share_threshold", "protected", "postpaid", "utilisation"}
-	rateLimitFields  = []string{"unit", "requests_per_unit", "unit_multiplier", "burst", "name", "replaces", "unlimited", "local", "consistency"}
+	rateLimitFields  = []string{"unit", "requests_per_unit", "unit_multiplier", "burst", "name", "replaces", "unlimited", "local", "consistency", "share"}
 	localFields      = []string{"unit", "requests_per_unit", "unit_multiplier", "burst"}
 	replaceFields    = []string{"name"}
 )
@@ -441,6 +441,9 @@ func (d *decoder) rateLimit(n *yaml.Node) *RateLimit {
 			if _, ok := ParseConsistency(r.Consistency); !ok {
 				d.errorf(v, "consistency must be exact or leased, got %q", r.Consistency)
 			}
+		case "share":
+			r.sharePos = at(v)
+			r.Share = d.share(v)
 		case "local":
 			n := len(d.errs)
 			r.Local = d.local(v)
@@ -538,6 +541,16 @@ func (d *decoder) unit(n *yaml.Node) Unit {
 		d.errorf(n, "unknown unit %q (want second, minute, hour, day, week, month or year)", s)
 	}
 	return u
+}
+
+// share decodes rate_limit.share: a number strictly between 0 and 1.
+func (d *decoder) share(n *yaml.Node) float64 {
+	var f float64
+	if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!float" && n.ShortTag() != "!!int") || n.Decode(&f) != nil || !(f > 0 && f < 1) {
+		d.errorf(n, "share must be a number above 0 and below 1 (the part of the global limit held by the nodes), got %s", describe(n))
+		return 0
+	}
+	return f
 }
 
 func (d *decoder) multiplier(n *yaml.Node) uint32 {

@@ -88,9 +88,13 @@ type RateLimit struct {
 	// Consistency is "exact", "leased" or empty (the server's
 	// --consistency): how the global bucket is decided (Rule.Consistency).
 	Consistency string `yaml:"consistency,omitempty"`
+	// Share is the part f of the global limit held as standing shares,
+	// split over the live nodes (Rule.Share); 0 when absent, else
+	// 0 < f < 1.
+	Share float64 `yaml:"share,omitempty"`
 
-	pos, namePos, unlimitedPos, unitPos, rpuPos, multPos, burstPos pos
-	bad                                                            bool // a field failed to decode: skip combination checks
+	pos, namePos, unlimitedPos, unitPos, rpuPos, multPos, burstPos, sharePos pos
+	bad                                                                      bool // a field failed to decode: skip combination checks
 }
 
 // Replace names a rule (by its rate_limit name) that this rule replaces

@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -62,6 +63,10 @@ type Rule struct {
 	// decided, bucket.DefaultConsistency when unset (the server's
 	// --consistency decides).
 	Consistency bucket.Consistency
+	// Share is rate_limit.share: the part f of the global limit held as
+	// standing shares, f/n of it on each of n nodes, decided there with no
+	// Redis call (package backend/share); 0 when unset.
+	Share float64
 
 	levels  []level
 	dynamic bool // MetricLabel depends on the request
@@ -148,6 +153,15 @@ func (r *Rule) Source() string {
 	return r.file + ":" + r.pos.String()
 }
 
+// ShareMillionths returns Share in millionths, at least 1 and at most
+// 999999 when Share is set (bucket.Hit's Share); 0 when it is not.
+func (r *Rule) ShareMillionths() uint32 {
+	if r.Share <= 0 {
+		return 0
+	}
+	return uint32(min(max(math.Round(r.Share*1e6), 1), 999999))
+}
+
 // ParseConsistency parses a rate_limit's consistency: "exact" or
 // "leased"; "" is bucket.DefaultConsistency.
 func ParseConsistency(s string) (bucket.Consistency, bool) {
@@ -164,7 +178,7 @@ func ParseConsistency(s string) (bucket.Consistency, bool) {
 
 // String returns the rule's /rlconfig line, "<path>: <limits>", e.g.
 // "edge.remote_address: global 1000/second burst 2000, local 3200/second burst 64",
-// followed by ", exact" or ", leased" (a global rule's consistency), ", shadow_mode",
+// followed by ", exact" or ", leased" (a global rule's consistency), ", share F", ", shadow_mode",
 // ", quota_mode", ", postpaid", ", protected", ", utilisation", ", name N" and ", replaces A B"
 // when set (postpaid only when quota_mode does not imply it).
 func (r *Rule) String() string {
@@ -190,6 +204,10 @@ func (r *Rule) String() string {
 	if r.Consistency != bucket.DefaultConsistency && r.GlobalRate != nil {
 		b.WriteString(", ")
 		b.WriteString(r.Consistency.String())
+	}
+	if r.Share > 0 && r.GlobalRate != nil {
+		b.WriteString(", share ")
+		b.WriteString(strconv.FormatFloat(r.Share, 'g', -1, 64))
 	}
 	if r.ShadowMode {
 		b.WriteString(", shadow_mode")

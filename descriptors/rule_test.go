@@ -217,3 +217,44 @@ descriptors:
 		}
 	}
 }
+
+// rate_limit.share sets the rule's Share; it must lie strictly between 0
+// and 1, needs a global limit, and does not combine with charges.
+func TestShare(t *testing.T) {
+	t.Parallel()
+	c := mustConfig(t, `
+domain: edge
+descriptors:
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 10, share: 0.5}
+  - key: b
+    rate_limit: {unit: second, requests_per_unit: 10}
+`)
+	a := c.Domain("edge").Match(entries("a=v"))
+	if a.Share != 0.5 || c.Domain("edge").Match(entries("b=v")).Share != 0 {
+		t.Errorf("Share: a %v, b %v; want 0.5 and 0", a.Share, c.Domain("edge").Match(entries("b=v")).Share)
+	}
+	if got := a.String(); got != "edge.a: global 10/second burst 10, share 0.5" {
+		t.Errorf("String() = %q", got)
+	}
+	for in, want := range map[string]string{
+		"{unit: second, requests_per_unit: 1, share: 0}":            "share must be a number above 0 and below 1",
+		"{unit: second, requests_per_unit: 1, share: 1}":            "share must be a number above 0 and below 1",
+		"{unit: second, requests_per_unit: 1, share: -0.5}":         "share must be a number above 0 and below 1",
+		"{unit: second, requests_per_unit: 1, share: half}":         "share must be a number above 0 and below 1",
+		"{unit: second, requests_per_unit: 1, share: .nan}":         "share must be a number above 0 and below 1",
+		"{unlimited: true, share: 0.5}":                             "share needs a global limit",
+		"{local: {unit: second, requests_per_unit: 1}, share: 0.5}": "share needs a global limit",
+	} {
+		_, err := Parse("bad.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: "+in+"\n"))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%s) error = %v, want %q", in, err, want)
+		}
+	}
+	for _, flag := range []string{"postpaid", "quota_mode"} {
+		_, err := Parse("bad.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    "+flag+": true\n    rate_limit: {unit: second, requests_per_unit: 1, share: 0.5}\n"))
+		if err == nil || !strings.Contains(err.Error(), "share does not apply to postpaid or quota_mode rules") {
+			t.Errorf("Parse(%s with share) error = %v", flag, err)
+		}
+	}
+}

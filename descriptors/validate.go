@@ -156,6 +156,7 @@ func (v *validator) descriptor(d *Descriptor) {
 	}
 	if d.RateLimit != nil {
 		v.rateLimit(d.RateLimit)
+		v.share(d)
 	}
 	v.descriptors(d.Descriptors)
 }
@@ -198,6 +199,20 @@ func (v *validator) rateLimit(r *RateLimit) {
 	}
 	if l := r.Local; l != nil && !l.bad {
 		v.rate("local", l.pos, l.Unit, l.RequestsPerUnit, l.rpuPos, l.UnitMultiplier, l.multPos, l.Burst, l.burstPos)
+	}
+}
+
+// share checks that a rate_limit with share has a global limit to share
+// and is not charged into debt: a charge must land in the bucket every
+// node sees (docs/decisions/0021-standing-shares.md).
+func (v *validator) share(d *Descriptor) {
+	r := d.RateLimit
+	switch {
+	case r.Share == 0 || r.bad:
+	case r.Unlimited || r.Unit == 0:
+		v.add(r.sharePos, "share needs a global limit (unit and requests_per_unit)")
+	case d.QuotaMode || d.Postpaid:
+		v.add(r.sharePos, "share does not apply to postpaid or quota_mode rules: their charges must land in the bucket every node sees")
 	}
 }
 

@@ -32,6 +32,7 @@ var allowedImports = map[string][]string{
 	"backend/redis":       {"backend/leaseproto", "bucket"},
 	"backend/leaseproto":  {"bucket"},
 	"backend/lease":       {"backend/leaseproto", "bucket"},
+	"backend/share":       {"backend/memory", "bucket"},
 	"fallback":            {"bucket"},
 	"service":             {"bucket", "descriptors", "override"},
 	"override":            {"audit", "bucket", "descriptors"},
@@ -43,8 +44,8 @@ var allowedImports = map[string][]string{
 	"emergency":           {},
 	"audit":               {},
 	"audit/redisaudit":    {"audit"},
-	"node":                {"adaptive", "adaptive/redislock", "audit", "audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "bucket", "descriptors", "emergency", "fallback", "override", "override/redisstore", "ruleset", "service", "statsd", "tracing", "xds"},
-	"cmd/rls":             {"audit", "audit/redisaudit", "backend/redis", "cmd/rls/flags", "descriptors", "node", "override", "ruleset", "service"},
+	"node":                {"adaptive", "adaptive/redislock", "audit", "audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "backend/share", "bucket", "descriptors", "emergency", "fallback", "override", "override/redisstore", "ruleset", "service", "statsd", "tracing", "xds"},
+	"cmd/rls":             {"adaptive", "audit", "audit/redisaudit", "backend/redis", "cmd/rls/flags", "descriptors", "node", "override", "ruleset", "service"},
 	"cmd/rls/flags":       {"audit/redisaudit", "backend/lease", "backend/memory", "backend/redis", "fallback", "node", "override", "ruleset", "service", "statsd", "tracing", "xds"},
 	"cmd/rlsbench":        {},
 }

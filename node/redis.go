@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-rls/sluice/backend/lease"
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	standing "github.com/sluice-rls/sluice/backend/share" // the fallback's memory is its share
 	"github.com/sluice-rls/sluice/fallback"
 )
 
@@ -112,7 +113,15 @@ func newRedisGlobal(ctx context.Context, st Options, log *slog.Logger, reg prome
 		lim.Close() // fails what is queued, waits for calls in flight
 		_ = client.Close()
 	}
-	return globalLayer{limiter: sw, sw: sw, redis: client, close: closeAll, redisOpts: opts}, nil
+	// Standing shares in front of the switch: they keep deciding while
+	// Redis fails. Wired whatever the rules: a reload may add a share, and
+	// every node must then split the limit alike (decision 0021).
+	members := shareMembership(nodes)
+	shares := standing.New(standing.Options{Inner: sw, Membership: members, MaxBuckets: st.MaxBuckets, Metrics: standing.NewMetrics(reg)})
+	go shares.Run(ctx)
+	registerBucketGauge(reg, "share", shares.Len)
+	standing.RegisterNodes(reg, members)
+	return globalLayer{limiter: shares, sw: sw, redis: client, close: closeAll, redisOpts: opts}, nil
 }
 
 // Sources of N, the values of ratelimit_fallback_nodes' source label.

@@ -277,6 +277,11 @@ func (rn *renderer) render(out []field, name string, v reflect.Value) []field {
 		return append(out, field{name, strconv.FormatBool(v.Bool())})
 	case reflect.String:
 		return append(out, field{name, v.String()})
+	case reflect.Float32, reflect.Float64:
+		if v.IsZero() {
+			return append(out, field{name, ""}) // unset, as rate_limit.share: 0 cannot be written
+		}
+		return append(out, field{name, strconv.FormatFloat(v.Float(), 'g', -1, v.Type().Bits())})
 	}
 	if s, ok := v.Interface().(fmt.Stringer); ok {
 		if v.IsZero() {

@@ -66,6 +66,7 @@ var diffCases = []struct {
 	{"rate_limit", "    rate_limit: {name: n,", "    descriptors: [{key: c, rate_limit: {unit: second, requests_per_unit: 1}}]\n    x: {name: n,", nil}, // rewritten below
 	{"rate_limit.name", "name: n,", "name: m,", []string{"d.k_v*: name: n → m"}},
 	{"rate_limit.consistency", "name: n,", "name: n, consistency: leased,", []string{"d.k_v*: consistency:  → leased"}},
+	{"rate_limit.share", "name: n,", "name: n, share: 0.5,", []string{"d.k_v*: share:  → 0.5"}},
 	{"rate_limit.replaces", "replaces: [{name: other}], ", "", []string{"d.k_v*: replaces: other → "}},
 	{"rate_limit.replaces.name", "replaces: [{name: other}]", "replaces: [{name: third}]", []string{"d.k_v*: replaces: other → third"}},
 	{"rate_limit.unlimited", "replaces: [{name: other}], unit: second, requests_per_unit: 10, burst: 20, local: {unit: second, requests_per_unit: 5, burst: 6}", "replaces: [{name: other}], unlimited: true", []string{

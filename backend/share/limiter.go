@@ -1,0 +1,341 @@
+package share
+
+import (
+	"context"
+	"sync"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/sluice-rls/sluice/backend/memory"
+	"github.com/sluice-rls/sluice/bucket"
+)
+
+// Membership says whether this node may hold standing shares now, and how
+// many nodes they are split over: the node registry in Redis.
+type Membership interface {
+	// Share reports the node count n a share is sized by (f/n of a rule's
+	// limit) and whether this node may hold a share now: only while every
+	// live node counts it in its n.
+	Share() (n int, ok bool)
+}
+
+// Options configures a Limiter.
+type Options struct {
+	// Inner is the global layer behind: it decides every hit that is not
+	// decided by a share, share rules' at Redis' part. Required.
+	Inner bucket.Limiter
+	// Membership gives n and whether this node holds shares. Required.
+	Membership Membership
+	// Clock is the cells' clock (clockwork.NewRealClock() when nil).
+	Clock clockwork.Clock
+	// MaxBuckets bounds the cells held (memory.Options.MaxBuckets): a key
+	// that finds no room goes to Redis' part.
+	MaxBuckets int
+	// Metrics counts the layer's decisions (nil: not counted).
+	Metrics *Metrics
+}
+
+// Limiter is the standing-shares layer (see the package documentation).
+// It is safe for concurrent use; Run evicts refilled cells.
+type Limiter struct {
+	opts    Options
+	clock   clockwork.Clock
+	cells   *memory.Limiter
+	scratch sync.Pool
+}
+
+// New returns a Limiter with no cells.
+func New(opts Options) *Limiter {
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
+	}
+	return &Limiter{
+		opts:  opts,
+		clock: opts.Clock,
+		cells: memory.New(memory.Options{Clock: opts.Clock, MaxBuckets: opts.MaxBuckets}),
+		scratch: sync.Pool{New: func() any {
+			return new(scratch)
+		}},
+	}
+}
+
+// Run drops refilled cells every memory.DefaultEvictEvery until ctx is
+// done.
+func (l *Limiter) Run(ctx context.Context) { l.cells.Run(ctx, memory.DefaultEvictEvery) }
+
+// Len returns the number of cells held: those partly spent.
+func (l *Limiter) Len() int { return l.cells.Len() }
+
+// FullRefusals returns how many cell takes found no room (each went to
+// Redis' part instead).
+func (l *Limiter) FullRefusals() uint64 { return l.cells.FullRefusals() }
+
+// Shared reports whether the layer behind is shared: the keys are its.
+func (l *Limiter) Shared() bool { return l.opts.Inner.Shared() }
+
+// shared reports whether h is decided with shares: its rule has one, and
+// it is not a charge, which must land where every node sees its debt.
+func shared(h *bucket.Hit) bool { return h.Share > 0 && !h.Overdraw }
+
+// take reports whether h is a take that may be decided by a cell: neither
+// a give nor a check.
+func take(h *bucket.Hit) bool { return !h.Give && h.Cost > 0 }
+
+// plan is what one hit of a call does.
+type plan struct {
+	cell, redis bucket.Limit // its share cell's limit and Redis' part, for a share hit
+	useCell     bool         // its cell is tried (the node holds shares, and the cell has a token)
+	cellAt      int          // its hit in the cells' first call; -1: none
+	giveAt      int          // its give in the cells' second call; -1: none
+	innerAt     int          // its hit in the call behind; -1: none
+	give        uint64       // tokens of a give its cell takes
+}
+
+// scratch holds one call's buffers, pooled.
+type scratch struct {
+	plans       []plan
+	cellHits    []bucket.Hit
+	cellStates  []bucket.State
+	inner       []bucket.Hit
+	innerStates []bucket.State
+	back        []bucket.Hit
+	backStates  []bucket.State
+}
+
+func (l *Limiter) get(n int) *scratch {
+	sc := l.scratch.Get().(*scratch)
+	sc.plans = grow(sc.plans, n)
+	sc.cellHits, sc.inner, sc.back = sc.cellHits[:0], sc.inner[:0], sc.back[:0]
+	return sc
+}
+
+// Hit decides hits as bucket.Hit documents. A call without a share hit
+// goes to the layer behind untouched. Otherwise each take of a share hit
+// first tries its cell; the hits no cell decided go to the layer behind
+// in one call, and when it refuses, fails or skips the call, the tokens
+// the cells gave are given back.
+//
+// Gives fill their cell up to what it lacks and send the rest to Redis'
+// part; checks (Cost 0) go to Redis' part, where debt is kept, and
+// independent hits try their cell first. A hit decided by its cell
+// reports the cell's state; one decided behind reports that state with
+// the cell's Remaining added (what this node may still take), its
+// RetryAfter the sooner of the two when the cell can ever hold the cost.
+func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.State) (bucket.Decision, error) {
+	if !anyShared(hits) {
+		return l.opts.Inner.Hit(ctx, hits, states)
+	}
+	sc := l.get(len(hits))
+	defer l.scratch.Put(sc)
+	n, ok := l.opts.Membership.Share()
+	l.plan(sc, hits, n, ok)
+	l.cellCalls(sc, hits)
+	l.innerHits(sc, hits)
+	if len(sc.inner) == 0 {
+		l.opts.Metrics.decided(true)
+		for i := range hits {
+			states[i] = l.cellState(sc, i)
+		}
+		return bucket.Decision{Allowed: true}, nil
+	}
+	l.opts.Metrics.decided(false)
+	sc.innerStates = grow(sc.innerStates, len(sc.inner))
+	d, err := l.opts.Inner.Hit(ctx, sc.inner, sc.innerStates)
+	decided := err == nil && d.Answer != bucket.Skipped && d.Answer != bucket.Bypassed
+	if !decided || !d.Allowed {
+		l.giveBack(sc, hits)
+	}
+	if !decided {
+		return d, err
+	}
+	for i := range hits {
+		states[i] = l.state(sc, hits, i)
+	}
+	return d, nil
+}
+
+// anyShared reports whether some hit is decided with shares.
+func anyShared(hits []bucket.Hit) bool {
+	for i := range hits {
+		if shared(&hits[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// plan fills sc.plans: each share hit's two parts, and whether its cell
+// is tried.
+func (l *Limiter) plan(sc *scratch, hits []bucket.Hit, n int, ok bool) {
+	for i := range hits {
+		h, p := &hits[i], &sc.plans[i]
+		*p = plan{cellAt: -1, giveAt: -1, innerAt: -1}
+		if !shared(h) {
+			continue
+		}
+		p.redis = redisLimit(h.Limit, h.Share)
+		if !ok {
+			continue // not admitted: Redis' part alone, never the whole limit
+		}
+		p.cell = cellLimit(h.Limit, h.Share, n)
+		p.useCell = p.cell.Burst > 0 && p.cell.Requests > 0
+	}
+}
+
+// cellCalls decides the cells' part: a first call with every take (each
+// on its own: an Independent take takes only when its cell has the
+// tokens), then the independent hits, and a check of the cell of each
+// give and check; a second call with the gives, each at most what its
+// cell lacks.
+func (l *Limiter) cellCalls(sc *scratch, hits []bucket.Hit) {
+	add := func(i int, cost uint64) {
+		sc.plans[i].cellAt = len(sc.cellHits)
+		sc.cellHits = append(sc.cellHits, bucket.Hit{Key: hits[i].Key, Limit: sc.plans[i].cell, Cost: cost, Independent: true})
+	}
+	for i := range hits {
+		if h := &hits[i]; sc.plans[i].useCell && take(h) && !h.Independent {
+			add(i, h.Cost)
+		}
+	}
+	for i := range hits {
+		switch h := &hits[i]; {
+		case !sc.plans[i].useCell:
+		case h.Give || h.Cost == 0:
+			add(i, 0) // what a give may fill, or a check's Remaining
+		case h.Independent:
+			add(i, h.Cost)
+		}
+	}
+	if len(sc.cellHits) == 0 {
+		return
+	}
+	now := l.clock.Now()
+	sc.cellStates = grow(sc.cellStates, len(sc.cellHits))
+	l.cells.HitAt(now, sc.cellHits, sc.cellStates)
+	first := len(sc.cellHits)
+	for i := range hits {
+		h, p := &hits[i], &sc.plans[i]
+		if !p.useCell || !h.Give {
+			continue
+		}
+		// What the cell lacks, in whole tokens: never more than it takes
+		// (a fraction of a token may be lost, never made up).
+		p.give = min(h.Cost, p.cell.Burst-min(sc.cellStates[p.cellAt].Remaining, p.cell.Burst))
+		if p.give > 0 {
+			p.giveAt = len(sc.cellHits)
+			sc.cellHits = append(sc.cellHits, bucket.Hit{Key: h.Key, Limit: p.cell, Cost: p.give, Give: true})
+		}
+	}
+	if len(sc.cellHits) > first {
+		sc.cellStates = grow(sc.cellStates, len(sc.cellHits))
+		l.cells.HitAt(now, sc.cellHits[first:], sc.cellStates[first:])
+	}
+}
+
+// innerHits fills sc.inner with the hits the layer behind decides: those
+// without a share as they are; takes and independent hits their cell did
+// not allow, checks, and the rest of gives, at Redis' part.
+func (l *Limiter) innerHits(sc *scratch, hits []bucket.Hit) {
+	for i := range hits {
+		h, p := hits[i], &sc.plans[i]
+		switch {
+		case !shared(&h):
+		case !p.useCell:
+			h.Limit = p.redis
+		case h.Give:
+			if h.Cost == p.give {
+				continue
+			}
+			h.Cost -= p.give
+			h.Limit = p.redis
+		case take(&h) && sc.cellStates[p.cellAt].Allowed:
+			continue
+		default: // a check, or a take its cell could not hold
+			h.Limit = p.redis
+		}
+		p.innerAt = len(sc.inner)
+		sc.inner = append(sc.inner, h)
+	}
+}
+
+// giveBack returns what the cells gave the call's takes, when the call
+// is not allowed after all.
+func (l *Limiter) giveBack(sc *scratch, hits []bucket.Hit) {
+	for i := range hits {
+		if h, p := &hits[i], &sc.plans[i]; sc.tookFromCell(h, p) {
+			sc.back = append(sc.back, bucket.Hit{Key: h.Key, Limit: p.cell, Cost: h.Cost, Give: true})
+		}
+	}
+	if len(sc.back) == 0 {
+		return
+	}
+	sc.backStates = grow(sc.backStates, len(sc.back))
+	l.cells.HitAt(l.clock.Now(), sc.back, sc.backStates)
+	j := 0
+	for i := range hits {
+		if h, p := &hits[i], &sc.plans[i]; sc.tookFromCell(h, p) {
+			// The take's state describes its cell as the call leaves it.
+			c := &sc.cellStates[p.cellAt]
+			c.Remaining, c.ResetAfter = sc.backStates[j].Remaining, sc.backStates[j].ResetAfter
+			j++
+		}
+	}
+}
+
+// tookFromCell reports whether h, planned p, is a take its cell allowed.
+func (sc *scratch) tookFromCell(h *bucket.Hit, p *plan) bool {
+	return p.cellAt >= 0 && take(h) && !h.Independent && sc.cellStates[p.cellAt].Allowed
+}
+
+// cellState returns the state of hit i of a call its cells decided.
+func (l *Limiter) cellState(sc *scratch, i int) bucket.State {
+	p := &sc.plans[i]
+	if p.giveAt >= 0 {
+		return sc.cellStates[p.giveAt]
+	}
+	return sc.cellStates[p.cellAt]
+}
+
+// state returns hit i's state once the layer behind decided.
+func (l *Limiter) state(sc *scratch, hits []bucket.Hit, i int) bucket.State {
+	p := &sc.plans[i]
+	switch {
+	case p.innerAt < 0:
+		return l.cellState(sc, i)
+	case p.cellAt < 0:
+		return sc.innerStates[p.innerAt]
+	}
+	return merge(sc.innerStates[p.innerAt], l.cellState(sc, i), hits[i].Cost, p.cell.Burst)
+}
+
+// merge returns the state of a hit decided behind (in) whose cell is in
+// c: in, with the cell's tokens added to Remaining, the sooner RetryAfter
+// when the cell can ever hold cost, and the later ResetAfter.
+func merge(in, c bucket.State, cost, cellBurst uint64) bucket.State {
+	in.Remaining = satAdd(in.Remaining, c.Remaining)
+	if !in.Allowed && cost <= cellBurst && c.RetryAfter > 0 {
+		in.RetryAfter = min(in.RetryAfter, c.RetryAfter)
+	}
+	in.ResetAfter = max(in.ResetAfter, c.ResetAfter)
+	return in
+}
+
+func satAdd(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return ^uint64(0)
+}
+
+// grow returns s with length n, keeping its contents and reusing its
+// array when large enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) >= n {
+		return s[:n]
+	}
+	g := make([]T, n, n+n/2)
+	copy(g, s)
+	return g
+}
+
+var _ bucket.Limiter = (*Limiter)(nil)

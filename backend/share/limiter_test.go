@@ -1,0 +1,312 @@
+package share_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-rls/sluice/backend/share"
+	"github.com/sluice-rls/sluice/bucket"
+)
+
+// A rule of 60 a minute, burst 60, half of it shared: on 3 nodes each
+// cell holds 10 tokens refilling 10 a minute; Redis' part holds 30,
+// refilling 30 a minute.
+var (
+	perMinute = bucket.Limit{Requests: 60, Period: time.Minute, Burst: 60}
+	redisPart = bucket.Limit{Requests: 60, Period: 2 * time.Minute, Burst: 30}
+)
+
+const half = 500_000
+
+func takeOf(k string, cost uint64) bucket.Hit {
+	return bucket.Hit{Key: key(k), Limit: perMinute, Cost: cost, Share: half}
+}
+
+// Takes that fit the cell are decided with no call behind; the next goes
+// behind at Redis' part, and reports both parts' tokens.
+func TestFitsCellNoCallBehind(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	for i := range 10 {
+		d, st := f.hit(t, takeOf("a", 1))
+		if !d.Allowed || d.Answer != bucket.Decided || st[0].Remaining != uint64(9-i) {
+			t.Fatalf("take %d: %+v %+v, want allowed from the cell with %d left", i, d, st[0], 9-i)
+		}
+	}
+	if n := f.behind.count(); n != 0 {
+		t.Fatalf("%d calls behind for takes that fit the cell, want 0", n)
+	}
+	d, st := f.hit(t, takeOf("a", 1))
+	if !d.Allowed || st[0].Remaining != 29 {
+		t.Errorf("11th take: %+v %+v, want allowed by Redis' part with 29 left", d, st[0])
+	}
+	if h := f.behind.last(t); len(h) != 1 || h[0].Limit != redisPart || h[0].Cost != 1 {
+		t.Errorf("behind got %+v, want one take at Redis' part %+v", h, redisPart)
+	}
+}
+
+// A call refused behind gives back what the cells gave it.
+func TestRefusedBehindGivesBack(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	tight := bucket.Hit{Key: key("b"), Limit: bucket.Limit{Requests: 1, Period: time.Hour, Burst: 2}, Cost: 3}
+	d, st := f.hit(t, takeOf("a", 4), tight)
+	if d.Allowed || !st[0].Allowed || st[0].Remaining != 10 || st[1].Allowed {
+		t.Fatalf("call: %+v %+v, want refused by b, a's take allowed by its cell and given back (10 left)", d, st)
+	}
+	for i := range 10 {
+		if d, _ := f.hit(t, takeOf("a", 1)); !d.Allowed {
+			t.Fatalf("take %d after the give-back refused", i)
+		}
+	}
+	if n := f.behind.count(); n != 1 {
+		t.Errorf("%d calls behind, want 1: the cell holds its 10 tokens again", n)
+	}
+}
+
+// A call the layer behind fails gives back too, and returns the error.
+func TestFailedBehindGivesBack(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	f.behind.err = errBehind
+	other := bucket.Hit{Key: key("b"), Limit: perMinute, Cost: 1}
+	if _, err := f.l.Hit(context.Background(), []bucket.Hit{takeOf("a", 10), other}, make([]bucket.State, 2)); err != errBehind {
+		t.Fatalf("Hit error %v, want %v", err, errBehind)
+	}
+	f.behind.err = nil
+	if d, st := f.hit(t, takeOf("a", 10)); !d.Allowed || st[0].Remaining != 0 || f.behind.count() != 1 {
+		t.Errorf("after the failure: %+v %+v, %d calls behind; want the cell's 10 tokens back", d, st[0], f.behind.count())
+	}
+}
+
+// Not admitted, the node takes nothing from its cells and sends share
+// hits to Redis' part, never the whole limit; its cells keep what they
+// lacked for when it is admitted again.
+func TestNotAdmitted(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	f.hit(t, takeOf("a", 4))
+	f.member.set(3, false)
+	if d, _ := f.hit(t, takeOf("a", 1)); !d.Allowed {
+		t.Fatal("take while not admitted refused")
+	}
+	if h := f.behind.last(t); h[0].Limit != redisPart {
+		t.Errorf("not admitted, behind got limit %+v, want Redis' part %+v", h[0].Limit, redisPart)
+	}
+	f.member.set(3, true)
+	before := f.behind.count()
+	f.hit(t, takeOf("a", 6))
+	if f.behind.count() != before {
+		t.Error("admitted again, the 6 tokens left in the cell went behind")
+	}
+	f.hit(t, takeOf("a", 1))
+	if f.behind.count() != before+1 {
+		t.Error("admitted again, the cell came back with more than the 6 tokens it had: it was dropped or refilled")
+	}
+}
+
+// A changed node count converts the cells keeping what they lack: a
+// share that grows gives only its new room, one that shrinks below what
+// was spent refuses until it refilled.
+func TestNodeCountKeepsSpent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	f.hit(t, takeOf("a", 10)) // the cell (10) is empty
+	f.member.set(2, true)     // 15 tokens, 10 lacking
+	if _, st := f.hit(t, takeOf("a", 5)); f.behind.count() != 0 || st[0].Remaining != 0 {
+		t.Fatalf("n 3 → 2: 5 takes went behind or left %d, want the 5 new tokens from the cell", st[0].Remaining)
+	}
+	f.member.set(6, true) // 5 tokens, 15 lacking: in debt
+	f.hit(t, takeOf("a", 1))
+	f.clock.Advance(time.Minute) // 5 tokens a minute: 10 lacking, still in debt
+	f.hit(t, takeOf("a", 1))
+	if n := f.behind.count(); n != 2 {
+		t.Errorf("n 2 → 6: %d calls behind, want 2: a take fit the cell in debt", n)
+	}
+	f.clock.Advance(2 * time.Minute) // refilled
+	if f.hit(t, takeOf("a", 5)); f.behind.count() != 2 {
+		t.Errorf("n 6, refilled: a take of the cell's 5 went behind")
+	}
+}
+
+// A give fills its cell up to what it lacks and sends the rest to Redis'
+// part.
+func TestGives(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	f.hit(t, takeOf("a", 10))
+	give := func(c uint64) bucket.Hit { h := takeOf("a", c); h.Give = true; return h }
+	if d, st := f.hit(t, give(4)); !d.Allowed || st[0].Remaining != 4 || f.behind.count() != 0 {
+		t.Fatalf("give 4 to a cell lacking 10: %+v %+v, %d calls behind; want the cell at 4, no call", d, st[0], f.behind.count())
+	}
+	f.hit(t, give(12))
+	h := f.behind.last(t)
+	if len(h) != 1 || !h[0].Give || h[0].Cost != 6 || h[0].Limit != redisPart {
+		t.Errorf("give 12 to a cell lacking 6: behind got %+v, want a give of 6 at Redis' part", h)
+	}
+	if _, st := f.hit(t, takeOf("a", 10)); st[0].Remaining != 0 || f.behind.count() != 1 {
+		t.Errorf("the cell does not hold its 10 tokens after the gives")
+	}
+}
+
+// A check goes to Redis' part, where debt is kept, and reports both
+// parts' tokens; a charge bypasses the cells at the whole limit.
+func TestChecksAndCharges(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	d, st := f.hit(t, takeOf("a", 0))
+	if h := f.behind.last(t); !d.Allowed || h[0].Limit != redisPart || h[0].Cost != 0 || st[0].Remaining != 40 {
+		t.Errorf("check: %+v %+v, behind %+v; want allowed at Redis' part, 30 + 10 remaining", d, st[0], h)
+	}
+	charge := takeOf("c", 3)
+	charge.Independent, charge.Overdraw = true, true
+	f.hit(t, charge)
+	if h := f.behind.last(t); h[0].Limit != perMinute || h[0].Cost != 3 {
+		t.Errorf("charge: behind got %+v, want the whole limit", h)
+	}
+	if n := f.l.Len(); n != 0 {
+		t.Errorf("%d cells after a check and a charge, want 0", n)
+	}
+}
+
+// Independent hits (shadow mode) take from their cell, then from Redis'
+// part, and keep their effect in a refused call.
+func TestIndependent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	shadow := takeOf("a", 8)
+	shadow.Independent = true
+	tight := bucket.Hit{Key: key("b"), Limit: bucket.Limit{Requests: 1, Period: time.Hour, Burst: 2}, Cost: 3}
+	d, st := f.hit(t, shadow, tight)
+	if d.Allowed || !st[0].Allowed || st[0].Remaining != 2 {
+		t.Fatalf("call: %+v %+v; want refused by b, the shadow take from its cell, kept (2 left)", d, st)
+	}
+	d, st = f.hit(t, shadow)
+	if h := f.behind.last(t); !d.Allowed || !st[0].Allowed || !h[0].Independent || h[0].Limit != redisPart {
+		t.Errorf("shadow take beyond its cell: %+v %+v, behind %+v; want it at Redis' part", d, st[0], h)
+	}
+}
+
+// A full table sends new keys to Redis' part, never to a fresh cell.
+func TestFullTable(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 64)
+	for i := range 1000 {
+		if d, _ := f.hit(t, takeOf(fmt.Sprint("k", i), 1)); !d.Allowed {
+			t.Fatalf("take %d refused", i)
+		}
+	}
+	full := f.l.FullRefusals()
+	if full == 0 || uint64(f.behind.count()) != full || f.l.Len() > 64 {
+		t.Errorf("%d cells, %d refused for room, %d calls behind; want at most 64 cells and every refusal behind", f.l.Len(), full, f.behind.count())
+	}
+}
+
+// Hits without a share pass behind as they are, in one call.
+func TestNoShareUntouched(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	hits := []bucket.Hit{{Key: key("a"), Limit: perMinute, Cost: 2}, {Key: key("b"), Limit: perMinute, Cost: 1, Give: true}}
+	f.hit(t, hits...)
+	if h := f.behind.last(t); len(h) != 2 || h[0] != hits[0] || h[1] != hits[1] {
+		t.Errorf("behind got %+v, want %+v", h, hits)
+	}
+}
+
+// A changed limit converts the cell keeping what it lacks; a cost above
+// the cell goes to Redis' part whole.
+func TestLimitChangeAndLargeCost(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	f.hit(t, takeOf("a", 10))
+	doubled := takeOf("a", 10)
+	doubled.Limit.Requests, doubled.Limit.Burst = 120, 120 // cell 20, 10 lacking
+	if d, st := f.hit(t, doubled); !d.Allowed || st[0].Remaining != 0 || f.behind.count() != 0 {
+		t.Fatalf("limit doubled: %+v %+v, %d calls behind; want the 10 new tokens from the cell", d, st[0], f.behind.count())
+	}
+	big := takeOf("b", 15)
+	if d, st := f.hit(t, big); !d.Allowed || st[0].Remaining != 15+10 {
+		t.Errorf("a take of 15, above the cell's 10: %+v %+v; want it from Redis' part (15 left there, 10 in the cell)", d, st[0])
+	}
+	if h := f.behind.last(t); h[0].Cost != 15 || h[0].Limit != redisPart {
+		t.Errorf("behind got %+v, want the take of 15 whole at Redis' part", h)
+	}
+}
+
+// skipping answers Skipped (--redis-failure local while Redis fails).
+type skipping struct{ bucket.Limiter }
+
+func (skipping) Hit(context.Context, []bucket.Hit, []bucket.State) (bucket.Decision, error) {
+	return bucket.Decision{Allowed: true, Answer: bucket.Skipped}, nil
+}
+
+// A call the layer behind skips is skipped whole: the cells' tokens go
+// back. One whose takes all fit the cells is still decided by them.
+func TestSkippedBehindGivesBack(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	l := share.New(share.Options{Inner: skipping{f.behind}, Membership: f.member, Clock: f.clock})
+	hits := []bucket.Hit{takeOf("a", 4), {Key: key("b"), Limit: perMinute, Cost: 1}}
+	st := make([]bucket.State, 2)
+	if d, _ := l.Hit(context.Background(), hits, st); d.Answer != bucket.Skipped {
+		t.Fatalf("decision %+v, want Skipped", d)
+	}
+	if d, _ := l.Hit(context.Background(), []bucket.Hit{takeOf("a", 10)}, st); d.Answer != bucket.Decided || !d.Allowed || st[0].Remaining != 0 {
+		t.Errorf("the cell's 10 tokens: %+v %+v, want decided by the cell", d, st[0])
+	}
+}
+
+// fallingBack answers as the fail-open switch does while Redis fails:
+// decided, by its fallback.
+type fallingBack struct{ bucket.Limiter }
+
+func (f fallingBack) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.State) (bucket.Decision, error) {
+	d, err := f.Limiter.Hit(ctx, hits, states)
+	d.Answer = bucket.Fallback
+	return d, err
+}
+
+// While the layer behind answers from its fallback, the cells keep
+// deciding what fits them, and the rest reports the fallback's answer.
+func TestFallbackBehind(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	l := share.New(share.Options{Inner: fallingBack{f.behind}, Membership: f.member, Clock: f.clock})
+	st := make([]bucket.State, 1)
+	if d, _ := l.Hit(context.Background(), []bucket.Hit{takeOf("a", 10)}, st); d.Answer != bucket.Decided || !d.Allowed || f.behind.count() != 0 {
+		t.Errorf("a take that fits: %+v, %d calls behind; want decided by the cell", d, f.behind.count())
+	}
+	if d, _ := l.Hit(context.Background(), []bucket.Hit{takeOf("a", 1)}, st); d.Answer != bucket.Fallback || !d.Allowed {
+		t.Errorf("a take beyond the cell: %+v, want the fallback's answer", d)
+	}
+}
+
+// A call decided by the cells allocates nothing.
+func TestCellsDoNotAllocate(t *testing.T) {
+	if raceDetector {
+		t.Skip("the race detector allocates")
+	}
+	f := newFixture(t, 3, 0)
+	hits := []bucket.Hit{takeOf("a", 1), takeOf("b", 1), takeOf("c", 1)}
+	hits[0].Limit.Burst, hits[1].Limit.Burst, hits[2].Limit.Burst = 1<<40, 1<<40, 1<<40
+	st := make([]bucket.State, 3)
+	f.l.Hit(context.Background(), hits, st) // the cells exist, the pool holds a scratch
+	if n := testing.AllocsPerRun(100, func() { f.l.Hit(context.Background(), hits, st) }); n != 0 {
+		t.Errorf("a call decided by the cells allocates %v times, want 0", n)
+	}
+}
+
+// A call whose gives need a second call of the cells keeps what the first
+// one decided: its take, which fit, goes nowhere else.
+func TestGivesKeepTheTakesDecided(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	f.hit(t, takeOf("a", 10))
+	f.hit(t, takeOf("b", 10))
+	give := func(k string) bucket.Hit { h := takeOf(k, 1); h.Give = true; return h }
+	if d, st := f.hit(t, takeOf("c", 1), give("a"), give("b")); !d.Allowed || st[0].Remaining != 9 || f.behind.count() != 0 {
+		t.Errorf("a take that fits and two gives the cells absorb: %+v %+v, %d calls behind; want all decided by the cells", d, st, f.behind.count())
+	}
+}

@@ -1,0 +1,76 @@
+package node
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	redisbackend "github.com/sluice-rls/sluice/backend/redis"
+	"github.com/sluice-rls/sluice/internal/redistest"
+)
+
+// The stand-in holds no share before a heartbeat has succeeded, then
+// sizes shares by the live count plus one.
+func TestShareMembership(t *testing.T) {
+	srv := redistest.Start(t)
+	nodes := redisbackend.NewNodes(redisbackend.NodesOptions{Client: srv.Client(), ID: "a", Prefix: "sm", Timeout: time.Second})
+	m := shareMembership(nodes)
+	if n, ok := m.Share(); ok {
+		t.Errorf("before a heartbeat: Share() = %d, true; want no share", n)
+	}
+	if err := nodes.Beat(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := m.Share(); !ok || n != 2 {
+		t.Errorf("after a heartbeat of the only node: Share() = %d, %t; want 2, true", n, ok)
+	}
+}
+
+// A node on Redis decides a rule with a share from its share once it has
+// reached the registry: requests far below the limit make no Redis call.
+func TestServeShares(t *testing.T) {
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	rules := "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 600, share: 0.5}\n"
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(rules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions()
+	o.Config = dir
+	o.Redis, o.RedisTimeout = "redis://"+srv.Addr()+"/0", time.Second
+	s := start(t, o)
+	metric := func(re string) float64 {
+		_, body := httpGet(t, s.HTTP()+"/metrics")
+		m := regexp.MustCompile(`(?m)^` + re + ` (\S+)$`).FindStringSubmatch(body)
+		if m == nil {
+			return -1
+		}
+		v, _ := strconv.ParseFloat(m[1], 64)
+		return v
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for metric(`ratelimit_share_nodes`) <= 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no share held 10 s after the start:\n%s", s.Log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := range 20 {
+		resp, err := s.Client().ShouldRateLimit(context.Background(), edgeRequest("user", "u1"))
+		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("request %d: %v, %v", i, resp.GetOverallCode(), err)
+		}
+	}
+	if got := metric(`ratelimit_share_decisions_total\{answer="share"\}`); got != 20 {
+		t.Errorf("ratelimit_share_decisions_total{answer=share} = %v, want 20", got)
+	}
+	if got := metric(`ratelimit_memory_buckets\{backend="share"\}`); got != 1 {
+		t.Errorf("ratelimit_memory_buckets{backend=share} = %v, want 1", got)
+	}
+}
