@@ -50,19 +50,20 @@ if mine and seq <= mine.seq then
   return redis.error_reply('STALE heartbeat ' .. seq .. ' after ' .. mine.seq)
 end
 
--- Lost state (a new or flushed registry, a Redis without this script, a
--- share Redis does not know of): for one TTL nobody is admitted and no
--- holder grows, so every share sized before the loss is re-registered or
--- fenced by its node before anyone relies on the registry again.
-if not settle or ARGV[6] == '1' or (ack > 0 and (mine == nil or mine.held == 0)) then
+-- Lost state (a new, flushed or expired registry, or a Redis without this
+-- script: restarted, perhaps from an older snapshot): for one TTL nobody is
+-- admitted and no holder grows, so every share sized before the loss is
+-- registered again or ended by its node before the registry is relied on.
+if not settle or ARGV[6] == '1' then
   settle = math.max(settle or 0, now + ttl)
 end
 local settling = now < settle
 
 local n, admitted, bound = live, 0, 0
 if ack > 0 then
-  -- A holder keeps its share. Until its reply arrives it still uses ack,
-  -- after it n: held is the smaller.
+  -- A holder keeps its share (after a loss too: it is registered again).
+  -- Until its reply arrives it still uses ack, after it n: held is the
+  -- smaller.
   admitted = 1
   if settling then n = math.max(ack, live) end
   bound = math.min(ack, n)

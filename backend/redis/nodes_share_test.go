@@ -324,6 +324,22 @@ func TestShareLeave(t *testing.T) {
 	f.want(k, 3, true)
 }
 
+// TestShareReplacement: a node joining after another left, before the
+// holders grew, is admitted at its first heartbeat: they still size by the
+// count it makes (a rolling deploy).
+func TestShareReplacement(t *testing.T) {
+	f := newFleet(t)
+	f.add("a", 1)
+	f.add("b", 1)
+	c := f.add("c", 1)
+	f.admitAll()
+	c.n.leave()
+	f.remove(c)
+	k := f.add("k", 1)
+	f.mustBeat(k)
+	f.want(k, 3, true)
+}
+
 // TestShareReplyLost: a holder whose reply (telling it to shrink) is lost
 // keeps its smaller n, and Redis counts on that: the joining node waits.
 func TestShareReplyLost(t *testing.T) {
@@ -365,11 +381,12 @@ func TestShareLateHeartbeat(t *testing.T) {
 	f.mustBeat(k, b, b) // b reports 3
 	// The late heartbeat arrives: a's ack of 3 is no longer true.
 	keys := []string{a.n.key, a.n.shareKey}
-	if err := f.script.Run(context.Background(), f.admin, keys, late...).Err(); err == nil || !strings.Contains(err.Error(), "STALE") {
-		t.Fatalf("late heartbeat: %v, want a STALE error", err)
-	}
+	err := f.script.Run(context.Background(), f.admin, keys, late...).Err()
 	f.mustBeat(k)
 	f.want(k, 3, false)
+	if err == nil || !strings.Contains(err.Error(), "STALE") {
+		t.Fatalf("late heartbeat: %v, want a STALE error", err)
+	}
 	f.mustBeat(a, a, k)
 	f.want(k, 3, true)
 }
