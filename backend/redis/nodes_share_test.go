@@ -408,6 +408,13 @@ func TestShareFlushAll(t *testing.T) {
 			if first == "holder" {
 				order = []*member{a, z, b}
 			}
+			f.advance(100 * time.Millisecond)
+			f.mustBeat(order[0])
+			if first == "holder" {
+				f.want(a, 3, true) // a holder keeps its share, unchanged
+			} else {
+				f.want(z, 1, false)
+			}
 			runAfterLoss(f, order)
 			for _, m := range order {
 				f.want(m, 3, true)
