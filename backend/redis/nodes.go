@@ -175,8 +175,8 @@ func (n *Nodes) leave() {
 
 // Run beats every Every until ctx is done, then leaves: this process' share
 // ends and the node is removed from the registry (best effort), so the
-// others count it out at once. Failed heartbeats
-// go to onError (may be nil); the last count is kept.
+// others count it out at once. Failed heartbeats go to onError (may be
+// nil); the last count is kept.
 func (n *Nodes) Run(ctx context.Context, onError func(error)) {
 	t := n.opts.Clock.NewTicker(n.opts.Every)
 	defer t.Stop()
