@@ -340,6 +340,26 @@ func TestShareReplacement(t *testing.T) {
 	f.want(k, 3, true)
 }
 
+// TestShareRestartedProcess: a process restarted under its ID (pid 1 in a
+// container) is registered at its first heartbeat, though the dead one's
+// heartbeats numbered higher, and is admitted once the dead one's entry,
+// and with it the share it may still have held, expired.
+func TestShareRestartedProcess(t *testing.T) {
+	f := newFleet(t)
+	a, b := f.add("a", 1), f.add("b", 1)
+	f.admitAll()
+	f.remove(b)
+	b2 := f.add("b", 1)
+	f.mustBeat(b2)
+	f.want(b2, 3, false) // counted beside the dead b
+	for range int(testTTL/testEvery) + 1 {
+		f.advance(testEvery)
+		f.mustBeat(a, b2)
+	}
+	f.want(b2, 2, true)
+	f.want(a, 2, true)
+}
+
 // TestShareReplyLost: a holder whose reply (telling it to shrink) is lost
 // keeps its smaller n, and Redis counts on that: the joining node waits.
 func TestShareReplyLost(t *testing.T) {
