@@ -660,3 +660,32 @@ func testShareRealClock(t *testing.T, client goredis.UniversalClient) {
 	beating = beating[1:]
 	until("growth", func() bool { n, ok := b.Share(); return ok && n == 1 })
 }
+
+// BenchmarkShareBeat measures one heartbeat (a round trip and nodes.lua)
+// beside 0, 10, 100 and 1000 other live processes in the share registry:
+// each heartbeat reads them all.
+func BenchmarkShareBeat(b *testing.B) {
+	srv := redistest.Start(b)
+	client := srv.Client()
+	ctx := context.Background()
+	for _, others := range []int{0, 10, 100, 1000} {
+		b.Run(fmt.Sprint(others), func(b *testing.B) {
+			n := NewNodes(NodesOptions{Client: client, ID: "bench", TTL: time.Hour})
+			if err := client.FlushAll(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			exp := time.Now().Add(time.Hour).UnixMilli()
+			for i := range others {
+				if err := client.HSet(ctx, n.shareKey, fmt.Sprintf("other-%d#x", i), fmt.Sprintf("%d 1 %d", exp, others+1)).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := n.Beat(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
