@@ -25,8 +25,7 @@ descriptors:
 // fleet admits no more than burst + rate × T, and the shares answer.
 //
 // The floor is 95% of what Redis' part and the three nodes' shares of n
-// admit together (node/shares.go's stand-in sizes shares by the live count
-// plus one, n = 4, leaving a quarter of the shared half unused).
+// admit together (shares sized by n from the registry's admission).
 func TestShareNeverOver(t *testing.T) {
 	t.Parallel()
 	for _, rule := range []string{"exact", "leased"} {

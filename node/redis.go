@@ -116,11 +116,10 @@ func newRedisGlobal(ctx context.Context, st Options, log *slog.Logger, reg prome
 	// Standing shares in front of the switch: they keep deciding while
 	// Redis fails. Wired whatever the rules: a reload may add a share, and
 	// every node must then split the limit alike (decision 0021).
-	members := shareMembership(nodes)
-	shares := standing.New(standing.Options{Inner: sw, Membership: members, MaxBuckets: st.MaxBuckets, Metrics: standing.NewMetrics(reg)})
+	shares := standing.New(standing.Options{Inner: sw, Membership: nodes, MaxBuckets: st.MaxBuckets, Metrics: standing.NewMetrics(reg)})
 	go shares.Run(ctx)
 	registerBucketGauge(reg, "share", shares.Len)
-	standing.RegisterNodes(reg, members)
+	standing.RegisterNodes(reg, nodes)
 	return globalLayer{limiter: shares, sw: sw, redis: client, close: closeAll, redisOpts: opts}, nil
 }
 

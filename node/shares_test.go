@@ -11,26 +11,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
-
-// The stand-in holds no share before a heartbeat has succeeded, then
-// sizes shares by the live count plus one.
-func TestShareMembership(t *testing.T) {
-	srv := redistest.Start(t)
-	nodes := redisbackend.NewNodes(redisbackend.NodesOptions{Client: srv.Client(), ID: "a", Prefix: "sm", Timeout: time.Second})
-	m := shareMembership(nodes)
-	if n, ok := m.Share(); ok {
-		t.Errorf("before a heartbeat: Share() = %d, true; want no share", n)
-	}
-	if err := nodes.Beat(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if n, ok := m.Share(); !ok || n != 2 {
-		t.Errorf("after a heartbeat of the only node: Share() = %d, %t; want 2, true", n, ok)
-	}
-}
 
 // A node on Redis decides a rule with a share from its share once it has
 // reached the registry: requests far below the limit make no Redis call.

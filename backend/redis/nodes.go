@@ -4,6 +4,9 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,11 +17,13 @@ import (
 //go:embed nodes.lua
 var nodesLua string
 
-// Heartbeat defaults: every second, expiring after three
-// (docs/operations.md, "N: the node registry").
+// Heartbeat defaults: every second, expiring after three, a standing share
+// ending half a second before its heartbeat expires (docs/operations.md,
+// "N: the node registry").
 const (
 	DefaultHeartbeatEvery = time.Second
 	DefaultHeartbeatTTL   = 3 * time.Second
+	DefaultShareMargin    = 500 * time.Millisecond
 )
 
 // NodesOptions configures Nodes.
@@ -29,18 +34,35 @@ type NodesOptions struct {
 	Every   time.Duration           // heartbeat interval (DefaultHeartbeatEvery when 0)
 	TTL     time.Duration           // a heartbeat's lifetime (DefaultHeartbeatTTL when 0)
 	Timeout time.Duration           // deadline of one heartbeat (Every when 0)
-	Clock   clockwork.Clock         // ticks the heartbeats (clockwork.NewRealClock() when nil)
+	// Margin: a standing share ends TTL − Margin after the last successful
+	// heartbeat was sent, by Clock, so before Redis expires the heartbeat
+	// (DefaultShareMargin when 0; see Share).
+	Margin time.Duration
+	Clock  clockwork.Clock // ticks the heartbeats and ends shares (clockwork.NewRealClock() when nil)
 }
 
 // Nodes keeps this node registered in Redis and knows how many sluice nodes
 // are alive: the N of the fallback share rate/N. It remembers the last
-// count seen, so it keeps answering while Redis is down.
+// count seen, so it keeps answering while Redis is down. It also admits
+// this process to a standing share (Share).
 type Nodes struct {
-	opts   NodesOptions
-	key    string
-	script *goredis.Script
-	count  atomic.Int64
-	seen   atomic.Bool // a heartbeat has succeeded
+	opts     NodesOptions
+	key      string // the node set (Count)
+	shareKey string // the share registry, in key's hash slot
+	field    string // this process in the share registry: ID#incarnation
+	script   *goredis.Script
+	count    atomic.Int64
+	seen     atomic.Bool // a heartbeat has succeeded
+	share    atomic.Pointer[share]
+
+	mu  sync.Mutex // one heartbeat (or the leave) at a time: replies apply in order
+	seq int64      // the last heartbeat's sequence number
+}
+
+// share is what the last successful heartbeat said of this process' share.
+type share struct {
+	n     int       // the count a share is sized by
+	until time.Time // the share ends then; zero: no share
 }
 
 // NewNodes returns a registry that counts only this node until its first
@@ -55,12 +77,22 @@ func NewNodes(opts NodesOptions) *Nodes {
 	if opts.Timeout <= 0 {
 		opts.Timeout = opts.Every
 	}
+	if opts.Margin <= 0 {
+		opts.Margin = DefaultShareMargin
+	}
 	if opts.Clock == nil {
 		opts.Clock = clockwork.NewRealClock()
 	}
 	key := newKeyspace(opts.Prefix).prefix + ":{nodes}"
-	n := &Nodes{opts: opts, key: key, script: goredis.NewScript(nodesLua)}
+	n := &Nodes{
+		opts: opts, key: key, shareKey: key + ":share",
+		// A restarted process may reuse its ID (pid 1 in a container):
+		// its share entry must not be the dead one's.
+		field:  opts.ID + "#" + strconv.FormatUint(rand.Uint64(), 36),
+		script: goredis.NewScript(nodesLua),
+	}
 	n.count.Store(1)
+	n.share.Store(&share{n: 1})
 	return n
 }
 
@@ -72,23 +104,79 @@ func (n *Nodes) Count() int { return int(max(n.count.Load(), 1)) }
 // while Redis is down Count keeps the last count seen.
 func (n *Nodes) Seen() bool { return n.seen.Load() }
 
-// Beat sends one heartbeat and updates the count.
+// Share reports whether this process may hold a standing share and the node
+// count n its share is sized by (its share of a rule is f/n). At every
+// instant the processes holding one number at most the n each of them
+// uses, so their shares add up to at most f (docs/decisions/0022-share-admission.md):
+// a process is admitted only once every holder sizes by the count it
+// makes; a holder grows (smaller n) only on a count Redis gave it; and ok
+// ends TTL − Margin after the last successful heartbeat was sent, by this
+// node's clock, before Redis expires that heartbeat and the others grow.
+// Before the first heartbeat, and while Redis is unreachable for that long,
+// ok is false. A caller spends a share only right after ok: Margin also
+// covers the time between the call and the spending.
+func (n *Nodes) Share() (count int, ok bool) {
+	s := n.share.Load()
+	return s.n, n.opts.Clock.Now().Before(s.until)
+}
+
+// Beat sends one heartbeat and updates the count and the share.
 func (n *Nodes) Beat(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, n.opts.Timeout)
 	defer cancel()
-	ttl := n.opts.TTL.Milliseconds()
-	v, err := n.script.Run(ctx, n.opts.Client, []string{n.key}, n.opts.ID, ttl).Int64()
+	n.seq++
+	sent := n.opts.Clock.Now()
+	ack := 0 // the n this process sizes its share by, 0 without one
+	if s := n.share.Load(); sent.Before(s.until) {
+		ack = s.n
+	}
+	keys := []string{n.key, n.shareKey}
+	args := []any{n.opts.ID, n.opts.TTL.Milliseconds(), n.field, n.seq, ack, 0}
+	// Run by hand rather than with Script.Run: a Redis lacking the script
+	// may have lost the registry, which the script must be told.
+	v, err := n.script.EvalSha(ctx, n.opts.Client, keys, args...).Int64Slice()
+	if goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		args[len(args)-1] = 1
+		v, err = n.script.Eval(ctx, n.opts.Client, keys, args...).Int64Slice()
+	}
 	if err != nil {
 		return fmt.Errorf("backend/redis: heartbeat: %w", err)
 	}
-	n.count.Store(max(v, 1))
+	if len(v) != 3 {
+		return fmt.Errorf("backend/redis: heartbeat: reply %v, want 3 integers", v)
+	}
+	n.count.Store(max(v[0], 1))
 	n.seen.Store(true)
+	next := &share{n: int(max(v[1], 1))}
+	if v[2] == 1 {
+		next.until = sent.Add(n.opts.TTL - n.opts.Margin)
+	}
+	n.share.Store(next)
 	return nil
 }
 
-// Run beats every Every until ctx is done, then removes this node from the
-// set (best effort), so the others count it out at once. Failed heartbeats
-// go to onError (may be nil); the last count is kept.
+// leave ends this process' share, then removes the node from the node set
+// and the process from the share registry (best effort), so the others
+// count it out at once.
+func (n *Nodes) leave() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.share.Store(&share{n: n.share.Load().n})
+	ctx, cancel := context.WithTimeout(context.Background(), n.opts.Timeout)
+	defer cancel()
+	_, _ = n.opts.Client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		p.ZRem(ctx, n.key, n.opts.ID)
+		p.HDel(ctx, n.shareKey, n.field)
+		return nil
+	})
+}
+
+// Run beats every Every until ctx is done, then leaves: this process' share
+// ends and the node is removed from the registry (best effort), so the
+// others count it out at once. Failed heartbeats go to onError (may be
+// nil); the last count is kept.
 func (n *Nodes) Run(ctx context.Context, onError func(error)) {
 	t := n.opts.Clock.NewTicker(n.opts.Every)
 	defer t.Stop()
@@ -98,9 +186,7 @@ func (n *Nodes) Run(ctx context.Context, onError func(error)) {
 		}
 		select {
 		case <-ctx.Done():
-			leave, cancel := context.WithTimeout(context.Background(), n.opts.Timeout)
-			n.opts.Client.ZRem(leave, n.key, n.opts.ID)
-			cancel()
+			n.leave()
 			return
 		case <-t.Chan():
 		}
