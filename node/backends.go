@@ -43,12 +43,14 @@ func newBackends(ctx context.Context, st Options, log *slog.Logger, reg promethe
 // globalLayer is the cluster-wide layer as the node wires it.
 type globalLayer struct {
 	limiter bucket.Limiter
-	sw      *fallback.Limiter       // the fail-open switch in front of Redis; nil without Redis
-	redis   goredis.UniversalClient // nil without Redis
-	close   func()
-	// redisOpts are the Redis client's options, for runtime overrides;
-	// nil without Redis.
-	redisOpts *goredis.UniversalOptions
+	sw      *fallback.Limiter // the fail-open switch in front of Redis; nil without Redis
+	// control is the client of what is off the request path: the audit
+	// stream and the adaptive lock; controlOpts are its options, for the
+	// runtime overrides' own client (pub/sub holds a connection). Both nil
+	// without Redis.
+	control     goredis.UniversalClient
+	controlOpts *goredis.UniversalOptions
+	close       func()
 }
 
 // backend names the global layer's backend in the "serving" log line.

@@ -82,17 +82,17 @@ func (n *Node) Run(ctx context.Context) error {
 		return err
 	}
 	defer layers.global.close()
-	defer trail.startStream(layers.global.redis)() // stopped before the client closes
+	defer trail.startStream(layers.global.control)() // stopped before the client closes
 	secrets, err := startEmergency(ctx, st.Emergency, log, reg)
 	if err != nil {
 		return err
 	}
-	ovr, err := startOverrides(ctx, st, layers.global.redisOpts, rules.store, trail, log, reg)
+	ovr, err := startOverrides(ctx, st, layers.global.controlOpts, rules.store, trail, log, reg)
 	if err != nil {
 		return err
 	}
 	defer ovr.stop()
-	stopAdaptive, err := startAdaptive(ctx, adaptiveCfg, st, layers.global.redis, ovr.mgr, rules.store, trail, log, reg)
+	stopAdaptive, err := startAdaptive(ctx, adaptiveCfg, st, layers.global.control, ovr.mgr, rules.store, trail, log, reg)
 	if err != nil {
 		return err
 	}

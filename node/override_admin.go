@@ -47,6 +47,7 @@ func startOverrides(ctx context.Context, st Options, redisOpts *goredis.Universa
 	if redisOpts != nil {
 		// A client of its own, on the global layer's options (TLS, client
 		// certificate, sockets): the subscription holds a connection for good.
+		// controlOptions: off the request path, the Manager's deadlines.
 		client := goredis.NewUniversalClient(redisOpts)
 		store = redisstore.New(redisstore.Options{Client: client})
 		closeStore = func() { _ = client.Close() }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rls/sluice/internal/redistest"
 	"github.com/sluice-rls/sluice/override"
 )
 
@@ -106,5 +107,39 @@ func TestAdminRefusesFarLoosening(t *testing.T) {
 		if resp.StatusCode < 400 || resp.StatusCode >= 500 || !strings.Contains(b.String(), tt.want) {
 			t.Errorf("POST %s: %d %s, want refused with %q", tt.body, resp.StatusCode, b.String(), tt.want)
 		}
+	}
+}
+
+// TestOverrideSetOutlastsDecisionTimeout: an operator's override on a node
+// on Redis is written while Redis stalls longer than the decisions'
+// timeouts allow (--redis-timeout 10ms, so go-redis' socket timeouts of
+// 100ms): the override store's calls get the Manager's one second (on
+// main: 503, "i/o timeout", the socket timeout winning over the context's
+// deadline).
+func TestOverrideSetOutlastsDecisionTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	writeTokens(t, tokens, "alice:alice-token-0123456789\n")
+	o := testOptions()
+	o.AdminAddr = "127.0.0.1:0"
+	o.Overrides.AdminTokenFile = tokens
+	o.Redis, o.RedisTimeout = "redis://"+srv.Addr()+"/0", 10*time.Millisecond
+	s := start(t, o)
+	admin := "http://" + s.Addrs().Admin.String()
+	// Every other client waits 400ms; this one's CLIENT PAUSE returns at once.
+	if err := srv.Client().Do(t.Context(), "CLIENT", "PAUSE", "400", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", admin+"/overrides", strings.NewReader(`{"domain":"edge","value":"user_id=worm","kind":"block","reason":"leaked key"}`))
+	req.Header.Set("Authorization", "Bearer alice-token-0123456789")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("block while Redis stalls 400ms: %d %s, want 200", resp.StatusCode, b.String())
 	}
 }

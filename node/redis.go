@@ -37,8 +37,9 @@ const (
 
 // newRedisGlobal connects the global layer to --redis, wrapped in the
 // fail-open switch: a memory fallback enforcing this node's share, the
-// node registry that gives N, and the probe. The layer keeps the client,
-// for the audit stream, and its options, for the runtime overrides' own
+// node registry that gives N, and the probe. The layer keeps a control
+// client beside the decisions' (controlOptions), for the audit stream and
+// the adaptive lock, and its options, for the runtime overrides' own
 // client (pub/sub holds a connection).
 func newRedisGlobal(ctx context.Context, st Options, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (globalLayer, error) {
 	opts, err := redisbackend.ParseURL(st.Redis, st.RedisTimeout)
@@ -59,6 +60,8 @@ func newRedisGlobal(ctx context.Context, st Options, log *slog.Logger, reg prome
 	// lines follow --log-format and --log-level.
 	goredis.SetLogger(redisLogger{log})
 	client := goredis.NewUniversalClient(opts)
+	controlOpts := controlOptions(opts)
+	control := goredis.NewUniversalClient(controlOpts)
 	lim := redisbackend.New(redisbackend.Options{Client: client, Timeout: st.RedisTimeout, Tracer: tracer})
 
 	nodes := redisbackend.NewNodes(redisbackend.NodesOptions{Client: client, ID: nodeName()})
@@ -112,6 +115,7 @@ func newRedisGlobal(ctx context.Context, st Options, log *slog.Logger, reg prome
 		<-nodesDone // it deregisters this node before the client closes
 		lim.Close() // fails what is queued, waits for calls in flight
 		_ = client.Close()
+		_ = control.Close()
 	}
 	// Standing shares in front of the switch: they keep deciding while
 	// Redis fails. Wired whatever the rules: a reload may add a share, and
@@ -120,7 +124,25 @@ func newRedisGlobal(ctx context.Context, st Options, log *slog.Logger, reg prome
 	go shares.Run(ctx)
 	registerBucketGauge(reg, "share", shares.Len)
 	standing.RegisterNodes(reg, nodes)
-	return globalLayer{limiter: shares, sw: sw, redis: client, close: closeAll, redisOpts: opts}, nil
+	return globalLayer{limiter: shares, sw: sw, control: control, controlOpts: controlOpts, close: closeAll}, nil
+}
+
+// controlTimeout bounds a control call's reads and writes on the socket.
+// Each caller's context brings a sooner deadline (the override Manager's
+// and the audit stream's one second).
+const controlTimeout = 5 * time.Second
+
+// controlOptions are the options of the clients that read and write
+// overrides, audit events and the adaptive lock: the decisions' (address,
+// TLS, client certificate, sockets) without their socket timeouts, which
+// are the backstop of --redis-timeout (10 × 10ms by default). go-redis
+// takes the sooner of a socket timeout and the context's deadline, so with
+// the decisions' an operator's override failed whenever Redis or the node
+// stalled for 100ms.
+func controlOptions(o *goredis.UniversalOptions) *goredis.UniversalOptions {
+	c := *o
+	c.ReadTimeout, c.WriteTimeout, c.PoolTimeout = controlTimeout, controlTimeout, controlTimeout
+	return &c
 }
 
 // Sources of N, the values of ratelimit_fallback_nodes' source label.
