@@ -95,17 +95,8 @@ func TestAdminRefusesFarLoosening(t *testing.T) {
 		{`{"kind":"shadow","reason":"r","expires_in":"1h"}`, "shadow needs a domain"},
 		{`{"domain":"edge","rule":"edge.login","kind":"shadow","reason":"r","expires_in":"1h"}`, "cannot be shadowed"},
 	} {
-		req, _ := http.NewRequest("POST", srv.URL+"/overrides", strings.NewReader(tt.body))
-		req.Header.Set("Authorization", "Bearer alice-token-0123456789")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b bytes.Buffer
-		_, _ = b.ReadFrom(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode < 400 || resp.StatusCode >= 500 || !strings.Contains(b.String(), tt.want) {
-			t.Errorf("POST %s: %d %s, want refused with %q", tt.body, resp.StatusCode, b.String(), tt.want)
+		if code, body := postOverride(t, srv.URL, "alice-token-0123456789", tt.body); code < 400 || code >= 500 || !strings.Contains(body, tt.want) {
+			t.Errorf("POST %s: %d %s, want refused with %q", tt.body, code, body, tt.want)
 		}
 	}
 }
@@ -130,16 +121,23 @@ func TestOverrideSetOutlastsDecisionTimeout(t *testing.T) {
 	if err := srv.Client().Do(t.Context(), "CLIENT", "PAUSE", "400", "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequest("POST", admin+"/overrides", strings.NewReader(`{"domain":"edge","value":"user_id=worm","kind":"block","reason":"leaked key"}`))
-	req.Header.Set("Authorization", "Bearer alice-token-0123456789")
+	if code, body := postOverride(t, admin, "alice-token-0123456789", `{"domain":"edge","value":"user_id=worm","kind":"block","reason":"leaked key"}`); code != http.StatusOK {
+		t.Errorf("block while Redis stalls 400ms: %d %s, want 200", code, body)
+	}
+}
+
+// postOverride POSTs body to base's /overrides with token and returns the
+// status and body.
+func postOverride(t *testing.T, base, token, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+"/overrides", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
 	var b bytes.Buffer
 	_, _ = b.ReadFrom(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("block while Redis stalls 400ms: %d %s, want 200", resp.StatusCode, b.String())
-	}
+	return resp.StatusCode, b.String()
 }

@@ -32,24 +32,8 @@ func TestExportBothProtocols(t *testing.T) {
 		col := tc.start(t)
 		endpoint := tc.endpoint(col)
 		t.Run(tc.protocol+" "+endpoint, func(t *testing.T) {
-			p, err := tracing.New(context.Background(), tracing.Options{Endpoint: endpoint, Protocol: tc.protocol, Insecure: true, SampleRatio: 1, Version: "v1.2.3"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, span := p.Tracer().Start(context.Background(), "probe-span")
-			span.End()
-			if err := p.Shutdown(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			spans := otlptest.Named(col.Spans(), "probe-span")
-			if len(spans) != 1 {
-				t.Fatalf("%d spans named probe-span, want 1", len(spans))
-			}
-			for k, want := range map[string]string{"service.name": "edge-limits", "service.version": "v1.2.3", "deployment.environment": "prod", "team": "edge"} {
-				if got := spans[0].Resource[k]; got != want {
-					t.Errorf("resource %s = %q, want %q", k, got, want)
-				}
-			}
+			exportOne(t, tracing.Options{Endpoint: endpoint, Protocol: tc.protocol, Insecure: true, SampleRatio: 1, Version: "v1.2.3"}, col,
+				map[string]string{"service.name": "edge-limits", "service.version": "v1.2.3", "deployment.environment": "prod", "team": "edge"})
 			if got := col.Header("x-tenant"); len(got) != 1 || got[0] != "acme" {
 				t.Errorf("header x-tenant = %q, want acme (OTEL_EXPORTER_OTLP_HEADERS)", got)
 			}
@@ -90,5 +74,29 @@ func TestBadEndpointFailsAtStart(t *testing.T) {
 	}
 	if _, err := tracing.New(context.Background(), tracing.Options{Endpoint: grpcCol.Addr(), Protocol: "http/json", Insecure: true}); err == nil || !strings.Contains(err.Error(), "http/protobuf") {
 		t.Errorf("New with protocol http/json = %v, want an error listing the protocols", err)
+	}
+}
+
+// exportOne exports one span through a Provider of opts to col and checks
+// the resource attributes of want on it.
+func exportOne(t *testing.T, opts tracing.Options, col *otlptest.Collector, want map[string]string) {
+	t.Helper()
+	p, err := tracing.New(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := p.Tracer().Start(context.Background(), "probe-span")
+	span.End()
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spans := otlptest.Named(col.Spans(), "probe-span")
+	if len(spans) != 1 {
+		t.Fatalf("%d spans named probe-span, want 1", len(spans))
+	}
+	for k, v := range want {
+		if got := spans[0].Resource[k]; got != v {
+			t.Errorf("resource %s = %q, want %q", k, got, v)
+		}
 	}
 }

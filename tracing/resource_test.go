@@ -1,7 +1,6 @@
 package tracing_test
 
 import (
-	"context"
 	"slices"
 	"testing"
 
@@ -39,25 +38,8 @@ func TestResourceWinsOverEnvironment(t *testing.T) {
 	t.Setenv("OTEL_SERVICE_NAME", "from-env")
 	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "team=edge")
 	col := otlptest.Start(t)
-	p, err := tracing.New(context.Background(), tracing.Options{
+	exportOne(t, tracing.Options{
 		Endpoint: col.Addr(), Insecure: true, SampleRatio: 1,
 		Resource: tracing.Resource{attribute.String("service.name", "envoy-ratelimit"), attribute.String("service.instance.id", "pod-0")},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, span := p.Tracer().Start(context.Background(), "probe-span")
-	span.End()
-	if err := p.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	spans := otlptest.Named(col.Spans(), "probe-span")
-	if len(spans) != 1 {
-		t.Fatalf("%d spans named probe-span, want 1", len(spans))
-	}
-	for k, want := range map[string]string{"service.name": "envoy-ratelimit", "service.instance.id": "pod-0", "team": "edge"} {
-		if got := spans[0].Resource[k]; got != want {
-			t.Errorf("resource %s = %q, want %q", k, got, want)
-		}
-	}
+	}, col, map[string]string{"service.name": "envoy-ratelimit", "service.instance.id": "pod-0", "team": "edge"})
 }
