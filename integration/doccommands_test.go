@@ -220,12 +220,10 @@ var docRewrites = []docRewrite{
 	{from: regexp.MustCompile(`^bin/rls `), to: "{tmp}/bin/rls ", why: "what make build built"},
 }
 
-// docEnv is added to the environment of every doc command: the nodes'
-// Redis calls get the time a busy test machine may take (the default,
-// 10ms, is for a production Redis next to the node), and the race
-// detector does not wait its default second at every exit of the binary
-// (a race is still reported, and halts, where it happens).
-var docEnv = []string{"RLS_REDIS_TIMEOUT=2s", "GORACE=halt_on_error=1 atexit_sleep_ms=0"}
+// docEnv is added to rlsEnv's environment for every doc command: the
+// nodes' Redis calls get the time a busy test machine may take (the
+// default, 10ms, is for a production Redis next to the node).
+var docEnv = []string{"RLS_REDIS_TIMEOUT=2s"}
 
 // docExit is a command the doc shows failing, with the exit status it
 // documents.
