@@ -10,8 +10,12 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 )
 
 // startTestNoop serves the no-op RLS on a free loopback port for one test.
@@ -45,6 +49,9 @@ func TestRunLoadAgainstNoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := summarize(settings{callers: 4, conns: 2, pool: poolOptions{Mix: mixEnvoy}}, res)
+	if out.WarmupCalls != res.warmup {
+		t.Errorf("warmup_calls = %d, want the %d calls of the warmup", out.WarmupCalls, res.warmup)
+	}
 	if out.QPS <= 0 {
 		t.Errorf("qps = %v, want > 0", out.QPS)
 	}
@@ -89,6 +96,54 @@ func TestRunLoadPaced(t *testing.T) {
 	}
 }
 
+// countingServer answers OK, as the no-op does, and calls seen with the
+// number of calls answered so far.
+type countingServer struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	n    atomic.Int64
+	seen func(n int64)
+}
+
+func (s *countingServer) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	s.seen(s.n.Add(1))
+	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}, nil
+}
+
+// TestRunLoadCountsWarmup: every call that starts in the warmup counts
+// there, and none in the measured window. The warmup lasts an hour, and
+// the test ends the run once the server has answered 20 calls, so that no
+// pause of a busy machine can end the warmup first.
+func TestRunLoadCountsWarmup(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const calls = 20
+	srv := &countingServer{seen: func(n int64) {
+		if n == calls {
+			cancel()
+		}
+	}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(gs, srv)
+	go func() { _ = gs.Serve(lis) }()
+	defer gs.Stop()
+	pool, err := buildPool(poolOptions{Mix: mixHot, Domain: "edge"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := runLoad(ctx, loadOptions{Addrs: []string{lis.Addr().String()}, Callers: 2, Conns: 1, Warmup: time.Hour, Duration: time.Millisecond, Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.warmup < calls || res.total() != 0 || res.hist.n != 0 {
+		t.Errorf("warmup %d calls, measured %d (%d latencies); want at least the %d the server answered in the warmup, none measured",
+			res.warmup, res.total(), res.hist.n, calls)
+	}
+}
+
 func TestRunPrintsOneJSONLine(t *testing.T) {
 	addr := startTestNoop(t)
 	args := []string{"-addr", addr, "-c", "4", "-conns", "2", "-d", "300ms", "-warmup", "50ms",
@@ -98,8 +153,16 @@ func TestRunPrintsOneJSONLine(t *testing.T) {
 		args = append(args, "-server-pid", strconv.Itoa(os.Getpid()))
 	}
 	var stdout, stderr bytes.Buffer
+	cpu0, err := processCPU(os.Getpid())
+	if onLinux && err != nil {
+		t.Fatal(err)
+	}
 	if err := run(context.Background(), args, &stdout, &stderr); err != nil {
 		t.Fatalf("run(%q) = %v; stderr: %s", args, err, stderr.String())
+	}
+	cpu1, err := processCPU(os.Getpid())
+	if onLinux && err != nil {
+		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	if len(lines) != 1 {
@@ -109,15 +172,26 @@ func TestRunPrintsOneJSONLine(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[0]), &o); err != nil {
 		t.Fatalf("output %q: %v", lines[0], err)
 	}
-	if o.Mix != "hot" || o.Backend != "noop" || o.Tag != "t" || o.C != 4 || o.Conns != 2 || o.DurationSec != 0.3 {
-		t.Errorf("output labels = %+v, want mix hot, backend noop, tag t, c 4, conns 2, duration 0.3s", o)
+	if o.Mix != "hot" || o.Backend != "noop" || o.Tag != "t" || o.C != 4 || o.Conns != 2 || o.DurationSec != 0.3 || o.WarmupSec != 0.05 {
+		t.Errorf("output labels = %+v, want mix hot, backend noop, tag t, c 4, conns 2, duration 0.3s, warmup 0.05s", o)
 	}
-	if o.QPS <= 0 || o.Errors != 0 || o.OK != o.Total || o.WarmupCalls == 0 {
-		t.Errorf("output = qps %v, errors %d, ok %d of %d, warmup %d; want qps > 0, no errors, all ok, warmup calls",
-			o.QPS, o.Errors, o.OK, o.Total, o.WarmupCalls)
+	// Whether the warmup made a call depends on the machine's load: a busy
+	// one can start the callers after it (TestRunLoadCountsWarmup counts it).
+	if o.QPS <= 0 || o.Errors != 0 || o.OK != o.Total {
+		t.Errorf("output = qps %v, errors %d, ok %d of %d; want qps > 0, no errors, all ok", o.QPS, o.Errors, o.OK, o.Total)
 	}
-	if onLinux && (o.ServerCPUMicros == nil || *o.ServerCPUMicros <= 0 || o.OtherCPUCores == nil) {
-		t.Errorf("server_cpu_us_per_req = %v, other_cpu_cores = %v; want > 0 and set", o.ServerCPUMicros, o.OtherCPUCores)
+	if !onLinux {
+		return
+	}
+	// The server's CPU in the window is this process', read with a 10 ms
+	// resolution: on a busy machine the window may be charged none, but
+	// never more than the whole run was.
+	if o.ServerCPUMicros == nil || o.OtherCPUCores == nil {
+		t.Fatalf("server_cpu_us_per_req = %v, other_cpu_cores = %v; want both set", o.ServerCPUMicros, o.OtherCPUCores)
+	}
+	if server := time.Duration(*o.ServerCPUMicros * float64(o.Total) * float64(time.Microsecond)); server < 0 || server > cpu1-cpu0+time.Microsecond {
+		t.Errorf("server CPU in the window = %v (%v µs × %d requests), want 0 to the %v this process used in the whole run",
+			server, *o.ServerCPUMicros, o.Total, cpu1-cpu0)
 	}
 }
 
