@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -332,5 +333,27 @@ func TestOverrideScaleKeepsConsumption(t *testing.T) {
 	oh.set(t, override.Override{Domain: "edge", Rule: "edge.user_id", Kind: override.KindScale, Factor: 1.5, Expires: harnessStart.Add(time.Hour)})
 	if got, _ := oh.grpcAdmitted(t, 10, req); got != 5 {
 		t.Errorf("after scaling 10/s to 15/s with 10 spent: admitted %d of 10, want exactly 5", got)
+	}
+}
+
+// TestBlockTellsNoRetry: a blocked value never passes, so its refusal
+// carries no retry-after, no x-ratelimit-retry-after-ms and no
+// retry_after_ms or reset in the body, as a cost above the burst (on main:
+// retry-after 1, and the client back every second).
+func TestBlockTellsNoRetry(t *testing.T) {
+	t.Parallel()
+	oh := newOverrideHarness(t)
+	oh.set(t, override.Override{Domain: "edge", Value: "api_key=leaked", Kind: override.KindBlock})
+	_, resp := oh.grpcAdmitted(t, 1, request("edge", desc("api_key=leaked")))
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("blocked value: %v, want OVER_LIMIT", resp.GetOverallCode())
+	}
+	for _, k := range []string{"retry-after", "x-ratelimit-retry-after-ms"} {
+		if v := headerValue(resp, k); v != "" {
+			t.Errorf("header %s: %q, want none", k, v)
+		}
+	}
+	if body := string(resp.GetRawBody()); strings.Contains(body, "retry_after_ms") || strings.Contains(body, "reset") || !strings.Contains(body, `"limit":0`) {
+		t.Errorf("body %s: want limit 0 and no retry_after_ms or reset", body)
 	}
 }

@@ -205,9 +205,10 @@ func (s *Server) respond(sc *scratch, req *rlsv3.RateLimitRequest, out *outcome)
 }
 
 // retryAfter is the wait until a refused descriptor's bucket has the
-// tokens again; never when no wait refills more than the burst.
+// tokens again; never when no wait can: a cost above the burst, or a limit
+// of 0 (a block, or requests_per_unit: 0), which never refills.
 func retryAfter(c chosen) time.Duration {
-	if c.hit.Limit.Requests > 0 && c.hit.Cost > c.hit.Limit.Burst {
+	if c.hit.Limit.Requests == 0 || c.hit.Cost > c.hit.Limit.Burst {
 		return never
 	}
 	return c.state.RetryAfter
