@@ -115,7 +115,7 @@ func TestGlobalSharedAcrossNodes(t *testing.T) {
 		nodes[0].Check(t, "global", "shared="+v, "burst="+v, "refill="+v)
 	}
 	n := checkKeyHygiene(t, []*goredis.Client{s.Client()}, longestRefill+time.Second)
-	t.Logf("key hygiene: %d keys, each with a TTL and named sluice:{<32 hex>} or sluice:{nodes}", n)
+	t.Logf("key hygiene: %d keys, each with a TTL and named sluice:{<32 hex>} or the node registry's", n)
 }
 
 // TestGlobalCluster checks the global layer's behaviour through two rls
@@ -254,7 +254,7 @@ func bucketKeys(t *testing.T, servers []*goredis.Client) map[string]int {
 	keys := map[string]int{}
 	for i, s := range servers {
 		for _, k := range scanKeys(t, s) {
-			if k != nodesKey && !strings.HasPrefix(k, probeKeyPrefix) {
+			if !registryKey(k) && !strings.HasPrefix(k, probeKeyPrefix) {
 				keys[k] = i
 			}
 		}
@@ -279,8 +279,12 @@ func newBucketKey(t *testing.T, servers []*goredis.Client, before map[string]int
 	return fresh[0], where
 }
 
-// nodesKey is the node registry: a sorted set of heartbeats.
+// nodesKey is the node registry: a sorted set of heartbeats, beside the
+// standing shares' admission hash (nodesKey + ":share", same slot).
 const nodesKey = "sluice:{nodes}"
+
+// registryKey reports whether k is one of the node registry's keys.
+func registryKey(k string) bool { return k == nodesKey || k == nodesKey+":share" }
 
 // probeKeyPrefix starts the fallback probe's bucket keys: the hash reads
 // "sluice-probe" in hex (backend/redis, probe.go).
@@ -299,8 +303,8 @@ func checkKeyHygiene(t *testing.T, servers []*goredis.Client, maxTTL time.Durati
 	for _, s := range servers {
 		for _, k := range scanKeys(t, s) {
 			n++
-			if k != nodesKey && !bucketKeyName.MatchString(k) {
-				t.Errorf("key %q on %s, want sluice:{<32 hex>} or %s", k, s.Options().Addr, nodesKey)
+			if !registryKey(k) && !bucketKeyName.MatchString(k) {
+				t.Errorf("key %q on %s, want sluice:{<32 hex>}, %s or %s:share", k, s.Options().Addr, nodesKey, nodesKey)
 			}
 			ttl, err := s.PTTL(ctx, k).Result()
 			switch {
