@@ -177,7 +177,8 @@ func TestCheckCommand(t *testing.T) {
 	t.Parallel()
 	p := startRLS(t)
 	out, errOut, code := runRLS(t, "check", "--addr", p.GRPCAddr, "--domain", "edge", "remote_address=50.0.0.5")
-	if code != 1 || !strings.HasPrefix(out, "OVER_LIMIT") || !strings.Contains(out, "retry-after") { // 1: OVER_LIMIT
+	// 1: OVER_LIMIT; a limit of 0 tells no time to retry.
+	if code != 1 || !strings.HasPrefix(out, "OVER_LIMIT") || !strings.Contains(out, "header x-ratelimit-layer: global") || strings.Contains(out, "retry-after") {
 		t.Errorf("check: code %d out %q err %q", code, out, errOut)
 	}
 	out, _, _ = runRLS(t, "version")
