@@ -3,6 +3,8 @@ package share
 import (
 	"context"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 
@@ -41,7 +43,33 @@ type Limiter struct {
 	opts    Options
 	clock   clockwork.Clock
 	cells   *memory.Limiter
+	holding atomic.Pointer[holding]
 	scratch sync.Pool
+}
+
+// holding is this node's share as the layer last saw it: sized by n,
+// held when ok, since the instant the layer first saw it so.
+type holding struct {
+	n     int
+	ok    bool
+	since time.Time
+}
+
+// since returns the instant from which this node holds its share as
+// (n, ok) says: the first call that saw it so. Every cell was empty then
+// (memory.Limiter.HitSince), so a cell has only what it refilled since,
+// at (n, ok)'s rate.
+func (l *Limiter) since(n int, ok bool) time.Time {
+	for {
+		h := l.holding.Load()
+		if h != nil && h.n == n && h.ok == ok {
+			return h.since
+		}
+		next := &holding{n: n, ok: ok, since: l.clock.Now()}
+		if l.holding.CompareAndSwap(h, next) {
+			return next.since
+		}
+	}
 }
 
 // New returns a Limiter with no cells.
@@ -93,6 +121,7 @@ type plan struct {
 
 // scratch holds one call's buffers, pooled.
 type scratch struct {
+	since       time.Time // the cells were empty then (Limiter.since)
 	plans       []plan
 	cellHits    []bucket.Hit
 	cellStates  []bucket.State
@@ -128,6 +157,7 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 	sc := l.get(len(hits))
 	defer l.scratch.Put(sc)
 	n, ok := l.opts.Membership.Share()
+	sc.since = l.since(n, ok)
 	l.plan(sc, hits, n, ok)
 	l.cellCalls(sc, hits)
 	l.innerHits(sc, hits)
@@ -211,7 +241,7 @@ func (l *Limiter) cellCalls(sc *scratch, hits []bucket.Hit) {
 	}
 	now := l.clock.Now()
 	sc.cellStates = grow(sc.cellStates, len(sc.cellHits))
-	l.cells.HitAt(now, sc.cellHits, sc.cellStates)
+	l.cells.HitSince(now, sc.since, sc.cellHits, sc.cellStates)
 	first := len(sc.cellHits)
 	for i := range hits {
 		h, p := &hits[i], &sc.plans[i]
@@ -228,7 +258,7 @@ func (l *Limiter) cellCalls(sc *scratch, hits []bucket.Hit) {
 	}
 	if len(sc.cellHits) > first {
 		sc.cellStates = grow(sc.cellStates, len(sc.cellHits))
-		l.cells.HitAt(now, sc.cellHits[first:], sc.cellStates[first:])
+		l.cells.HitSince(now, sc.since, sc.cellHits[first:], sc.cellStates[first:])
 	}
 }
 
@@ -270,7 +300,7 @@ func (l *Limiter) giveBack(sc *scratch, hits []bucket.Hit) {
 		return
 	}
 	sc.backStates = grow(sc.backStates, len(sc.back))
-	l.cells.HitAt(l.clock.Now(), sc.back, sc.backStates)
+	l.cells.HitSince(l.clock.Now(), sc.since, sc.back, sc.backStates)
 	j := 0
 	for i := range hits {
 		if h, p := &hits[i], &sc.plans[i]; sc.tookFromCell(h, p) {

@@ -82,8 +82,8 @@ func TestFailedBehindGivesBack(t *testing.T) {
 }
 
 // Not admitted, the node takes nothing from its cells and sends share
-// hits to Redis' part, never the whole limit; its cells keep what they
-// lacked for when it is admitted again.
+// hits to Redis' part, never the whole limit; its cells refill nothing
+// meanwhile, and are empty when it is admitted again.
 func TestNotAdmitted(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3, 0)
@@ -95,39 +95,44 @@ func TestNotAdmitted(t *testing.T) {
 	if h := f.behind.last(t); h[0].Limit != redisPart {
 		t.Errorf("not admitted, behind got limit %+v, want Redis' part %+v", h[0].Limit, redisPart)
 	}
+	f.clock.Advance(time.Hour)
 	f.member.set(3, true)
 	before := f.behind.count()
-	f.hit(t, takeOf("a", 6))
-	if f.behind.count() != before {
-		t.Error("admitted again, the 6 tokens left in the cell went behind")
+	if f.hit(t, takeOf("a", 1)); f.behind.count() != before+1 {
+		t.Error("admitted again after an hour out, a take fit the cell: it kept its 6 tokens or refilled while out")
 	}
-	f.hit(t, takeOf("a", 1))
-	if f.behind.count() != before+1 {
-		t.Error("admitted again, the cell came back with more than the 6 tokens it had: it was dropped or refilled")
+	f.clock.Advance(30 * time.Second) // 5 tokens at 10 a minute
+	if f.hit(t, takeOf("a", 5)); f.behind.count() != before+1 {
+		t.Error("admitted again, the cell did not refill from then")
+	}
+	if f.hit(t, takeOf("a", 1)); f.behind.count() != before+2 {
+		t.Error("admitted again, the cell holds more than it refilled since")
 	}
 }
 
-// A changed node count converts the cells keeping what they lack: a
-// share that grows gives only its new room, one that shrinks below what
-// was spent refuses until it refilled.
-func TestNodeCountKeepsSpent(t *testing.T) {
+// A changed node count starts the share anew: its cells empty, refilling
+// at the new rate. A share that grows gains nothing at once, so no node
+// gains what others spent.
+func TestNodeCountEmpties(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3, 0)
-	f.hit(t, takeOf("a", 10)) // the cell (10) is empty
-	f.member.set(2, true)     // 15 tokens, 10 lacking
-	if _, st := f.hit(t, takeOf("a", 5)); f.behind.count() != 0 || st[0].Remaining != 0 {
-		t.Fatalf("n 3 → 2: 5 takes went behind or left %d, want the 5 new tokens from the cell", st[0].Remaining)
+	f.hit(t, takeOf("a", 4)) // the cell (10) holds 6
+	f.member.set(2, true)    // 15 tokens, all lacking
+	if f.hit(t, takeOf("a", 1)); f.behind.count() != 1 {
+		t.Fatal("n 3 → 2: a take fit the cell: it kept its tokens or gained the new ones")
 	}
-	f.member.set(6, true) // 5 tokens, 15 lacking: in debt
-	f.hit(t, takeOf("a", 1))
-	f.clock.Advance(time.Minute) // 5 tokens a minute: 10 lacking, still in debt
-	f.hit(t, takeOf("a", 1))
-	if n := f.behind.count(); n != 2 {
-		t.Errorf("n 2 → 6: %d calls behind, want 2: a take fit the cell in debt", n)
+	f.clock.Advance(time.Minute) // 15 tokens a minute: full
+	if f.hit(t, takeOf("a", 15)); f.behind.count() != 1 {
+		t.Fatal("n 2, a minute later: the take of the cell's 15 went behind")
 	}
-	f.clock.Advance(2 * time.Minute) // refilled
-	if f.hit(t, takeOf("a", 5)); f.behind.count() != 2 {
-		t.Errorf("n 6, refilled: a take of the cell's 5 went behind")
+	f.clock.Advance(time.Minute) // full again
+	f.member.set(6, true)        // 5 tokens, all lacking from the next call on
+	if f.hit(t, takeOf("a", 1)); f.behind.count() != 2 {
+		t.Fatal("n 2 → 6: a take fit the cell")
+	}
+	f.clock.Advance(30 * time.Second)
+	if _, st := f.hit(t, takeOf("a", 2)); f.behind.count() != 2 || st[0].Remaining != 0 {
+		t.Errorf("n 6, 30 s later: %+v, %d calls behind; want the 2 tokens refilled at 5 a minute from the cell", st[0], f.behind.count())
 	}
 }
 
@@ -248,6 +253,7 @@ func TestSkippedBehindGivesBack(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3, 0)
 	l := share.New(share.Options{Inner: skipping{f.behind}, Membership: f.member, Clock: f.clock})
+	f.held(l)
 	hits := []bucket.Hit{takeOf("a", 4), {Key: key("b"), Limit: perMinute, Cost: 1}}
 	st := make([]bucket.State, 2)
 	if d, _ := l.Hit(context.Background(), hits, st); d.Answer != bucket.Skipped {
@@ -274,6 +280,7 @@ func TestFallbackBehind(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3, 0)
 	l := share.New(share.Options{Inner: fallingBack{f.behind}, Membership: f.member, Clock: f.clock})
+	f.held(l)
 	st := make([]bucket.State, 1)
 	if d, _ := l.Hit(context.Background(), []bucket.Hit{takeOf("a", 10)}, st); d.Answer != bucket.Decided || !d.Allowed || f.behind.count() != 0 {
 		t.Errorf("a take that fits: %+v, %d calls behind; want decided by the cell", d, f.behind.count())
