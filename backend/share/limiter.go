@@ -38,7 +38,8 @@ type Options struct {
 }
 
 // Limiter is the standing-shares layer (see the package documentation).
-// It is safe for concurrent use; Run evicts refilled cells.
+// It is safe for concurrent use; Run evicts refilled cells and watches the
+// membership.
 type Limiter struct {
 	opts    Options
 	clock   clockwork.Clock
@@ -56,9 +57,11 @@ type holding struct {
 }
 
 // since returns the instant from which this node holds its share as
-// (n, ok) says: the first call that saw it so. Every cell was empty then
-// (memory.Limiter.HitSince), so a cell has only what it refilled since,
-// at (n, ok)'s rate.
+// (n, ok) says: the first call, or Run's look, that saw it so. Every cell
+// was empty then (memory.Limiter.HitSince), so a cell has only what it
+// refilled since, at (n, ok)'s rate: it gains nothing when n drops, keeps
+// nothing from before a time its node was not admitted, and starts empty.
+// Seeing a change late only empties the cells later.
 func (l *Limiter) since(n int, ok bool) time.Time {
 	for {
 		h := l.holding.Load()
@@ -87,9 +90,31 @@ func New(opts Options) *Limiter {
 	}
 }
 
-// Run drops refilled cells every memory.DefaultEvictEvery until ctx is
-// done.
-func (l *Limiter) Run(ctx context.Context) { l.cells.Run(ctx, memory.DefaultEvictEvery) }
+// watchEvery is how often Run looks at the membership, so that a share
+// starts, its cells empty, about when it is granted and not at the first
+// call after, which would find them empty.
+const watchEvery = 100 * time.Millisecond
+
+// Run drops refilled cells every memory.DefaultEvictEvery, and looks at
+// the membership every watchEvery, until ctx is done.
+func (l *Limiter) Run(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.cells.Run(ctx, memory.DefaultEvictEvery)
+	}()
+	defer func() { <-done }()
+	ticker := l.clock.NewTicker(watchEvery)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.Chan():
+			l.since(l.opts.Membership.Share())
+		}
+	}
+}
 
 // Len returns the number of cells held: those partly spent.
 func (l *Limiter) Len() int { return l.cells.Len() }

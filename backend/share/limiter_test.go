@@ -3,6 +3,7 @@ package share_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -315,5 +316,46 @@ func TestGivesKeepTheTakesDecided(t *testing.T) {
 	give := func(k string) bucket.Hit { h := takeOf(k, 1); h.Give = true; return h }
 	if d, st := f.hit(t, takeOf("c", 1), give("a"), give("b")); !d.Allowed || st[0].Remaining != 9 || f.behind.count() != 0 {
 		t.Errorf("a take that fits and two gives the cells absorb: %+v %+v, %d calls behind; want all decided by the cells", d, st, f.behind.count())
+	}
+}
+
+// watched is a Membership that counts its calls.
+type watched struct {
+	*members
+	calls atomic.Int64
+}
+
+func (w *watched) Share() (int, bool) {
+	w.calls.Add(1)
+	return w.members.Share()
+}
+
+// Run looks at the membership, so a share starts when it is granted, not
+// at the first call after: an hour later its cells are full.
+func TestRunWatchesMembership(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	m := &watched{members: f.member}
+	l := share.New(share.Options{Inner: f.behind, Membership: m, Clock: f.clock})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); l.Run(ctx) }()
+	defer func() { cancel(); <-ran }()
+	// Two looks: the first is done once the second is made.
+	for want := int64(1); want <= 2; want++ {
+		if err := f.clock.BlockUntilContext(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Advance(100 * time.Millisecond)
+		for deadline := time.Now().Add(10 * time.Second); m.calls.Load() < want; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("Run looked at the membership %d times, want %d", m.calls.Load(), want)
+			}
+		}
+	}
+	f.clock.Advance(time.Hour)
+	st := make([]bucket.State, 1)
+	if d, _ := l.Hit(context.Background(), []bucket.Hit{takeOf("a", 10)}, st); !d.Allowed || f.behind.count() != 0 {
+		t.Errorf("an hour after Run saw the share: %+v, %d calls behind; want the cell's 10 tokens", st[0], f.behind.count())
 	}
 }
