@@ -168,16 +168,15 @@ func (l *Limiter) HitAt(now time.Time, hits []bucket.Hit, states []bucket.State)
 	return l.hitAt(l.nanos(now), minTime, hits, states[:len(hits)])
 }
 
-// HitSince is HitAt with every bucket taken as empty at since: it holds
-// at most the tokens it refilled after since, under the Limit of its hit,
-// and keeps what it lacked beyond that (a debt). Nothing is written for
-// it but what the hits change, so a call with a later since empties every
-// bucket again, and one with an earlier since (or HitAt) sees the buckets
-// as the calls before left them. A since after now is read as now.
+// HitSince is HitAt with every bucket read as empty at since: it holds
+// at most the tokens it refilled after since, under its hit's Limit, and
+// keeps what it lacked beyond that (a debt). Only the buckets the hits
+// change are stored, as decided; HitAt reads the others as before. A
+// since after now is read as now.
 //
-// It is for a holder of a share of a limit that must not bring tokens
-// into a new holding: backend/share empties its cells whenever its node's
-// share changes.
+// It is for a share of a limit that must bring no tokens into a new
+// holding: backend/share empties its cells whenever its node's share
+// changes.
 func (l *Limiter) HitSince(now, since time.Time, hits []bucket.Hit, states []bucket.State) bool {
 	if len(hits) == 0 {
 		return true

@@ -39,7 +39,6 @@ func TestHitSince(t *testing.T) {
 	low := bucket.Limit{Requests: 10, Period: 2 * time.Second, Burst: 5}
 	l.HitAt(now, []bucket.Hit{take(4, 10)}, st) // lacks 10, 1 s to refill at 10/s
 	later := now.Add(200 * time.Millisecond)    // lacks 8 of 10; of 5 at 5/s once lowered
-
 	if l.HitSince(later, later.Add(-time.Second), []bucket.Hit{{Key: key(4), Limit: low, Cost: 1}}, st) || st[0].RetryAfter != 800*time.Millisecond {
 		t.Errorf("a lowered limit: %+v, want refused for 0.8 s (a debt of 3 and a token, at 5/s), the bucket emptied a second ago but full", st[0])
 	}
