@@ -112,6 +112,20 @@ func (b cell) view(now int64, lim bucket.Limit) gcra {
 	return b.gcra
 }
 
+// emptyAt returns b, under lim, as a bucket that lacked lim's whole burst
+// at floor (a time before now, or minTime: b itself), keeping what b lacks
+// beyond that.
+func (b gcra) emptyAt(floor int64, lim bucket.Limit) gcra {
+	if floor == minTime || lim.Requests == 0 || lim.Period <= 0 || lim.Burst == 0 {
+		return b
+	}
+	e := bucketAt(floor, mul64(lim.Burst, uint64(lim.Period)), lim.Requests)
+	if e.tat > b.tat || e.tat == b.tat && e.frac > b.frac {
+		return e
+	}
+	return b
+}
+
 // bucketAt returns the bucket that lacks d (in 1/r ns) at now. A TAT beyond
 // the int64 range (a deficit of more than ~292 years of refill) saturates:
 // the bucket then refills a little early, which is the only inexact case.

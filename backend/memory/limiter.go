@@ -165,24 +165,44 @@ func (l *Limiter) HitAt(now time.Time, hits []bucket.Hit, states []bucket.State)
 	if len(hits) == 0 {
 		return true
 	}
-	states = states[:len(hits)]
+	return l.hitAt(l.nanos(now), minTime, hits, states[:len(hits)])
+}
+
+// HitSince is HitAt with every bucket read as empty at since: it holds
+// at most the tokens it refilled after since, under its hit's Limit, and
+// keeps what it lacked beyond that (a debt). Only the buckets the hits
+// change are stored, as decided; HitAt reads the others as before. A
+// since after now is read as now.
+//
+// It is for a share of a limit that must bring no tokens into a new
+// holding: backend/share empties its cells whenever its node's share
+// changes.
+func (l *Limiter) HitSince(now, since time.Time, hits []bucket.Hit, states []bucket.State) bool {
+	if len(hits) == 0 {
+		return true
+	}
 	t := l.nanos(now)
+	return l.hitAt(t, min(l.nanos(since), t), hits, states[:len(hits)])
+}
+
+// hitAt is HitAt at t with buckets empty at floor (minTime: never).
+func (l *Limiter) hitAt(t, floor int64, hits []bucket.Hit, states []bucket.State) bool {
 	set := l.shardSet(hits)
 	l.lock(set)
 	defer l.unlock(set)
 	if len(hits) <= stackHits {
 		var stack [stackHits]change
-		return l.decide(hits, t, states, stack[:0])
+		return l.decide(hits, t, floor, states, stack[:0])
 	}
 	p := l.getLog(len(hits))
 	defer l.logs.Put(p)
-	return l.decide(hits, t, states, (*p)[:0])
+	return l.decide(hits, t, floor, states, (*p)[:0])
 }
 
 // decide is HitAt once the shards are locked, with log an empty undo log
 // with room for len(hits) changes. It does not retain log, which lets HitAt
 // keep small logs on its stack.
-func (l *Limiter) decide(hits []bucket.Hit, t int64, states []bucket.State, log []change) bool {
+func (l *Limiter) decide(hits []bucket.Hit, t, floor int64, states []bucket.State, log []change) bool {
 	// The takes, all-or-nothing: each is applied as it is decided, so that
 	// a later take on its key sees it, and logged to be undone.
 	ok, others := true, false
@@ -193,7 +213,7 @@ func (l *Limiter) decide(hits []bucket.Hit, t int64, states []bucket.State, log 
 			others = true
 			continue
 		}
-		old, existed, changed, full := l.apply(h, t, &states[i])
+		old, existed, changed, full := l.apply(h, t, floor, &states[i])
 		if !states[i].Allowed {
 			ok = false
 		}
@@ -214,14 +234,14 @@ func (l *Limiter) decide(hits []bucket.Hit, t int64, states []bucket.State, log 
 		for i := range hits {
 			if h := &hits[i]; h.Give || h.Independent {
 				// A give never needs room: it leaves a new bucket full.
-				if _, _, _, full := l.apply(h, t, &states[i]); full {
+				if _, _, _, full := l.apply(h, t, floor, &states[i]); full {
 					noRoom++
 				}
 			}
 		}
 	}
 	if !ok {
-		l.settle(hits, t, states, log)
+		l.settle(hits, t, floor, states, log)
 	}
 	if noRoom > 0 {
 		l.refusals.Add(noRoom)
@@ -234,7 +254,7 @@ func (l *Limiter) decide(hits []bucket.Hit, t int64, states []bucket.State, log 
 // partly drained bucket to a full shard with no full bucket to drop is
 // refused and changes nothing; apply then reports noRoom (the caller counts
 // it). The caller holds the shard's lock.
-func (l *Limiter) apply(h *bucket.Hit, t int64, st *bucket.State) (old cell, existed, changed, noRoom bool) {
+func (l *Limiter) apply(h *bucket.Hit, t, floor int64, st *bucket.State) (old cell, existed, changed, noRoom bool) {
 	sh := &l.shards[shardIndex(&h.Key, l.shift)]
 	old, existed = sh.m[h.Key]
 	if !existed {
@@ -251,6 +271,7 @@ func (l *Limiter) apply(h *bucket.Hit, t int64, st *bucket.State) (old cell, exi
 		}
 	}
 	// old is under h.Limit now, unless it is full or h.Limit never allows.
+	old.gcra = old.gcra.emptyAt(floor, h.Limit)
 	next, s, changed := apply(old.gcra, h.Limit, t, h.Cost, h.Give, h.Overdraw && h.Independent)
 	if changed && !existed && len(sh.m) >= l.perShard && !next.fullAt(t) && !sh.makeRoom(t, l.perShard) {
 		*st = refuseFull(sh, h.Limit, t)
@@ -298,7 +319,7 @@ func (l *Limiter) rollback(hits []bucket.Hit, log []change) {
 // ResetAfter to their buckets as the call leaves them, except for those log
 // says were refused for want of room, whose refusal stands (refuseFull).
 // The caller holds the shards' locks.
-func (l *Limiter) settle(hits []bucket.Hit, t int64, states []bucket.State, log []change) {
+func (l *Limiter) settle(hits []bucket.Hit, t, floor int64, states []bucket.State, log []change) {
 	for i := range hits {
 		h := &hits[i]
 		if h.Independent || h.Give {
@@ -308,7 +329,7 @@ func (l *Limiter) settle(hits []bucket.Hit, t int64, states []bucket.State, log 
 		if !ok {
 			b = absent
 		}
-		_, now, _ := apply(b.view(t, h.Limit), h.Limit, t, 0, false, false)
+		_, now, _ := apply(b.view(t, h.Limit).emptyAt(floor, h.Limit), h.Limit, t, 0, false, false)
 		states[i].Remaining, states[i].ResetAfter = now.Remaining, now.ResetAfter
 	}
 	for i := range log {

@@ -14,13 +14,16 @@
 // back: all-or-nothing across descriptors and layers, as bucket.Hit
 // documents.
 //
-// The cells are a backend/memory table: a cell keeps what was spent when
-// n or the limit changes (it converts as a changed limit does), only full
-// cells are evicted, and a key that finds the table full goes to Redis'
-// part, never to a fresh cell. While Membership says this node is not
-// admitted it takes nothing from its cells and sends every hit to Redis'
-// part, never to the whole limit, which other nodes' shares would then
-// exceed.
+// The cells are a backend/memory table. Whenever this node's share
+// changes (it is admitted, or n changes) every cell starts empty, keeping
+// a debt, and refills at the new rate: a share gains tokens only by
+// refill, so the shares together never admit more than f × (burst + rate
+// × T) over a window T, whatever joins and leaves. A limit change
+// converts a cell keeping what was spent. Only full cells are evicted,
+// and a key that finds the table full goes to Redis' part, never to a
+// fresh cell. While Membership says this node is not admitted it takes
+// nothing from its cells and sends every hit to Redis' part, never to the
+// whole limit, which other nodes' shares would then exceed.
 //
 // docs/decisions/0021-standing-shares.md gives the bound (shares plus
 // Redis' part never admit more than burst + rate × T) and what joins,

@@ -88,7 +88,20 @@ func newFixture(t *testing.T, n int, maxBuckets int) *fixture {
 		member: &members{n: n, ok: true},
 	}
 	f.l = share.New(share.Options{Inner: f.behind, Membership: f.member, Clock: clock, MaxBuckets: maxBuckets})
+	f.held(f.l)
 	return f
+}
+
+// held lets l see the share its membership gives (with a check, which
+// goes behind), then lets every cell refill for an hour, and forgets the
+// calls behind: l's cells start full.
+func (f *fixture) held(l *share.Limiter) {
+	check := []bucket.Hit{{Key: key("held"), Limit: bucket.Limit{Requests: 1, Period: time.Second, Burst: 1}, Share: 500_000}}
+	_, _ = l.Hit(context.Background(), check, make([]bucket.State, 1))
+	f.clock.Advance(time.Hour)
+	f.behind.mu.Lock()
+	f.behind.calls = nil
+	f.behind.mu.Unlock()
 }
 
 // hit decides hits and fails t on an error.

@@ -3,6 +3,8 @@ package share
 import (
 	"context"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 
@@ -36,12 +38,41 @@ type Options struct {
 }
 
 // Limiter is the standing-shares layer (see the package documentation).
-// It is safe for concurrent use; Run evicts refilled cells.
+// It is safe for concurrent use; Run evicts refilled cells and watches the
+// membership.
 type Limiter struct {
 	opts    Options
 	clock   clockwork.Clock
 	cells   *memory.Limiter
+	holding atomic.Pointer[holding]
 	scratch sync.Pool
+}
+
+// holding is this node's share as the layer last saw it: sized by n,
+// held when ok, since the instant the layer first saw it so.
+type holding struct {
+	n     int
+	ok    bool
+	since time.Time
+}
+
+// since returns the instant from which this node holds its share as
+// (n, ok) says: the first call, or Run's look, that saw it so. Every cell
+// was empty then (memory.Limiter.HitSince), so a cell has only what it
+// refilled since, at (n, ok)'s rate: it gains nothing when n drops, keeps
+// nothing from before a time its node was not admitted, and starts empty.
+// Seeing a change late only empties the cells later.
+func (l *Limiter) since(n int, ok bool) time.Time {
+	for {
+		h := l.holding.Load()
+		if h != nil && h.n == n && h.ok == ok {
+			return h.since
+		}
+		next := &holding{n: n, ok: ok, since: l.clock.Now()}
+		if l.holding.CompareAndSwap(h, next) {
+			return next.since
+		}
+	}
 }
 
 // New returns a Limiter with no cells.
@@ -59,9 +90,31 @@ func New(opts Options) *Limiter {
 	}
 }
 
-// Run drops refilled cells every memory.DefaultEvictEvery until ctx is
-// done.
-func (l *Limiter) Run(ctx context.Context) { l.cells.Run(ctx, memory.DefaultEvictEvery) }
+// watchEvery is how often Run looks at the membership, so that a share
+// starts, its cells empty, about when it is granted and not at the first
+// call after, which would find them empty.
+const watchEvery = 100 * time.Millisecond
+
+// Run drops refilled cells every memory.DefaultEvictEvery, and looks at
+// the membership every watchEvery, until ctx is done.
+func (l *Limiter) Run(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.cells.Run(ctx, memory.DefaultEvictEvery)
+	}()
+	defer func() { <-done }()
+	ticker := l.clock.NewTicker(watchEvery)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.Chan():
+			l.since(l.opts.Membership.Share())
+		}
+	}
+}
 
 // Len returns the number of cells held: those partly spent.
 func (l *Limiter) Len() int { return l.cells.Len() }
@@ -93,6 +146,7 @@ type plan struct {
 
 // scratch holds one call's buffers, pooled.
 type scratch struct {
+	since       time.Time // the cells were empty then (Limiter.since)
 	plans       []plan
 	cellHits    []bucket.Hit
 	cellStates  []bucket.State
@@ -128,6 +182,7 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 	sc := l.get(len(hits))
 	defer l.scratch.Put(sc)
 	n, ok := l.opts.Membership.Share()
+	sc.since = l.since(n, ok)
 	l.plan(sc, hits, n, ok)
 	l.cellCalls(sc, hits)
 	l.innerHits(sc, hits)
@@ -211,7 +266,7 @@ func (l *Limiter) cellCalls(sc *scratch, hits []bucket.Hit) {
 	}
 	now := l.clock.Now()
 	sc.cellStates = grow(sc.cellStates, len(sc.cellHits))
-	l.cells.HitAt(now, sc.cellHits, sc.cellStates)
+	l.cells.HitSince(now, sc.since, sc.cellHits, sc.cellStates)
 	first := len(sc.cellHits)
 	for i := range hits {
 		h, p := &hits[i], &sc.plans[i]
@@ -228,7 +283,7 @@ func (l *Limiter) cellCalls(sc *scratch, hits []bucket.Hit) {
 	}
 	if len(sc.cellHits) > first {
 		sc.cellStates = grow(sc.cellStates, len(sc.cellHits))
-		l.cells.HitAt(now, sc.cellHits[first:], sc.cellStates[first:])
+		l.cells.HitSince(now, sc.since, sc.cellHits[first:], sc.cellStates[first:])
 	}
 }
 
@@ -270,7 +325,7 @@ func (l *Limiter) giveBack(sc *scratch, hits []bucket.Hit) {
 		return
 	}
 	sc.backStates = grow(sc.backStates, len(sc.back))
-	l.cells.HitAt(l.clock.Now(), sc.back, sc.backStates)
+	l.cells.HitSince(l.clock.Now(), sc.since, sc.back, sc.backStates)
 	j := 0
 	for i := range hits {
 		if h, p := &hits[i], &sc.plans[i]; sc.tookFromCell(h, p) {

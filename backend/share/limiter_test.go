@@ -3,6 +3,7 @@ package share_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,8 +83,8 @@ func TestFailedBehindGivesBack(t *testing.T) {
 }
 
 // Not admitted, the node takes nothing from its cells and sends share
-// hits to Redis' part, never the whole limit; its cells keep what they
-// lacked for when it is admitted again.
+// hits to Redis' part, never the whole limit; its cells refill nothing
+// meanwhile, and are empty when it is admitted again.
 func TestNotAdmitted(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3, 0)
@@ -95,39 +96,44 @@ func TestNotAdmitted(t *testing.T) {
 	if h := f.behind.last(t); h[0].Limit != redisPart {
 		t.Errorf("not admitted, behind got limit %+v, want Redis' part %+v", h[0].Limit, redisPart)
 	}
+	f.clock.Advance(time.Hour)
 	f.member.set(3, true)
 	before := f.behind.count()
-	f.hit(t, takeOf("a", 6))
-	if f.behind.count() != before {
-		t.Error("admitted again, the 6 tokens left in the cell went behind")
+	if f.hit(t, takeOf("a", 1)); f.behind.count() != before+1 {
+		t.Error("admitted again after an hour out, a take fit the cell: it kept its 6 tokens or refilled while out")
 	}
-	f.hit(t, takeOf("a", 1))
-	if f.behind.count() != before+1 {
-		t.Error("admitted again, the cell came back with more than the 6 tokens it had: it was dropped or refilled")
+	f.clock.Advance(30 * time.Second) // 5 tokens at 10 a minute
+	if f.hit(t, takeOf("a", 5)); f.behind.count() != before+1 {
+		t.Error("admitted again, the cell did not refill from then")
+	}
+	if f.hit(t, takeOf("a", 1)); f.behind.count() != before+2 {
+		t.Error("admitted again, the cell holds more than it refilled since")
 	}
 }
 
-// A changed node count converts the cells keeping what they lack: a
-// share that grows gives only its new room, one that shrinks below what
-// was spent refuses until it refilled.
-func TestNodeCountKeepsSpent(t *testing.T) {
+// A changed node count starts the share anew: its cells empty, refilling
+// at the new rate. A share that grows gains nothing at once, so no node
+// gains what others spent.
+func TestNodeCountEmpties(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3, 0)
-	f.hit(t, takeOf("a", 10)) // the cell (10) is empty
-	f.member.set(2, true)     // 15 tokens, 10 lacking
-	if _, st := f.hit(t, takeOf("a", 5)); f.behind.count() != 0 || st[0].Remaining != 0 {
-		t.Fatalf("n 3 → 2: 5 takes went behind or left %d, want the 5 new tokens from the cell", st[0].Remaining)
+	f.hit(t, takeOf("a", 4)) // the cell (10) holds 6
+	f.member.set(2, true)    // 15 tokens, all lacking
+	if f.hit(t, takeOf("a", 1)); f.behind.count() != 1 {
+		t.Fatal("n 3 → 2: a take fit the cell: it kept its tokens or gained the new ones")
 	}
-	f.member.set(6, true) // 5 tokens, 15 lacking: in debt
-	f.hit(t, takeOf("a", 1))
-	f.clock.Advance(time.Minute) // 5 tokens a minute: 10 lacking, still in debt
-	f.hit(t, takeOf("a", 1))
-	if n := f.behind.count(); n != 2 {
-		t.Errorf("n 2 → 6: %d calls behind, want 2: a take fit the cell in debt", n)
+	f.clock.Advance(time.Minute) // 15 tokens a minute: full
+	if f.hit(t, takeOf("a", 15)); f.behind.count() != 1 {
+		t.Fatal("n 2, a minute later: the take of the cell's 15 went behind")
 	}
-	f.clock.Advance(2 * time.Minute) // refilled
-	if f.hit(t, takeOf("a", 5)); f.behind.count() != 2 {
-		t.Errorf("n 6, refilled: a take of the cell's 5 went behind")
+	f.clock.Advance(time.Minute) // full again
+	f.member.set(6, true)        // 5 tokens, all lacking from the next call on
+	if f.hit(t, takeOf("a", 1)); f.behind.count() != 2 {
+		t.Fatal("n 2 → 6: a take fit the cell")
+	}
+	f.clock.Advance(30 * time.Second)
+	if _, st := f.hit(t, takeOf("a", 2)); f.behind.count() != 2 || st[0].Remaining != 0 {
+		t.Errorf("n 6, 30 s later: %+v, %d calls behind; want the 2 tokens refilled at 5 a minute from the cell", st[0], f.behind.count())
 	}
 }
 
@@ -248,6 +254,7 @@ func TestSkippedBehindGivesBack(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3, 0)
 	l := share.New(share.Options{Inner: skipping{f.behind}, Membership: f.member, Clock: f.clock})
+	f.held(l)
 	hits := []bucket.Hit{takeOf("a", 4), {Key: key("b"), Limit: perMinute, Cost: 1}}
 	st := make([]bucket.State, 2)
 	if d, _ := l.Hit(context.Background(), hits, st); d.Answer != bucket.Skipped {
@@ -274,6 +281,7 @@ func TestFallbackBehind(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3, 0)
 	l := share.New(share.Options{Inner: fallingBack{f.behind}, Membership: f.member, Clock: f.clock})
+	f.held(l)
 	st := make([]bucket.State, 1)
 	if d, _ := l.Hit(context.Background(), []bucket.Hit{takeOf("a", 10)}, st); d.Answer != bucket.Decided || !d.Allowed || f.behind.count() != 0 {
 		t.Errorf("a take that fits: %+v, %d calls behind; want decided by the cell", d, f.behind.count())
@@ -308,5 +316,46 @@ func TestGivesKeepTheTakesDecided(t *testing.T) {
 	give := func(k string) bucket.Hit { h := takeOf(k, 1); h.Give = true; return h }
 	if d, st := f.hit(t, takeOf("c", 1), give("a"), give("b")); !d.Allowed || st[0].Remaining != 9 || f.behind.count() != 0 {
 		t.Errorf("a take that fits and two gives the cells absorb: %+v %+v, %d calls behind; want all decided by the cells", d, st, f.behind.count())
+	}
+}
+
+// watched is a Membership that counts its calls.
+type watched struct {
+	*members
+	calls atomic.Int64
+}
+
+func (w *watched) Share() (int, bool) {
+	w.calls.Add(1)
+	return w.members.Share()
+}
+
+// Run looks at the membership, so a share starts when it is granted, not
+// at the first call after: an hour later its cells are full.
+func TestRunWatchesMembership(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	m := &watched{members: f.member}
+	l := share.New(share.Options{Inner: f.behind, Membership: m, Clock: f.clock})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); l.Run(ctx) }()
+	defer func() { cancel(); <-ran }()
+	// Two looks: the first is done once the second is made.
+	for want := int64(1); want <= 2; want++ {
+		if err := f.clock.BlockUntilContext(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Advance(100 * time.Millisecond)
+		for deadline := time.Now().Add(10 * time.Second); m.calls.Load() < want; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("Run looked at the membership %d times, want %d", m.calls.Load(), want)
+			}
+		}
+	}
+	f.clock.Advance(time.Hour)
+	st := make([]bucket.State, 1)
+	if d, _ := l.Hit(context.Background(), []bucket.Hit{takeOf("a", 10)}, st); !d.Allowed || f.behind.count() != 0 {
+		t.Errorf("an hour after Run saw the share: %+v, %d calls behind; want the cell's 10 tokens", st[0], f.behind.count())
 	}
 }
