@@ -35,7 +35,6 @@ func TestShareNeverOver(t *testing.T) {
 			nodes := leaseNodesOn(t, "redis://"+srv.Addr()+"/0", shareRules, "--redis-timeout", neverOverTimeout)
 			n := waitShares(t, nodes)
 			out := pace(t, nodes, []float64{2 * leaseShared / 3, 2 * leaseShared / 3, 2 * leaseShared / 3}, neverOverTime, request("share", rule+"=all"))
-			const f = 0.5
 			checkShareBound(t, out, leaseShared, leaseShared, 1-f+3*f/n)
 			checkNoFallback(t, nodes)
 			var byShare float64
@@ -61,7 +60,6 @@ func TestShareSkew(t *testing.T) {
 	nodes := leaseNodesOn(t, "redis://"+srv.Addr()+"/0", shareRules, "--redis-timeout", neverOverTimeout)
 	n := waitShares(t, nodes)
 	out := pace(t, nodes, []float64{0.9 * 2 * leaseShared, 0.05 * 2 * leaseShared, 0.05 * 2 * leaseShared}, neverOverTime, request("share", "exact=all"))
-	const f = 0.5
 	checkShareBound(t, out, leaseShared, leaseShared, 1-f+f/n)
 	checkNoFallback(t, nodes)
 }
@@ -81,14 +79,19 @@ func waitShares(t *testing.T, nodes []*rlsProcess) float64 {
 	return n
 }
 
+// f is shareRules' share.
+const f = 0.5
+
 // checkShareBound asserts admitted ≤ burst + rate × T, as checkNeverOver,
-// and admitted ≥ 95% of part × (burst + rate × T'): part is the part of
-// the limit the nodes can reach.
+// and admitted ≥ 95% of part × (burst + rate × T') − f × burst: part is the
+// part of the limit the nodes can reach, and the shares start empty when
+// granted (the load starts as the last node is admitted), which takes at
+// most their burst, f × burst, off it.
 func checkShareBound(t *testing.T, out paced, burst, rate, part float64) {
 	t.Helper()
 	elapsed, offered := out.last.Sub(out.first), out.lastSent.Sub(out.first)
 	bound := burst + rate*elapsed.Seconds()
-	floor := 0.95 * part * (burst + rate*offered.Seconds())
+	floor := 0.95 * (part*(burst+rate*offered.Seconds()) - f*burst)
 	t.Logf("admitted %d, refused %d, errors %d: %.1f%% of burst + rate × T = %.0f (T %v); floor %.0f; latency p50 %v, p99 %v",
 		out.admitted, out.refused, out.errors, 100*float64(out.admitted)/bound, bound, elapsed.Round(time.Millisecond), floor, out.quantile(0.5), out.p99())
 	if out.errors > 0 {
