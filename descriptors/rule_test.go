@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/sluice-rls/sluice/bucket"
 )
 
@@ -293,5 +295,21 @@ descriptors:
 	}
 	if got := c.Domain("edge").Match(entries("off=v")).String(); got != "edge.off: global 10/second burst 10, share 0" {
 		t.Errorf("String() = %q", got)
+	}
+}
+
+// share: 0 survives yaml.Marshal (xDS renders files with it).
+func TestShareZeroMarshals(t *testing.T) {
+	t.Parallel()
+	f, err := Parse("a.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, share: 0}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := yaml.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "share: 0") {
+		t.Errorf("yaml.Marshal dropped share: 0:\n%s", out)
 	}
 }
