@@ -543,7 +543,7 @@ func (d *decoder) unit(n *yaml.Node) Unit {
 	return u
 }
 
-// share decodes rate_limit.share: a number strictly between 0 and 1.
+// share decodes rate_limit.share: a number from 0 (no share) to below 1.
 func (d *decoder) share(n *yaml.Node) *float64 {
 	var f float64
 	if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!float" && n.ShortTag() != "!!int") || n.Decode(&f) != nil || !(f >= 0 && f < 1) {

@@ -92,7 +92,9 @@ type UsageShare struct {
 	Fraction float64 `json:"fraction"` // f: the part of the limit held as shares
 	// Nodes is n, the node count shares are sized by; 0 while this node
 	// holds no share (the cell is then empty and Redis' part decides).
-	Nodes     int        `json:"nodes"`
+	Nodes int `json:"nodes"`
+	// Limit is the cell's (f/n of the rule's); empty when the node holds
+	// no share, or the share is less than a token.
 	Limit     UsageLimit `json:"limit"`
 	Remaining uint64     `json:"remaining"`
 	FullIn    string     `json:"full_in"`
@@ -209,8 +211,8 @@ type layerRead struct {
 	notEnforced string
 	err         error
 	states      []bucket.State
-	// With standing shares: each hit's cell and its state, and n.
-	shares     bool
+	// With standing shares (nil cells without): each hit's cell and its
+	// state, and n.
 	cells      []bucket.Limit
 	cellStates []bucket.State
 	nodes      int
@@ -229,7 +231,6 @@ func (s *Server) readLayer(ctx context.Context, lim bucket.Limiter, hits []bucke
 	var d bucket.Decision
 	var err error
 	if sr, ok := lim.(shareReader); ok && layer == LayerGlobal {
-		r.shares = true
 		r.cells, r.cellStates = make([]bucket.Limit, len(hits)), make([]bucket.State, len(hits))
 		r.nodes, d, err = sr.ReadShares(ctx, hits, r.states, r.cells, r.cellStates)
 	} else {
@@ -251,8 +252,11 @@ func (s *Server) readLayer(ctx context.Context, lim bucket.Limiter, hits []bucke
 // layer describes hit's bucket (at index i of the layer's hits).
 func (r layerRead) layer(h bucket.Hit, i int) UsageLayer {
 	ul := UsageLayer{Layer: r.name, Source: r.source, NotEnforced: r.notEnforced, Limit: usageLimit(h.Limit)}
-	if r.shares && h.Share > 0 {
-		us := &UsageShare{Fraction: float64(h.Share) / 1e6, Nodes: r.nodes, Limit: usageLimit(r.cells[i])}
+	if r.cells != nil && h.Share > 0 {
+		us := &UsageShare{Fraction: float64(h.Share) / 1e6, Nodes: r.nodes}
+		if r.cells[i].Burst > 0 {
+			us.Limit = usageLimit(r.cells[i])
+		}
 		us.Remaining, us.FullInMS, us.FullIn = reading(r.cellStates[i])
 		ul.Share = us
 	}
