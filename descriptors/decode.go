@@ -543,14 +543,14 @@ func (d *decoder) unit(n *yaml.Node) Unit {
 	return u
 }
 
-// share decodes rate_limit.share: a number strictly between 0 and 1.
-func (d *decoder) share(n *yaml.Node) float64 {
+// share decodes rate_limit.share: a number from 0 (no share) to below 1.
+func (d *decoder) share(n *yaml.Node) *float64 {
 	var f float64
-	if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!float" && n.ShortTag() != "!!int") || n.Decode(&f) != nil || !(f > 0 && f < 1) {
-		d.errorf(n, "share must be a number above 0 and below 1 (the part of the global limit held by the nodes), got %s", describe(n))
-		return 0
+	if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!float" && n.ShortTag() != "!!int") || n.Decode(&f) != nil || !(f >= 0 && f < 1) {
+		d.errorf(n, "share must be a number from 0 to below 1 (the part of the global limit held by the nodes; 0: none, whatever --share says), got %s", describe(n))
+		return nil
 	}
-	return f
+	return &f
 }
 
 func (d *decoder) multiplier(n *yaml.Node) uint32 {

@@ -89,9 +89,10 @@ type RateLimit struct {
 	// --consistency): how the global bucket is decided (Rule.Consistency).
 	Consistency string `yaml:"consistency,omitempty"`
 	// Share is the part f of the global limit held as standing shares,
-	// split over the live nodes (Rule.Share); 0 when absent, else
-	// 0 < f < 1.
-	Share float64 `yaml:"share,omitempty"`
+	// split over the live nodes (Rule.Share); nil when absent (the
+	// server's --share), else 0 ≤ f < 1, where 0 opts the rule out of
+	// --share (Rule.NoShare).
+	Share *float64 `yaml:"share,omitempty"`
 
 	pos, namePos, unlimitedPos, unitPos, rpuPos, multPos, burstPos, sharePos pos
 	bad                                                                      bool // a field failed to decode: skip combination checks

@@ -65,8 +65,11 @@ type Rule struct {
 	Consistency bucket.Consistency
 	// Share is rate_limit.share: the part f of the global limit held as
 	// standing shares, f/n of it on each of n nodes, decided there with no
-	// Redis call (package backend/share); 0 when unset.
+	// Redis call (package backend/share); 0 when unset or 0.
 	Share float64
+	// NoShare is rate_limit.share: 0: the rule holds no standing shares,
+	// whatever the server's default (--share) is.
+	NoShare bool
 
 	levels  []level
 	dynamic bool // MetricLabel depends on the request
@@ -153,13 +156,28 @@ func (r *Rule) Source() string {
 	return r.file + ":" + r.pos.String()
 }
 
-// ShareMillionths returns Share in millionths, at least 1 and at most
-// 999999 when Share is set (bucket.Hit's Share); 0 when it is not.
-func (r *Rule) ShareMillionths() uint32 {
-	if r.Share <= 0 {
+// ShareMillionths returns the rule's share in millionths (bucket.Hit's
+// Share): its own Share, at least 1 and at most 999999, when set; else
+// def, the server's default, when the rule may hold shares (a global
+// limit, no charges: neither postpaid nor a quota, and not NoShare); else
+// 0.
+func (r *Rule) ShareMillionths(def uint32) uint32 {
+	switch {
+	case r.Share > 0:
+		return Millionths(r.Share)
+	case r.NoShare || r.Global == nil || r.Postpaid || r.QuotaMode:
 		return 0
 	}
-	return uint32(min(max(math.Round(r.Share*1e6), 1), 999999))
+	return def
+}
+
+// Millionths returns a share 0 < f < 1 in millionths, at least 1 and at
+// most 999999; 0 for f ≤ 0.
+func Millionths(f float64) uint32 {
+	if !(f > 0) {
+		return 0
+	}
+	return uint32(min(max(math.Round(f*1e6), 1), 999999))
 }
 
 // ParseConsistency parses a rate_limit's consistency: "exact" or
@@ -205,7 +223,7 @@ func (r *Rule) String() string {
 		b.WriteString(", ")
 		b.WriteString(r.Consistency.String())
 	}
-	if r.Share > 0 && r.GlobalRate != nil {
+	if (r.Share > 0 || r.NoShare) && r.GlobalRate != nil {
 		b.WriteString(", share ")
 		b.WriteString(strconv.FormatFloat(r.Share, 'g', -1, 64))
 	}

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/sluice-rls/sluice/bucket"
 )
 
@@ -238,11 +240,10 @@ descriptors:
 		t.Errorf("String() = %q", got)
 	}
 	for in, want := range map[string]string{
-		"{unit: second, requests_per_unit: 1, share: 0}":            "share must be a number above 0 and below 1",
-		"{unit: second, requests_per_unit: 1, share: 1}":            "share must be a number above 0 and below 1",
-		"{unit: second, requests_per_unit: 1, share: -0.5}":         "share must be a number above 0 and below 1",
-		"{unit: second, requests_per_unit: 1, share: half}":         "share must be a number above 0 and below 1",
-		"{unit: second, requests_per_unit: 1, share: .nan}":         "share must be a number above 0 and below 1",
+		"{unit: second, requests_per_unit: 1, share: 1}":            "share must be a number from 0 to below 1",
+		"{unit: second, requests_per_unit: 1, share: -0.5}":         "share must be a number from 0 to below 1",
+		"{unit: second, requests_per_unit: 1, share: half}":         "share must be a number from 0 to below 1",
+		"{unit: second, requests_per_unit: 1, share: .nan}":         "share must be a number from 0 to below 1",
 		"{unlimited: true, share: 0.5}":                             "share needs a global limit",
 		"{local: {unit: second, requests_per_unit: 1}, share: 0.5}": "share needs a global limit",
 	} {
@@ -256,5 +257,59 @@ descriptors:
 		if err == nil || !strings.Contains(err.Error(), "share does not apply to postpaid or quota_mode rules") {
 			t.Errorf("Parse(%s with share) error = %v", flag, err)
 		}
+	}
+}
+
+// The server's default share (--share) goes to every rule that may hold
+// shares and sets none; a rule's own share wins, and share: 0 opts out.
+func TestShareDefault(t *testing.T) {
+	t.Parallel()
+	c := mustConfig(t, `
+domain: edge
+descriptors:
+  - key: own
+    rate_limit: {unit: second, requests_per_unit: 10, share: 0.5}
+  - key: unset
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: off
+    rate_limit: {unit: second, requests_per_unit: 10, share: 0}
+  - key: postpaid
+    postpaid: true
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: local
+    rate_limit: {local: {unit: second, requests_per_unit: 10}}
+  - key: unlimited
+    rate_limit: {unlimited: true}
+`)
+	for key, want := range map[string]uint32{"own": 500000, "unset": 250000, "off": 0, "postpaid": 0, "quota": 0, "local": 0, "unlimited": 0} {
+		r := c.Domain("edge").Match(entries(key + "=v"))
+		if got := r.ShareMillionths(250000); got != want {
+			t.Errorf("%s: ShareMillionths(250000) = %d, want %d", key, got, want)
+		}
+		if got := r.ShareMillionths(0); key != "own" && got != 0 {
+			t.Errorf("%s: ShareMillionths(0) = %d, want 0", key, got)
+		}
+	}
+	if got := c.Domain("edge").Match(entries("off=v")).String(); got != "edge.off: global 10/second burst 10, share 0" {
+		t.Errorf("String() = %q", got)
+	}
+}
+
+// share: 0 survives yaml.Marshal (xDS renders files with it).
+func TestShareZeroMarshals(t *testing.T) {
+	t.Parallel()
+	f, err := Parse("a.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, share: 0}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := yaml.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "share: 0") {
+		t.Errorf("yaml.Marshal dropped share: 0:\n%s", out)
 	}
 }

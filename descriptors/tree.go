@@ -178,7 +178,9 @@ func (b *builder) rule(d *Descriptor, levels []level, file string) *Rule {
 	}
 	r.Path = string(path)
 	r.Consistency, _ = ParseConsistency(rl.Consistency)
-	r.Share = rl.Share
+	if rl.Share != nil {
+		r.Share, r.NoShare = *rl.Share, *rl.Share == 0
+	}
 	for _, rep := range rl.Replaces {
 		r.Replaces = append(r.Replaces, rep.Name)
 		b.replaces = append(b.replaces, replaceRef{rep.Name, file, rep.pos})

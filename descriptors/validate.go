@@ -208,7 +208,7 @@ func (v *validator) rateLimit(r *RateLimit) {
 func (v *validator) share(d *Descriptor) {
 	r := d.RateLimit
 	switch {
-	case r.Share == 0 || r.bad:
+	case r.Share == nil || *r.Share == 0 || r.bad:
 	case r.Unlimited || r.Unit == 0:
 		v.add(r.sharePos, "share needs a global limit (unit and requests_per_unit)")
 	case d.QuotaMode || d.Postpaid:

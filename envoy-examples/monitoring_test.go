@@ -488,6 +488,9 @@ func TestGrafanaDashboard(t *testing.T) {
 		{"Redis latency", "histogram_quantile(0.99, sum by (le, op) (rate(ratelimit_redis_duration_seconds_bucket"},
 		{"fallback state", "ratelimit_fallback_active"},
 		{"live nodes", "ratelimit_live_nodes"},
+		{"answers of the standing shares", `sum(rate(ratelimit_share_decisions_total{answer="share"}[$__rate_interval])) / sum(rate(ratelimit_share_decisions_total[$__rate_interval]))`},
+		{"share nodes", "ratelimit_share_nodes"},
+		{"share cells", `ratelimit_memory_buckets{backend="share"}`},
 		{"tenant utilisation", `rate(ratelimit_tenant_consumed_tokens_total{tenant=~"$tenant"}[1h])) / on (rule) group_left () (max by (rule) (ratelimit_tenant_quota_tokens_per_second`},
 	} {
 		if !strings.Contains(joined, want.uses) {

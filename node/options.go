@@ -233,6 +233,9 @@ func (s Options) Validate() error {
 	if s.MaxTenants < 1 || s.MaxTenants > MaxTenantsBound {
 		return fmt.Errorf("--max-tenants must be in [1, %d], not %d", MaxTenantsBound, s.MaxTenants)
 	}
+	if !(s.Share >= 0 && s.Share < 1) {
+		return fmt.Errorf("--share must be from 0 to below 1 (the part of each global limit held as standing shares), not %v", s.Share)
+	}
 	if s.TopRefused < 0 || s.TopRefused > MaxTopRefused {
 		return fmt.Errorf("--top-refused must be in [0, %d], not %d", MaxTopRefused, s.TopRefused)
 	}

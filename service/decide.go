@@ -460,8 +460,8 @@ func (s *Server) buildHits(sc *scratch, req *rlsv3.RateLimitRequest, gray bool) 
 			continue
 		}
 		if rule != nil {
-			hit.Consistency = rule.Consistency // exact or leased: backend/lease reads it
-			hit.Share = rule.ShareMillionths() // backend/share reads it
+			hit.Consistency = rule.Consistency        // exact or leased: backend/lease reads it
+			hit.Share = rule.ShareMillionths(s.share) // backend/share reads it
 		}
 		sc.keyBuf = descriptors.AppendKeyMaterial(sc.keyBuf[:0], domain, rule, descriptors.GlobalBucket, entries, keyed)
 		if s.sharedKeys {

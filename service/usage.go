@@ -79,14 +79,37 @@ type UsageLayer struct {
 	// duration ("1.5s").
 	FullIn   string `json:"full_in"`
 	FullInMS int64  `json:"full_in_ms"`
+	// Share is this node's standing share of the bucket, for a global
+	// bucket whose rule holds shares (rate_limit.share, --share); Limit
+	// and Remaining are then Redis' part alone. Nil otherwise.
+	Share *UsageShare `json:"share,omitempty"`
+}
+
+// UsageShare is this node's standing share of a global bucket: its cell,
+// f/n of the rule's limit, decided on this node without Redis. The rule's
+// limit is Redis' part plus one such cell per node.
+type UsageShare struct {
+	Fraction float64 `json:"fraction"` // f: the part of the limit held as shares
+	// Nodes is n, the node count shares are sized by; 0 while this node
+	// holds no share (the cell is then empty and Redis' part decides).
+	Nodes int `json:"nodes"`
+	// Limit is the cell's (f/n of the rule's); empty when the node holds
+	// no share, or the share is less than a token.
+	Limit     UsageLimit `json:"limit"`
+	Remaining uint64     `json:"remaining"`
+	FullIn    string     `json:"full_in"`
+	FullInMS  int64      `json:"full_in_ms"`
 }
 
 // UsageLimit is a bucket's shape: RequestsPerUnit tokens per
-// UnitMultiplier Units, Burst at most.
+// UnitMultiplier Units, Burst at most. A part of a limit (Redis' part or a
+// share cell) may refill over a period that is no whole number of units:
+// Unit is then empty and Period says it ("4m17.142857143s").
 type UsageLimit struct {
 	RequestsPerUnit uint64 `json:"requests_per_unit"`
-	Unit            string `json:"unit"` // second, minute, hour, day, week, month, year
+	Unit            string `json:"unit,omitempty"` // second, minute, hour, day, week, month, year
 	UnitMultiplier  uint32 `json:"unit_multiplier,omitempty"`
+	Period          string `json:"period,omitempty"`
 	Burst           uint64 `json:"burst"`
 }
 
@@ -171,6 +194,16 @@ func checkOnly(hits []bucket.Hit) {
 // fallbackSource is the Source of a layer the fail-open switch answered.
 const fallbackSource = "fallback (Redis is failing: this node's share of the global limit, or --redis-failure deny)"
 
+// shareReader is a global layer holding standing shares (backend/share):
+// Usage reads Redis' part and this node's share cell apart.
+type shareReader interface {
+	// ReadShares answers check-only hits as Hit does, states[i] Redis'
+	// part alone, hits[i].Limit set to it, and cells[i] and cellStates[i]
+	// this node's cell (Burst 0: none); n is the node count shares are
+	// sized by, 0 while the node holds none.
+	ReadShares(ctx context.Context, hits []bucket.Hit, states []bucket.State, cells []bucket.Limit, cellStates []bucket.State) (n int, d bucket.Decision, err error)
+}
+
 // layerRead is one layer's answer to the check-only hits of a Usage.
 type layerRead struct {
 	name        string // layer name
@@ -178,6 +211,11 @@ type layerRead struct {
 	notEnforced string
 	err         error
 	states      []bucket.State
+	// With standing shares (nil cells without): each hit's cell and its
+	// state, and n.
+	cells      []bucket.Limit
+	cellStates []bucket.State
+	nodes      int
 }
 
 // readLayer asks lim for the states of hits (check-only).
@@ -190,7 +228,14 @@ func (s *Server) readLayer(ctx context.Context, lim bucket.Limiter, hits []bucke
 		return r
 	}
 	r.states = make([]bucket.State, len(hits))
-	d, err := lim.Hit(ctx, hits, r.states)
+	var d bucket.Decision
+	var err error
+	if sr, ok := lim.(shareReader); ok && layer == LayerGlobal {
+		r.cells, r.cellStates = make([]bucket.Limit, len(hits)), make([]bucket.State, len(hits))
+		r.nodes, d, err = sr.ReadShares(ctx, hits, r.states, r.cells, r.cellStates)
+	} else {
+		d, err = lim.Hit(ctx, hits, r.states)
+	}
 	switch {
 	case err != nil:
 		r.err = err
@@ -206,11 +251,14 @@ func (s *Server) readLayer(ctx context.Context, lim bucket.Limiter, hits []bucke
 
 // layer describes hit's bucket (at index i of the layer's hits).
 func (r layerRead) layer(h bucket.Hit, i int) UsageLayer {
-	ul := UsageLayer{Layer: r.name, Source: r.source, NotEnforced: r.notEnforced}
-	unit, mult := responseUnit(h.Limit.Period)
-	ul.Limit = UsageLimit{RequestsPerUnit: h.Limit.Requests, Unit: strings.ToLower(unit.String()), Burst: h.Limit.Burst}
-	if mult > 1 {
-		ul.Limit.UnitMultiplier = mult
+	ul := UsageLayer{Layer: r.name, Source: r.source, NotEnforced: r.notEnforced, Limit: usageLimit(h.Limit)}
+	if r.cells != nil && h.Share > 0 {
+		us := &UsageShare{Fraction: float64(h.Share) / 1e6, Nodes: r.nodes}
+		if r.cells[i].Burst > 0 {
+			us.Limit = usageLimit(r.cells[i])
+		}
+		us.Remaining, us.FullInMS, us.FullIn = reading(r.cellStates[i])
+		ul.Share = us
 	}
 	if r.err != nil {
 		ul.Error = r.err.Error()
@@ -219,11 +267,30 @@ func (r layerRead) layer(h bucket.Hit, i int) UsageLayer {
 	if r.notEnforced != "" {
 		return ul
 	}
-	st := r.states[i]
-	ul.Remaining = st.Remaining
-	ul.FullInMS = ceilDiv(st.ResetAfter, time.Millisecond)
-	ul.FullIn = (time.Duration(ul.FullInMS) * time.Millisecond).String()
+	ul.Remaining, ul.FullInMS, ul.FullIn = reading(r.states[i])
 	return ul
+}
+
+// usageLimit describes lim.
+func usageLimit(lim bucket.Limit) UsageLimit {
+	ul := UsageLimit{RequestsPerUnit: lim.Requests, Burst: lim.Burst}
+	switch unit, mult := responseUnit(lim.Period); {
+	case unit == rlsv3.RateLimitResponse_RateLimit_UNKNOWN:
+		ul.Period = lim.Period.String()
+	case mult > 1:
+		ul.UnitMultiplier = mult
+		fallthrough
+	default:
+		ul.Unit = strings.ToLower(unit.String())
+	}
+	return ul
+}
+
+// reading returns a bucket's tokens left and its time until full, in
+// milliseconds rounded up and as a Go duration.
+func reading(st bucket.State) (uint64, int64, string) {
+	ms := ceilDiv(st.ResetAfter, time.Millisecond)
+	return st.Remaining, ms, (time.Duration(ms) * time.Millisecond).String()
 }
 
 // descriptorText writes d's entries as "key=value,key=value".

@@ -216,6 +216,9 @@ func printUsage(w io.Writer, u service.Usage) {
 		fmt.Fprintln(w, line)
 		for _, l := range d.Layers {
 			fmt.Fprintln(w, "    "+layerLine(l))
+			if l.Share != nil {
+				fmt.Fprintln(w, "      "+shareLine(*l.Share))
+			}
 		}
 	}
 }
@@ -229,32 +232,53 @@ func ruleText(r *service.UsageRule) string {
 
 // layerLine describes one layer's bucket.
 func layerLine(l service.UsageLayer) string {
-	unit := l.Limit.Unit
-	if l.Limit.UnitMultiplier > 1 {
-		unit = fmt.Sprintf("%d %ss", l.Limit.UnitMultiplier, unit)
+	s := l.Layer + ": " + limitText(l.Limit)
+	if l.Share != nil {
+		s = l.Layer + ": Redis' part " + limitText(l.Limit)
 	}
-	s := fmt.Sprintf("%s: limit %d/%s, burst %d", l.Layer, l.Limit.RequestsPerUnit, unit, l.Limit.Burst)
 	switch {
 	case l.Error != "":
 		s += ", no answer: " + l.Error
 	case l.NotEnforced != "":
 		s += ", not enforced: " + l.NotEnforced
 	default:
-		s += fmt.Sprintf(", remaining %d (%s), full in %s", l.Remaining, inUse(l), l.FullIn)
+		s += fmt.Sprintf(", remaining %d (%s), full in %s", l.Remaining, inUse(l.Limit, l.Remaining), l.FullIn)
 	}
 	return s + " [" + l.Source + "]"
+}
+
+// shareLine describes this node's standing share of a global bucket.
+func shareLine(sh service.UsageShare) string {
+	s := fmt.Sprintf("share %g of the limit over the nodes: ", sh.Fraction)
+	if sh.Nodes == 0 {
+		return s + "this node holds none now (Redis' part decides)"
+	}
+	return s + fmt.Sprintf("this node's cell (1 of %d) %s, remaining %d (%s), full in %s [memory (this node)]",
+		sh.Nodes, limitText(sh.Limit), sh.Remaining, inUse(sh.Limit, sh.Remaining), sh.FullIn)
+}
+
+// limitText writes a limit: "limit 10/minute, burst 10".
+func limitText(l service.UsageLimit) string {
+	unit := l.Unit
+	switch {
+	case unit == "":
+		unit = l.Period
+	case l.UnitMultiplier > 1:
+		unit = fmt.Sprintf("%d %ss", l.UnitMultiplier, unit)
+	}
+	return fmt.Sprintf("limit %d/%s, burst %d", l.RequestsPerUnit, unit, l.Burst)
 }
 
 // inUse is a bucket's current utilisation: the share of its burst taken and
 // not yet refilled, (burst - remaining) / burst. It is a reading of now,
 // not of a period: the metrics of a rule with utilisation give the tokens
 // taken over time.
-func inUse(l service.UsageLayer) string {
-	if l.Limit.Burst == 0 {
+func inUse(l service.UsageLimit, remaining uint64) string {
+	if l.Burst == 0 {
 		return "no burst"
 	}
-	used := l.Limit.Burst - min(l.Remaining, l.Limit.Burst)
-	return fmt.Sprintf("%.0f%% in use", 100*float64(used)/float64(l.Limit.Burst))
+	used := l.Burst - min(remaining, l.Burst)
+	return fmt.Sprintf("%.0f%% in use", 100*float64(used)/float64(l.Burst))
 }
 
 // printTop writes a TopRefusedAnswer, one block per rule.

@@ -134,6 +134,7 @@ func newServeFlagSet(s *Serve, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&s.RedisTimeout, "redis-timeout", redisbackend.DefaultTimeout, "deadline of every Redis call")
 	fs.TextVar(&s.RedisFailure, "redis-failure", fallback.Share, "`mode` of the global layer while Redis fails: "+modeList())
 	fs.TextVar(&s.Consistency, "consistency", lease.DefaultConsistency, "`mode` of global buckets whose rule sets no consistency: exact (Redis decides every request) or leased (nodes decide from tokens leased from Redis; docs/design.md)")
+	fs.Float64Var(&s.Share, "share", 0, "part f (0 ≤ f < 1) of the global limit held as standing shares by every rule that may hold them and sets no rate_limit.share: each node decides f/n of each key without Redis (0: none; docs/decisions/0021-standing-shares.md)")
 	fs.DurationVar(&s.LeasePeriod, "lease-period", lease.DefaultPeriod, "how long a node keeps unused tokens leased from a global bucket before giving them back; a lease is at most what the limit refills in this time")
 	fs.IntVar(&s.FallbackNodes, "fallback-nodes", 0, "node count N for the fallback share rate/N (0: live count from Redis heartbeats)")
 	fs.IntVar(&s.FallbackNodesInitial, "fallback-nodes-initial", 0, fmt.Sprintf("N for the fallback share until this node has read the node registry, e.g. the most replicas (0: %d)", node.DefaultFallbackNodesInitial))

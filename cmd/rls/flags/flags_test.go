@@ -77,6 +77,7 @@ func TestServeFlagsSetTheirOptions(t *testing.T) {
 		"--redis", "rediss://redis:6379", "--redis-ca", "redis-ca.pem", "--redis-tls-cert", "client.pem", "--redis-tls-key", "client.key",
 		"--emergency-key", "emergency",
 		"--max-rule-bytes", "2000", "--refusal-details=false", "--log-refusals", "7", "--max-tenants", "250",
+		"--share", "0.25",
 	}, envOf(env), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +97,7 @@ func TestServeFlagsSetTheirOptions(t *testing.T) {
 		{"--grpc-addr", st.GRPCAddr, "unix:/run/grpc.sock"},
 		{"--http-addr", st.HTTPAddr, "unix:///run/http.sock"},
 		{"--admin-addr", st.AdminAddr, "127.0.0.1:0"},
+		{"--share", st.Share, 0.25},
 		{"--metrics-addr", st.MetricsAddr, ":19001"},
 		{"--metrics-path", st.MetricsPath, "/stats/prometheus"},
 		{"--grpc-first-call-timeout", st.GRPCFirstCallTimeout, 2 * time.Second},
@@ -150,6 +152,7 @@ func TestServeDefaultsAreTheOwners(t *testing.T) {
 		{"--redis-failure", st.RedisFailure, fallback.Share},
 		{"--consistency", st.Consistency, lease.DefaultConsistency},
 		{"--lease-period", st.LeasePeriod, lease.DefaultPeriod},
+		{"--share", st.Share, 0.0},
 		{"--gray-key", st.GrayKey, service.DefaultGrayKey},
 		{"--ratelimit-header-limit", st.HeaderLimit, service.DefaultHeaderLimit},
 		{"--ratelimit-header-remaining", st.HeaderRemaining, service.DefaultHeaderRemaining},
@@ -329,6 +332,19 @@ func TestServeAndValidateShareLoadingFlags(t *testing.T) {
 		}
 		if v.Rules != st.Rules || len(v.Paths) != 1 || v.Paths[0] != "rules" {
 			t.Errorf("args %q env %v: validate %+v, serve %+v; want the same loading flags, checking rules", tc.args, tc.env, v, st.Rules)
+		}
+	}
+}
+
+// --share takes 0 ≤ f < 1, from the command line or RLS_SHARE.
+func TestShareFlag(t *testing.T) {
+	st, err := flags.ParseServe(nil, envOf(map[string]string{"RLS_SHARE": "0.5"}), io.Discard)
+	if err != nil || st.Share != 0.5 {
+		t.Fatalf("RLS_SHARE=0.5: Share %v, err %v", st.Share, err)
+	}
+	for _, bad := range []string{"-0.1", "1", "NaN"} {
+		if _, err := flags.ParseServe([]string{"--share", bad}, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "--share") {
+			t.Errorf("--share %s: err %v, want one naming --share", bad, err)
 		}
 	}
 }
