@@ -27,6 +27,7 @@ func (l *Limiter) ReadShares(ctx context.Context, hits []bucket.Hit, states []bu
 	sc := l.get(len(hits))
 	defer l.scratch.Put(sc)
 	n, ok := l.opts.Membership.Share()
+	sc.since = l.since(n, ok) // a cell reads as Hit would find it
 	if !ok {
 		n = 0
 	}
