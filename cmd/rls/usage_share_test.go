@@ -32,7 +32,7 @@ descriptors:
   - key: user_id
     rate_limit: {unit: second, requests_per_unit: 600}
   - key: route
-    rate_limit: {unit: minute, requests_per_unit: 600, share: 0}
+    rate_limit: {unit: hour, requests_per_unit: 600, share: 0}
 `)
 	line := serveInProcess(t, noEnv, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
 		"--log-format", "json", "--config", rules, "--redis", "redis://"+srv.Addr()+"/0", "--consistency", "exact", "--share", "0.5").Serving()
@@ -97,7 +97,7 @@ descriptors:
 	if _, body := httpGet(t, "http://"+line["http_addr"].(string)+"/metrics"); !regexp.MustCompile(`(?m)^ratelimit_share_decisions_total\{answer="share"\} 3$`).MatchString(body) {
 		t.Errorf("/metrics: want 3 calls answered by the share alone:\n%s", regexp.MustCompile(`(?m)^ratelimit_share_decisions_total.*$`).FindAllString(body, -1))
 	}
-	if own.Share != nil || own.Limit != (service.UsageLimit{RequestsPerUnit: 600, Unit: "minute", Burst: 600}) || own.Remaining != 597 {
+	if own.Share != nil || own.Limit != (service.UsageLimit{RequestsPerUnit: 600, Unit: "hour", Burst: 600}) || own.Remaining != 597 {
 		t.Errorf("route=/a (share: 0): global layer %+v, share %+v; want the whole limit in Redis, 597 left", own, own.Share)
 	}
 
@@ -115,7 +115,7 @@ descriptors:
     global: Redis' part limit 600/2 seconds, burst 300, remaining 300 (0% in use), full in T [redis (the fleet)]
       share 0.5 of the limit over the nodes: this node's cell (1 of 1) limit 600/2 seconds, burst 300, remaining R, full in T [memory (this node)]
   route=/a: rule edge.route
-    global: limit 600/minute, burst 600, remaining 597 (0% in use), full in T [redis (the fleet)]
+    global: limit 600/hour, burst 600, remaining 597 (0% in use), full in T [redis (the fleet)]
 `
 	if got != want {
 		t.Errorf("rls usage printed:\n%s\nwant:\n%s", got, want)
