@@ -233,33 +233,15 @@ func TestShareFleetRedisFlush(t *testing.T) {
 	for _, rule := range []string{"exact"} { // the other mode: TestShareNeverOver's
 		t.Run(rule, func(t *testing.T) {
 			t.Parallel()
-			srv := redistest.Start(t)
-			args, _ := fleetArgs(t, srv, shareRules)
-			nodes := startFleet(t, args)
-			fl := &fleet{nodes: nodes}
-			start := time.Now()
-			done := make(chan fleetRun, 1)
-			go func() { done <- paceFleet(fl, 2*leaseShared, fleetTime, request("share", rule+"=all"), start) }()
-			hold(4 * time.Second)
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := srv.Client().FlushAll(ctx).Err(); err != nil {
-				t.Fatalf("FLUSHALL: %v", err)
-			}
-			flushed := time.Since(start)
-			before := shareAnswers(t, nodes)
-			out := <-done
-			after := shareAnswers(t, nodes)
-			t.Logf("FLUSHALL at %v; decisions answered by a share alone: %.0f before it, %.0f after", flushed.Round(time.Millisecond), before, after-before)
-			elapsed, offered := out.last.Sub(out.first), out.lastSent.Sub(out.first)
-			plain := leaseShared + leaseShared*elapsed.Seconds()
-			t.Logf("admitted − (burst + rate × T) = %.0f (Redis' part's burst: %.0f)", float64(out.admitted)-plain, (1-fleetShare)*leaseShared)
-			bound := plain + (1-fleetShare)*leaseShared
-			checkFleetBound(t, out.paced, 0, bound, 0.95*(leaseShared+leaseShared*offered.Seconds()))
-			checkNoFallback(t, nodes)
-			if after == before {
-				t.Error("no decision was answered by a share after FLUSHALL")
-			}
+			r := disruptRedis(t, rule, "FLUSHALL", func(srv *redistest.Server) {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if err := srv.Client().FlushAll(ctx).Err(); err != nil {
+					t.Fatalf("FLUSHALL: %v", err)
+				}
+			})
+			checkFleetBound(t, r.out.paced, 0, r.plain+(1-fleetShare)*leaseShared, r.floor)
+			checkNoFallback(t, r.nodes)
 		})
 	}
 }
@@ -278,37 +260,53 @@ func TestShareFleetRedisRestart(t *testing.T) {
 	for _, rule := range []string{"leased"} { // the other mode: TestShareNeverOver's
 		t.Run(rule, func(t *testing.T) {
 			t.Parallel()
-			srv := redistest.Start(t)
-			args, _ := fleetArgs(t, srv, shareRules)
-			nodes := startFleet(t, args)
-			fl := &fleet{nodes: nodes}
-			start := time.Now()
-			done := make(chan fleetRun, 1)
-			go func() { done <- paceFleet(fl, 2*leaseShared, fleetTime, request("share", rule+"=all"), start) }()
-			hold(4 * time.Second)
-			srv.Restart()
-			restarted := time.Since(start)
-			before := shareAnswers(t, nodes)
-			out := <-done
-			after := shareAnswers(t, nodes)
+			r := disruptRedis(t, rule, "the restart", func(srv *redistest.Server) { srv.Restart() })
 			var switches float64
-			for _, p := range nodes {
+			for _, p := range r.nodes {
 				v, _ := scrapeMetric(t, p, `ratelimit_fallback_transitions_total{to="fallback"}`)
 				switches += v
 			}
-			t.Logf("redis-server answering again at %v; switches to fallback %.0f; decisions answered by a share alone: %.0f before the restart, %.0f after",
-				restarted.Round(time.Millisecond), switches, before, after-before)
-			elapsed, offered := out.last.Sub(out.first), out.lastSent.Sub(out.first)
 			fallbackBurst := math.Floor((1 - fleetShare) * leaseShared / 3)
-			plain := leaseShared + leaseShared*elapsed.Seconds()
-			t.Logf("admitted − (burst + rate × T) = %.0f (Redis' part's burst: %.0f)", float64(out.admitted)-plain, (1-fleetShare)*leaseShared)
-			bound := plain + (1-fleetShare)*leaseShared + switches*fallbackBurst
-			checkFleetBound(t, out.paced, 0, bound, 0.95*(leaseShared+leaseShared*offered.Seconds()))
-			if after == before {
-				t.Error("no decision was answered by a share after the restart")
-			}
+			t.Logf("switches to fallback %.0f", switches)
+			checkFleetBound(t, r.out.paced, 0, r.plain+(1-fleetShare)*leaseShared+switches*fallbackBurst, r.floor)
 		})
 	}
+}
+
+// disrupted is what disruptRedis saw.
+type disrupted struct {
+	nodes []*rlsProcess
+	out   fleetRun
+	plain float64 // burst + rate × T
+	floor float64 // TestShareNeverOver's: the holders keep their shares
+}
+
+// disruptRedis runs shareRules (consistency rule) at twice the rate over
+// three nodes for fleetTime, calls disrupt on their redis-server at 4 s,
+// and checks that shares answered decisions after it (what names it).
+func disruptRedis(t *testing.T, rule, what string, disrupt func(*redistest.Server)) disrupted {
+	t.Helper()
+	srv := redistest.Start(t)
+	args, _ := fleetArgs(t, srv, shareRules)
+	nodes := startFleet(t, args)
+	fl := &fleet{nodes: nodes}
+	start := time.Now()
+	done := make(chan fleetRun, 1)
+	go func() { done <- paceFleet(fl, 2*leaseShared, fleetTime, request("share", rule+"=all"), start) }()
+	hold(4 * time.Second)
+	disrupt(srv)
+	at := time.Since(start)
+	before := shareAnswers(t, nodes)
+	out := <-done
+	after := shareAnswers(t, nodes)
+	t.Logf("%s done at %v; decisions answered by a share alone: %.0f before it, %.0f after", what, at.Round(time.Millisecond), before, after-before)
+	if after == before {
+		t.Errorf("no decision was answered by a share after %s", what)
+	}
+	elapsed, offered := out.last.Sub(out.first), out.lastSent.Sub(out.first)
+	plain := leaseShared + leaseShared*elapsed.Seconds()
+	t.Logf("admitted − (burst + rate × T) = %.0f (Redis' part's burst: %.0f)", float64(out.admitted)-plain, (1-fleetShare)*leaseShared)
+	return disrupted{nodes: nodes, out: out, plain: plain, floor: 0.95 * (leaseShared + leaseShared*offered.Seconds())}
 }
 
 // fleetRules is shareRules at rate requests a second, burst rate.
