@@ -180,7 +180,7 @@ func TestSlug(t *testing.T) {
 	t.Parallel()
 	for text, want := range map[string]string{
 		"Packages and their arrows":                                                             "packages-and-their-arrows",
-		"Lease sizing (issue 13): a counting simulation":                                        "lease-sizing-issue-13-a-counting-simulation",
+		"Lease sizing (leased buckets): a counting simulation":                                  "lease-sizing-leased-buckets-a-counting-simulation",
 		"Tracing (`service` BenchmarkTracing, BenchmarkTracingCost; `tracing` BenchmarkExport)": "tracing-service-benchmarktracing-benchmarktracingcost-tracing-benchmarkexport",
 		"Drop-in pass: be2996e → main":                                                          "drop-in-pass-be2996e--main",
 	} {

@@ -17,8 +17,8 @@ import (
 )
 
 // leaseRules are leased global rules (rate_limit.consistency). Each test
-// runs its own Redis and nodes. The never-over tests run 10 s, as issue 13
-// asks; the others a second or two.
+// runs its own Redis and nodes. The never-over tests run 10 s, the leased
+// layer's goal; the others a second or two.
 const leaseRules = `domain: lease
 descriptors:
   - key: shared

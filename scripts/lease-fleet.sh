@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One hot key over its limit across a fleet (issue 13's goal): a Redis and
+# One hot key over its limit across a fleet (the leased layer's goal): a Redis and
 # three `rls serve` nodes sharing one global rule, driven by rlsbench at
 # 1.5x the limit spread evenly over the nodes, with --consistency exact and
 # then leased. Prints, per run and as medians, the calls admitted over

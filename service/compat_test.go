@@ -20,7 +20,7 @@ import (
 )
 
 // These tests pin the answers envoyproxy/ratelimit gives where Envoy and its
-// users see them (issue 14): quota_mode, global shadow, a limit override on
+// users see them: quota_mode, global shadow, a limit override on
 // a shadow rule, the empty descriptor list, the draft header names, the
 // refusal extras and the response's dynamic metadata. Each goes through a
 // real gRPC server on loopback, as Envoy does.

@@ -13,7 +13,7 @@ import (
 // fivePerDay is the flood's rule: one hit of cost 5 drains a bucket for a day.
 var fivePerDay = bucket.Limit{Requests: 5, Period: 24 * time.Hour, Burst: 5}
 
-// TestFloodNeverAdmitsAboveLimit is the hardening issue's flood, scaled down:
+// TestFloodNeverAdmitsAboveLimit is a flood of new keys, scaled down:
 // a victim spends its 5/day, then 1.5 × MaxBuckets distinct keys each drain
 // their bucket (cost 5), a millisecond apart so that the victim is always the
 // bucket nearest to full. No drained bucket may be forgotten: the victim and
