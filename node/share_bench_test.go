@@ -40,16 +40,18 @@ descriptors:
 // BenchmarkShareDecision is the Envoy-like request of three descriptors
 // (remote_address, user_id, route+user_id) through the handler, on the
 // layers a node builds (newBackends): "memory", the memory global layer
-// of a node without Redis, and "share", every rule leased with share 0.5
-// in front of a real redis-server, once the share is granted, so that no
-// decision calls Redis (redis-calls/op says so). cpu-ns/op is the
+// of a node without Redis; "memory-sharedkeys", the same layer keyed with
+// SHA-256 as Redis' keys are (bucket.SumKey), which is what keys cost the
+// share path; and "share", every rule leased with share 0.5 in front of a
+// real redis-server, once the share is granted, so that no decision calls
+// Redis (redis-calls/op says so). cpu-ns/op is the
 // process' CPU time, the node's background work included. Compare the two
 // in one run: -bench ShareDecision -count 5.
 func BenchmarkShareDecision(b *testing.B) {
 	for _, bc := range []struct {
-		name  string
-		redis bool
-	}{{"memory", false}, {"share", true}} {
+		name              string
+		redis, sharedKeys bool
+	}{{"memory", false, false}, {"memory-sharedkeys", false, true}, {"share", true, true}} {
 		b.Run(bc.name, func(b *testing.B) {
 			st := testOptions()
 			st.Logger = slog.New(slog.DiscardHandler)
@@ -65,6 +67,10 @@ func BenchmarkShareDecision(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer layers.global.close()
+			global := layers.global.limiter
+			if bc.sharedKeys && !bc.redis {
+				global = sharedKeys{global}
+			}
 			f, err := descriptors.Parse("rules.yaml", []byte(shareBenchRules))
 			if err != nil {
 				b.Fatal(err)
@@ -76,7 +82,7 @@ func BenchmarkShareDecision(b *testing.B) {
 			srv := service.New(service.Options{
 				Rules:    ruleset.NewStore(rules),
 				Local:    layers.local,
-				Global:   layers.global.limiter,
+				Global:   global,
 				Logger:   st.Logger,
 				Metrics:  service.NewMetrics(reg),
 				GrayKey:  st.GrayKey,
@@ -119,6 +125,12 @@ func BenchmarkShareDecision(b *testing.B) {
 		})
 	}
 }
+
+// sharedKeys is a global layer that reports its keys shared, as Redis
+// does, so that the server hashes them with SHA-256.
+type sharedKeys struct{ bucket.Limiter }
+
+func (sharedKeys) Shared() bool { return true }
 
 func benchDescriptor(pairs ...string) *commonv3.RateLimitDescriptor {
 	d := &commonv3.RateLimitDescriptor{}
