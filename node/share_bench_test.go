@@ -44,9 +44,9 @@ descriptors:
 // SHA-256 as Redis' keys are (bucket.SumKey), which is what keys cost the
 // share path; and "share", every rule leased with share 0.5 in front of a
 // real redis-server, once the share is granted, so that no decision calls
-// Redis (redis-calls/op says so). cpu-ns/op is the
-// process' CPU time, the node's background work included. Compare the two
-// in one run: -bench ShareDecision -count 5.
+// Redis (redis-calls/op says so). cpu-ns/op is the process' CPU time, the
+// node's background work included. Compare the cases within one run; on a
+// busy machine, alternate runs of the binaries compared (docs/benchmarks.md).
 func BenchmarkShareDecision(b *testing.B) {
 	for _, bc := range []struct {
 		name              string
