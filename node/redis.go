@@ -123,7 +123,7 @@ func newRedisGlobal(ctx context.Context, st Options, log *slog.Logger, reg prome
 	shares := standing.New(standing.Options{Inner: sw, Membership: nodes, MaxBuckets: st.MaxBuckets, Metrics: standing.NewMetrics(reg)})
 	go shares.Run(ctx)
 	registerBucketGauge(reg, "share", shares.Len)
-	standing.RegisterNodes(reg, nodes)
+	standing.RegisterNodes(reg, nodes.Share)
 	return globalLayer{limiter: shares, sw: sw, control: control, controlOpts: controlOpts, close: closeAll}, nil
 }
 

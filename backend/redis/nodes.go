@@ -116,8 +116,14 @@ func (n *Nodes) Seen() bool { return n.seen.Load() }
 // ok is false. A caller spends a share only right after ok: Margin also
 // covers the time between the call and the spending.
 func (n *Nodes) Share() (count int, ok bool) {
+	return n.ShareAt(n.opts.Clock.Now())
+}
+
+// ShareAt is Share at now, an instant of the Nodes' Clock, for a caller
+// that has read it already.
+func (n *Nodes) ShareAt(now time.Time) (count int, ok bool) {
 	s := n.share.Load()
-	return s.n, n.opts.Clock.Now().Before(s.until)
+	return s.n, now.Before(s.until)
 }
 
 // Beat sends one heartbeat and updates the count and the share.

@@ -21,6 +21,8 @@ type members struct {
 	ok bool
 }
 
+func (m *members) ShareAt(time.Time) (int, bool) { return m.Share() }
+
 func (m *members) Share() (int, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

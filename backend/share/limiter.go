@@ -15,10 +15,11 @@ import (
 // Membership says whether this node may hold standing shares now, and how
 // many nodes they are split over: the node registry in Redis.
 type Membership interface {
-	// Share reports the node count n a share is sized by (f/n of a rule's
-	// limit) and whether this node may hold a share now: only while every
-	// live node counts it in its n.
-	Share() (n int, ok bool)
+	// ShareAt reports the node count n a share is sized by (f/n of a
+	// rule's limit) and whether this node may hold a share at now, an
+	// instant of the layer's Clock: only while every live node counts it
+	// in its n.
+	ShareAt(now time.Time) (n int, ok bool)
 }
 
 // Options configures a Limiter.
@@ -28,7 +29,8 @@ type Options struct {
 	Inner bucket.Limiter
 	// Membership gives n and whether this node holds shares. Required.
 	Membership Membership
-	// Clock is the cells' clock (clockwork.NewRealClock() when nil).
+	// Clock is the cells' clock (clockwork.NewRealClock() when nil), and
+	// the membership's: a call asks Membership at the instant it decides.
 	Clock clockwork.Clock
 	// MaxBuckets bounds the cells held (memory.Options.MaxBuckets): a key
 	// that finds no room goes to Redis' part.
@@ -61,7 +63,9 @@ type holding struct {
 // was empty then (memory.Limiter.HitSince), so a cell has only what it
 // refilled since, at (n, ok)'s rate: it gains nothing when n drops, keeps
 // nothing from before a time its node was not admitted, and starts empty.
-// Seeing a change late only empties the cells later.
+// Seeing a change late only empties the cells later: since reads the
+// clock when it records a change, never earlier, also when the caller
+// saw (n, ok) some time ago.
 func (l *Limiter) since(n int, ok bool) time.Time {
 	for {
 		h := l.holding.Load()
@@ -111,7 +115,7 @@ func (l *Limiter) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.Chan():
-			l.since(l.opts.Membership.Share())
+			l.since(l.opts.Membership.ShareAt(l.clock.Now()))
 		}
 	}
 }
@@ -136,12 +140,12 @@ func take(h *bucket.Hit) bool { return !h.Give && h.Cost > 0 }
 
 // plan is what one hit of a call does.
 type plan struct {
-	cell, redis bucket.Limit // its share cell's limit and Redis' part, for a share hit
-	useCell     bool         // its cell is tried (the node holds shares, and the cell has a token)
-	cellAt      int          // its hit in the cells' first call; -1: none
-	giveAt      int          // its give in the cells' second call; -1: none
-	innerAt     int          // its hit in the call behind; -1: none
-	give        uint64       // tokens of a give its cell takes
+	cell    bucket.Limit // its share cell's limit, for a share hit
+	useCell bool         // its cell is tried (the node holds shares, and the cell has a token)
+	cellAt  int          // its hit in the cells' first call; -1: none
+	giveAt  int          // its give in the cells' second call; -1: none
+	innerAt int          // its hit in the call behind; -1: none
+	give    uint64       // tokens of a give its cell takes
 }
 
 // scratch holds one call's buffers, pooled.
@@ -181,10 +185,13 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 	}
 	sc := l.get(len(hits))
 	defer l.scratch.Put(sc)
-	n, ok := l.opts.Membership.Share()
+	// One instant for the membership and the cells: a share is spent
+	// right when it is seen held.
+	now := l.clock.Now()
+	n, ok := l.opts.Membership.ShareAt(now)
 	sc.since = l.since(n, ok)
 	l.plan(sc, hits, n, ok)
-	l.cellCalls(sc, hits)
+	l.cellCalls(sc, hits, now)
 	l.innerHits(sc, hits)
 	if len(sc.inner) == 0 {
 		l.opts.Metrics.decided(true)
@@ -219,18 +226,15 @@ func anyShared(hits []bucket.Hit) bool {
 	return false
 }
 
-// plan fills sc.plans: each share hit's two parts, and whether its cell
-// is tried.
+// plan fills sc.plans: each share hit's cell, and whether it is tried.
+// When it is not, the hit goes to Redis' part alone, never to the whole
+// limit (innerHits).
 func (l *Limiter) plan(sc *scratch, hits []bucket.Hit, n int, ok bool) {
 	for i := range hits {
 		h, p := &hits[i], &sc.plans[i]
 		*p = plan{cellAt: -1, giveAt: -1, innerAt: -1}
-		if !shared(h) {
+		if !ok || !shared(h) {
 			continue
-		}
-		p.redis = redisLimit(h.Limit, h.Share)
-		if !ok {
-			continue // not admitted: Redis' part alone, never the whole limit
 		}
 		p.cell = cellLimit(h.Limit, h.Share, n)
 		p.useCell = p.cell.Burst > 0 && p.cell.Requests > 0
@@ -242,7 +246,7 @@ func (l *Limiter) plan(sc *scratch, hits []bucket.Hit, n int, ok bool) {
 // tokens), then the independent hits, and a check of the cell of each
 // give and check; a second call with the gives, each at most what its
 // cell lacks.
-func (l *Limiter) cellCalls(sc *scratch, hits []bucket.Hit) {
+func (l *Limiter) cellCalls(sc *scratch, hits []bucket.Hit, now time.Time) {
 	add := func(i int, cost uint64) {
 		sc.plans[i].cellAt = len(sc.cellHits)
 		sc.cellHits = append(sc.cellHits, bucket.Hit{Key: hits[i].Key, Limit: sc.plans[i].cell, Cost: cost, Independent: true})
@@ -264,7 +268,6 @@ func (l *Limiter) cellCalls(sc *scratch, hits []bucket.Hit) {
 	if len(sc.cellHits) == 0 {
 		return
 	}
-	now := l.clock.Now()
 	sc.cellStates = grow(sc.cellStates, len(sc.cellHits))
 	l.cells.HitSince(now, sc.since, sc.cellHits, sc.cellStates)
 	first := len(sc.cellHits)
@@ -296,17 +299,17 @@ func (l *Limiter) innerHits(sc *scratch, hits []bucket.Hit) {
 		switch {
 		case !shared(&h):
 		case !p.useCell:
-			h.Limit = p.redis
+			h.Limit = redisLimit(h.Limit, h.Share)
 		case h.Give:
 			if h.Cost == p.give {
 				continue
 			}
 			h.Cost -= p.give
-			h.Limit = p.redis
+			h.Limit = redisLimit(h.Limit, h.Share)
 		case take(&h) && sc.cellStates[p.cellAt].Allowed:
 			continue
 		default: // a check, or a take its cell could not hold
-			h.Limit = p.redis
+			h.Limit = redisLimit(h.Limit, h.Share)
 		}
 		p.innerAt = len(sc.inner)
 		sc.inner = append(sc.inner, h)

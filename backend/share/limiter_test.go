@@ -111,6 +111,50 @@ func TestNotAdmitted(t *testing.T) {
 	}
 }
 
+// interleaved is a Membership that lets another call run, once, between
+// answering a call and that call going on: as a call descheduled right
+// after it looked.
+type interleaved struct {
+	*members
+	between func()
+}
+
+func (m *interleaved) ShareAt(now time.Time) (int, bool) {
+	n, ok := m.members.ShareAt(now)
+	if f := m.between; f != nil {
+		m.between = nil
+		f()
+	}
+	return n, ok
+}
+
+// A call that saw the share held, then waited while the node was out
+// for an hour, records the holding when it goes on, not when it looked:
+// the cells hold nothing refilled while the node was out.
+func TestLateLookEmptiesLater(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	m := &interleaved{members: f.member}
+	l := share.New(share.Options{Inner: f.behind, Membership: m, Clock: f.clock})
+	f.held(l) // l's cells are full
+	ctx, st := context.Background(), make([]bucket.State, 1)
+	m.between = func() {
+		f.member.set(3, false)
+		f.clock.Advance(time.Hour)
+		if _, err := l.Hit(ctx, []bucket.Hit{takeOf("b", 1)}, st); err != nil { // sees the node out
+			t.Error(err)
+		}
+		f.member.set(3, true)
+	}
+	if _, err := l.Hit(ctx, []bucket.Hit{takeOf("a", 1)}, st); err != nil { // looked an hour ago
+		t.Fatal(err)
+	}
+	before := f.behind.count()
+	if _, err := l.Hit(ctx, []bucket.Hit{takeOf("a", 1)}, st); err != nil || f.behind.count() != before+1 {
+		t.Errorf("right after the late call: %v, %d calls behind, want 1: the cell kept or refilled tokens from the hour out", err, f.behind.count()-before)
+	}
+}
+
 // A changed node count starts the share anew: its cells empty, refilling
 // at the new rate. A share that grows gains nothing at once, so no node
 // gains what others spent.
@@ -325,9 +369,9 @@ type watched struct {
 	calls atomic.Int64
 }
 
-func (w *watched) Share() (int, bool) {
+func (w *watched) ShareAt(now time.Time) (int, bool) {
 	w.calls.Add(1)
-	return w.members.Share()
+	return w.members.ShareAt(now)
 }
 
 // Run looks at the membership, so a share starts when it is granted, not

@@ -18,14 +18,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return &Metrics{byShare: decisions.WithLabelValues("share"), behind: decisions.WithLabelValues("redis")}
 }
 
-// RegisterNodes adds ratelimit_share_nodes to reg: the n m sizes shares
-// by, 0 while this node holds none.
-func RegisterNodes(reg prometheus.Registerer, m Membership) {
+// RegisterNodes adds ratelimit_share_nodes to reg: the n shares are
+// sized by, 0 while this node holds none, as share reports them now.
+func RegisterNodes(reg prometheus.Registerer, share func() (n int, ok bool)) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ratelimit_share_nodes",
 		Help: "The node count n this node's standing shares are sized by (f/n of a rule); 0 while it holds none.",
 	}, func() float64 {
-		if n, ok := m.Share(); ok {
+		if n, ok := share(); ok {
 			return float64(n)
 		}
 		return 0

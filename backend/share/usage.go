@@ -26,14 +26,15 @@ func (l *Limiter) ReadShares(ctx context.Context, hits []bucket.Hit, states []bu
 	}
 	sc := l.get(len(hits))
 	defer l.scratch.Put(sc)
-	n, ok := l.opts.Membership.Share()
+	now := l.clock.Now()
+	n, ok := l.opts.Membership.ShareAt(now)
 	sc.since = l.since(n, ok) // a cell reads as Hit would find it
 	if !ok {
 		n = 0
 	}
 	l.plan(sc, hits, n, ok)
-	l.cellCalls(sc, hits) // checks: they read their cell, take nothing
-	l.innerHits(sc, hits) // every check goes behind
+	l.cellCalls(sc, hits, now) // checks: they read their cell, take nothing
+	l.innerHits(sc, hits)      // every check goes behind
 	for i := range hits {
 		p := &sc.plans[i]
 		cells[i], cellStates[i] = bucket.Limit{}, bucket.State{}
@@ -41,7 +42,7 @@ func (l *Limiter) ReadShares(ctx context.Context, hits []bucket.Hit, states []bu
 			cells[i], cellStates[i] = p.cell, sc.cellStates[p.cellAt]
 		}
 		if shared(&hits[i]) {
-			hits[i].Limit = p.redis
+			hits[i].Limit = redisLimit(hits[i].Limit, hits[i].Share)
 		}
 	}
 	if len(sc.inner) == 0 {
