@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/descriptors"
+	"github.com/sluice-rls/sluice/internal/cputime"
 	"github.com/sluice-rls/sluice/internal/redistest"
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
@@ -114,11 +115,11 @@ func BenchmarkShareDecision(b *testing.B) {
 			}
 			redis0 := byRedis()
 			b.ReportAllocs()
-			cpu0 := processCPU()
+			cpu0 := cputime.Process()
 			for b.Loop() {
 				decide()
 			}
-			if cpu := processCPU(); cpu0 > 0 {
+			if cpu := cputime.Process(); cpu0 > 0 {
 				b.ReportMetric(float64(cpu-cpu0)/float64(b.N), "cpu-ns/op")
 			}
 			b.ReportMetric((byRedis()-redis0)/float64(b.N), "redis-calls/op")

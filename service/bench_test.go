@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/tap"
 
 	"github.com/sluice-rls/sluice/backend/memory"
+	"github.com/sluice-rls/sluice/internal/cputime"
 	"github.com/sluice-rls/sluice/service"
 	"github.com/sluice-rls/sluice/tracing"
 )
@@ -74,13 +75,13 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			}
 			ctx := context.Background()
 			b.ReportAllocs()
-			cpu0 := processCPU()
+			cpu0 := cputime.Process()
 			for b.Loop() {
 				if _, err := h.srv.ShouldRateLimit(ctx, req); err != nil {
 					b.Fatal(err)
 				}
 			}
-			if cpu := processCPU(); cpu0 > 0 {
+			if cpu := cputime.Process(); cpu0 > 0 {
 				b.ReportMetric(float64(cpu-cpu0)/float64(b.N), "cpu-ns/op")
 			}
 		})
@@ -127,13 +128,13 @@ func BenchmarkTracing(b *testing.B) {
 			ctx := envoyContext(b, tap, bc.traceparent)
 			req := request("edge", desc("remote_address=10.1.2.3"), desc("user_id=alice"), desc("route=/api/orders/42", "user_id=alice"))
 			b.ReportAllocs()
-			cpu0, gc0 := processCPU(), gcCycles()
+			cpu0, gc0 := cputime.Process(), gcCycles()
 			for b.Loop() {
 				if _, err := h.srv.ShouldRateLimit(ctx, req); err != nil {
 					b.Fatal(err)
 				}
 			}
-			if cpu := processCPU(); cpu0 > 0 {
+			if cpu := cputime.Process(); cpu0 > 0 {
 				b.ReportMetric(float64(cpu-cpu0)/float64(b.N), "cpu-ns/op")
 			}
 			b.ReportMetric(float64(gcCycles()-gc0)*1e6/float64(b.N), "gc/Mop")
@@ -184,7 +185,7 @@ func BenchmarkTracingCost(b *testing.B) {
 				ratios  []float64
 				side, i int
 			)
-			t0 := processCPU()
+			t0 := cputime.Process()
 			if t0 == 0 {
 				b.Skip("no process CPU time here")
 			}
@@ -198,7 +199,7 @@ func BenchmarkTracingCost(b *testing.B) {
 				if side == 1 {
 					_ = p.ForceFlush(context.Background())
 				}
-				t := processCPU()
+				t := cputime.Process()
 				last[side] = t - t0
 				cpu[side] += t - t0
 				calls[side] += i

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluice-rls/sluice/internal/cputime"
 	"github.com/sluice-rls/sluice/override"
 	"github.com/sluice-rls/sluice/ruleset"
 	"github.com/sluice-rls/sluice/service"
@@ -306,13 +307,13 @@ descriptors:
 			req := request("edge", desc("remote_address=10.1.2.3"), desc("user_id=alice"), desc("route=/api/orders/42", "user_id=alice"))
 			ctx := context.Background()
 			b.ReportAllocs()
-			cpu0 := processCPU()
+			cpu0 := cputime.Process()
 			for b.Loop() {
 				if _, err := h.srv.ShouldRateLimit(ctx, req); err != nil {
 					b.Fatal(err)
 				}
 			}
-			if cpu := processCPU(); cpu0 > 0 {
+			if cpu := cputime.Process(); cpu0 > 0 {
 				b.ReportMetric(float64(cpu-cpu0)/float64(b.N), "cpu-ns/op")
 			}
 		})

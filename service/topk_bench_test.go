@@ -8,6 +8,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/jonboulle/clockwork"
 
+	"github.com/sluice-rls/sluice/internal/cputime"
 	"github.com/sluice-rls/sluice/service"
 )
 
@@ -38,7 +39,7 @@ descriptors:
 				ctx := context.Background()
 				b.ReportAllocs()
 				i := 0
-				cpu0 := processCPU()
+				cpu0 := cputime.Process()
 				for b.Loop() {
 					resp, err := h.srv.ShouldRateLimit(ctx, reqs[i])
 					if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
@@ -48,7 +49,7 @@ descriptors:
 						i = 0
 					}
 				}
-				if cpu := processCPU(); cpu0 > 0 {
+				if cpu := cputime.Process(); cpu0 > 0 {
 					b.ReportMetric(float64(cpu-cpu0)/float64(b.N), "cpu-ns/op")
 				}
 			})
@@ -71,13 +72,13 @@ descriptors:
 			req := request("edge", desc("user_id=alice"))
 			ctx := context.Background()
 			b.ReportAllocs()
-			cpu0 := processCPU()
+			cpu0 := cputime.Process()
 			for b.Loop() {
 				if _, err := h.srv.ShouldRateLimit(ctx, req); err != nil {
 					b.Fatal(err)
 				}
 			}
-			if cpu := processCPU(); cpu0 > 0 {
+			if cpu := cputime.Process(); cpu0 > 0 {
 				b.ReportMetric(float64(cpu-cpu0)/float64(b.N), "cpu-ns/op")
 			}
 		})

@@ -8,7 +8,8 @@ import (
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"golang.org/x/sys/unix"
+
+	"github.com/sluice-rls/sluice/internal/cputime"
 )
 
 // BenchmarkProcessor is the CPU time (the process', every thread, so the
@@ -33,7 +34,7 @@ func BenchmarkProcessor(b *testing.B) {
 				tr := tp.Tracer("bench")
 				ctx := context.Background()
 				b.ReportAllocs()
-				cpu0 := processCPU()
+				cpu0 := cputime.Process()
 				for b.Loop() {
 					_, span := tr.Start(ctx, "sluice.ShouldRateLimit")
 					span.End()
@@ -41,7 +42,7 @@ func BenchmarkProcessor(b *testing.B) {
 					}
 				}
 				if cpu0 > 0 {
-					b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+					b.ReportMetric(float64(cputime.Process()-cpu0)/float64(b.N), "cpu-ns/op")
 				}
 			})
 		}
@@ -52,11 +53,3 @@ type discardExporter struct{}
 
 func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discardExporter) Shutdown(context.Context) error                             { return nil }
-
-func processCPU() int64 {
-	var ts unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts) != nil {
-		return 0
-	}
-	return ts.Nano()
-}
