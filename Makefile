@@ -2,6 +2,11 @@
 
 GO        ?= go
 GOFLAGS   ?=
+# Every go command here builds with -trimpath, as `make build` and the image
+# do: what it compiles does not depend on where the clone is, so a fresh
+# clone reuses the build cache an earlier clone filled instead of compiling
+# every package again (the go commands the tests run inherit it).
+export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 BIN       := bin/rls
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)

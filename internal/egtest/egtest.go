@@ -5,9 +5,9 @@ package egtest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -38,8 +38,10 @@ type EnvVar struct {
 // Load reads the recorded container.
 func Load(t testing.TB) Container {
 	t.Helper()
-	_, here, _, _ := runtime.Caller(0)
-	path := filepath.Join(filepath.Dir(here), "..", "..", "cmd", "rls", "flags", "testdata", "envoy-gateway-ratelimit-container.yaml")
+	path, err := recording()
+	if err != nil {
+		t.Fatal(err)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -81,4 +83,30 @@ func (c Container) Getenv(replace map[string]string) func(string) string {
 		env[k] = v
 	}
 	return func(name string) string { return env[name] }
+}
+
+// recordingPath is where the container is recorded, from the repository's
+// root.
+var recordingPath = filepath.Join("cmd", "rls", "flags", "testdata", "envoy-gateway-ratelimit-container.yaml")
+
+// recording finds the recorded container from the test's directory (a
+// package's directory: go test runs each package's tests there) up. The
+// source file's own path would not do: builds with -trimpath (make test's)
+// record it relative to the module.
+func recording() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		path := filepath.Join(dir, recordingPath)
+		if _, err := os.Stat(path); err == nil {
+			return path, nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", fmt.Errorf("%s: not found in the test's directory or any above it", recordingPath)
+		}
+		dir = up
+	}
 }
