@@ -6,11 +6,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	goredis "github.com/redis/go-redis/v9"
 
-	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/bucket"
-	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
 // With Autostart, Run starts at the first leased hit, not before: hits of
@@ -19,11 +16,7 @@ import (
 // stops it (TestMain's leak check), and a Limiter closed first never
 // starts it.
 func TestAutostart(t *testing.T) {
-	srv := redistest.Start(t)
-	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	r := redisbackend.New(redisbackend.Options{Client: c, Prefix: "autostart", Timeout: time.Second, CacheSize: -1})
-	t.Cleanup(r.Close)
+	r := startRedis(t, "autostart")
 	newL := func() *Limiter {
 		l := New(Options{Leaser: r, Exact: r, Default: bucket.Exact, Clock: clockwork.NewFakeClock(), Period: time.Hour, EagerLeases: true, Autostart: true})
 		t.Cleanup(func() { _ = l.Close(context.Background()) })

@@ -6,21 +6,14 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	goredis "github.com/redis/go-redis/v9"
 
-	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/bucket"
-	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
 // A pool closed before its end leaves a stale end in the heap: when it
 // pops, the key's next pool, started since, stays until its own end.
 func TestStaleEndKeepsNextPool(t *testing.T) {
-	srv := redistest.Start(t)
-	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	r := redisbackend.New(redisbackend.Options{Client: c, Prefix: "ends", Timeout: time.Second, CacheSize: -1})
-	t.Cleanup(r.Close)
+	r := startRedis(t, "ends")
 	clock := clockwork.NewFakeClock()
 	l := New(Options{Leaser: r, Clock: clock, Period: time.Second, EagerLeases: true})
 	t.Cleanup(func() { _ = l.Close(context.Background()) })

@@ -7,12 +7,9 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rls/sluice/backend/leaseproto"
-	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	"github.com/sluice-rls/sluice/bucket"
-	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
 // sweepingLeaser lets a lease period pass and Run's sweep forget idle keys
@@ -37,11 +34,7 @@ func (s *sweepingLeaser) Lease(ctx context.Context, ops []leaseproto.Op, out []l
 // decided from the reply all the same: the node neither crashes nor
 // counts the reply on an entry it no longer has.
 func TestKeySweptDuringItsCall(t *testing.T) {
-	srv := redistest.Start(t)
-	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	r := redisbackend.New(redisbackend.Options{Client: c, Prefix: "swept", Timeout: time.Second, CacheSize: -1})
-	t.Cleanup(r.Close)
+	r := startRedis(t, "swept")
 	clock := clockwork.NewFakeClock()
 	s := &sweepingLeaser{Leaser: r, clock: clock}
 	l := New(Options{Leaser: s, Exact: r, Default: bucket.Leased, Clock: clock, Period: time.Second, EagerLeases: true})
