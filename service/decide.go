@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -504,13 +505,6 @@ func overrideLimit(o *commonv3.RateLimitDescriptor_RateLimitOverride) (bucket.Li
 	return l, true, nil
 }
 
-// grow returns s with length n, keeping its contents and reusing its array
-// when large enough.
-func grow[T any](s []T, n int) []T {
-	if cap(s) >= n {
-		return s[:n]
-	}
-	g := make([]T, n, n+n/2)
-	copy(g, s)
-	return g
-}
+// grow returns s with length n, keeping its contents and reusing its
+// array when large enough (slices.Grow, resliced).
+func grow[T any](s []T, n int) []T { return slices.Grow(s, max(0, n-len(s)))[:n] }

@@ -2,6 +2,7 @@ package share
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -386,14 +387,7 @@ func satAdd(a, b uint64) uint64 {
 }
 
 // grow returns s with length n, keeping its contents and reusing its
-// array when large enough.
-func grow[T any](s []T, n int) []T {
-	if cap(s) >= n {
-		return s[:n]
-	}
-	g := make([]T, n, n+n/2)
-	copy(g, s)
-	return g
-}
+// array when large enough (slices.Grow, resliced).
+func grow[T any](s []T, n int) []T { return slices.Grow(s, max(0, n-len(s)))[:n] }
 
 var _ bucket.Limiter = (*Limiter)(nil)
