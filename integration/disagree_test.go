@@ -3,9 +3,7 @@
 package integration
 
 import (
-	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -100,29 +98,8 @@ func TestDisagreeingLimits(t *testing.T) {
 
 // alternate sends a request of descriptor key=u at rate calls a second
 // for d, call n to node n mod len(nodes), as pace does: an open loop,
-// each call on a goroutine of its own at its time.
+// each call on a goroutine of its own at its time (paceFleet over a fleet
+// that does not change).
 func alternate(nodes []*rlsProcess, rate float64, d time.Duration, key string) paced {
-	req := request("split", key+"=u")
-	var mu sync.Mutex
-	var out paced
-	var wg sync.WaitGroup
-	every := time.Duration(float64(time.Second) / rate)
-	start := time.Now()
-	out.first = start
-	for n := 0; time.Duration(n)*every < d; n++ {
-		time.Sleep(time.Until(start.Add(time.Duration(n) * every)))
-		p := nodes[n%len(nodes)]
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), paceTimeout)
-			defer cancel()
-			t0 := time.Now()
-			resp, err := p.Client.ShouldRateLimit(ctx, req)
-			t1 := time.Now()
-			mu.Lock()
-			defer mu.Unlock()
-			out.add(t0, t1, resp, err)
-		})
-	}
-	wg.Wait()
-	return out
+	return paceFleet(&fleet{nodes: nodes}, rate, d, request("split", key+"=u"), time.Now()).paced
 }
