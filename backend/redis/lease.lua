@@ -343,83 +343,218 @@ end
 -- The takes' scratch copy: scratch[key] is valid for the decision that
 -- starts at op i when stamp[key] == i (one set of tables for the call, not
 -- one per decision). Op k's take result: RA[k] allowed, RR[k] retry, RL[k]
--- leased.
+-- leased (RA and RR the in-line path's too, for any op).
 local scratch, siv, sbu, stamp = {}, {}, {}, {}
 local RA, RR, RL = {}, {}, {}
+-- The in-line path's: MARK[key] is the decision (its first op) that last
+-- met key; NEW[k] is op k's TAT once decided, before its lease (false:
+-- reported).
+local MARK, NEW = {}, {}
 
 local i = 1
 while i <= n do
   local d = D[i]
   local j = i
   while j < n and D[j + 1] == d do j = j + 1 end
-  local flags = F
 
-  -- Takes, all-or-nothing, on a scratch copy (scratch TATs measured under
-  -- siv and sbu). A conversion of the committed bucket is kept whatever
-  -- the decision.
-  local ok = true
-  for k = i, j do
-    if flags[k] == 0 then
+  -- Most decisions are one op, or takes of distinct buckets: they run in
+  -- line below, the general path's decide, lease, clampgive and report
+  -- written out (calls cost the most here). For them the general path
+  -- comes to this: each op decided on its bucket's committed TAT
+  -- (converted, and the conversion kept, when its limit changed), then,
+  -- for one op or when every take is allowed, the allowed takes' leases
+  -- and the new TATs committed; the allowed takes of a refused decision
+  -- report the untouched buckets. Every report reads the committed TAT,
+  -- which is under the op's limit then, but for a return of another
+  -- limit's tokens (it calls report). The parked count keeps its helpers.
+  -- TestLeaseInline checks that both paths agree.
+  local inline = true
+  if j > i then
+    for k = i, j do
       local key = KEYS[k]
-      local fresh = stamp[key] ~= i
-      local tat, iv, bu
-      if fresh then tat, iv, bu = committed(key) else tat, iv, bu = scratch[key], siv[key], sbu[key] end
-      local allowed, new, _, retry, _, conv = decide(k, tat, iv, bu, false)
-      if conv and fresh then store(key, k, conv) end
-      RA[k], RR[k] = allowed, retry
-      if allowed then
-        scratch[key], stamp[key] = new, i
-        siv[key], sbu[key] = IV[k], BUR[k]
-      else
-        ok = false
+      if F[k] ~= 0 or MARK[key] == i then
+        inline = false
+        break
       end
-    end
-  end
-  for k = i, j do
-    if flags[k] == 0 then
-      local key = KEYS[k]
-      local leased = 0
-      if ok then
-        local interval, burst = IV[k], BUR[k]
-        local tat = convert(scratch[key], siv[key], sbu[key], interval, burst)
-        tat, leased = lease(k, tat)
-        grant(key, k, leased)
-        scratch[key], siv[key], sbu[key] = tat, interval, burst
-        if tat ~= tats[key] or (tat > now and (interval ~= ivs[key] or burst ~= bursts[key])) then store(key, k, tat) end
-      end
-      RL[k] = leased
-    end
-  end
-  for k = i, j do
-    if flags[k] == 0 then
-      report(k, RA[k], RL[k], RR[k], KEYS[k])
+      MARK[key] = i
     end
   end
 
-  -- Gives, returns and independent takes, each alone. A return (flags 3)
-  -- of tokens leased under another limit than the bucket's does nothing.
-  for k = i, j do
-    local f = flags[k]
-    local ov = f == 6
-    if ov then f = 2 end
-    if f ~= 0 then
-      local key = KEYS[k]
-      local tat, iv, bu = committed(key)
+  if inline then
+    local ok = true
+    for k = i, j do
+      local key, f = KEYS[k], F[k]
+      local tat = tats[key]
+      if tat == nil then tat = committed(key) end
+      local iv, bu = ivs[key], bursts[key]
       local interval, burst = IV[k], BUR[k]
-      if f == 3 then
-        unpark(key, WIN[k], SINCE[k], UNP[k])
-      end
+      if f == 3 then unpark(key, WIN[k], SINCE[k], UNP[k]) end
       if f == 3 and tat > now and (iv ~= interval or bu ~= burst) then
         report(k, true, 0, 0, key)
+        NEW[k] = false -- reported
       else
-        local allowed, new, _, retry, _, conv = decide(k, tat, iv, bu, f ~= 2, ov)
-        if conv then store(key, k, conv); tat = conv end
+        local allowed, retry, new = true, 0, tat
+        local give = f == 1 or f == 3
+        if interval == nil then
+          if not give then allowed, retry = false, PER[k] end
+        else
+          local tau, take = TAU[k], TAKE[k]
+          if tat > now and (iv ~= interval or bu ~= burst) then
+            if iv ~= interval then tat = now + (tat - now) / iv * interval end
+            tats[key], ivs[key], bursts[key], dirty[key] = tat, interval, burst, true
+            new = tat
+          end
+          local base = tat
+          if base < now then base = now end
+          if give then
+            new = base - take * interval
+            if new < now then new = now end
+            if tat <= now then new = tat end
+            if new < tat then -- clampgive
+              local p = parked(key, WIN[k])
+              local low = now + (p[4] + p[5]) * interval
+              if low > base then low = base end
+              if new < low then new = low end
+            end
+          else
+            local need = NEED[k]
+            local wait = base + need * interval - tau - now
+            if need > burst or wait > EPS then
+              allowed = false
+              if f == 6 then -- overdraw
+                new = base + take * interval
+                if new > now + 2 * tau then new = now + 2 * tau end
+                if new < base then new = base end
+                if need > burst then retry = new - now else retry = new + need * interval - tau - now end
+              elseif need > burst then
+                retry = base - now
+              else
+                retry = wait
+              end
+            elseif take > 0 then
+              new = base + take * interval
+            end
+          end
+        end
+        if not allowed then ok = false end
+        RA[k], RR[k], NEW[k] = allowed, retry, new
+      end
+    end
+    for k = i, j do
+      local new = NEW[k] -- false: reported
+      if new then
+        local key, interval, burst = KEYS[k], IV[k], BUR[k]
+        local allowed, leased = RA[k], 0
+        if i == j or ok then
+          local extra, f = EXTRA[k], F[k]
+          if allowed and f ~= 1 and f ~= 3 and not (extra <= 0) then
+            -- lease(k, new):
+            local debt = new - now
+            if debt < 0 then debt = 0 end
+            local r = floor((TAU[k] - debt + EPS) / interval)
+            if r > burst then r = burst end
+            if not (r >= 0) then r = 0 elseif r > MAXINT then r = MAXINT end
+            local l = floor(r / SHARE[k])
+            if l > extra then l = extra end
+            if not (l <= 0) then
+              local base = new
+              if base < now then base = now end
+              new, leased = base + l * interval, l
+              local p = parked(key, WIN[k])
+              p[4] = p[4] + l
+              dirty[key] = true
+            end
+          end
+          if new ~= tats[key] then tats[key], ivs[key], bursts[key], dirty[key] = new, interval, burst, true end
+        end
+        -- report(k, allowed, leased, RR[k], key):
+        local remaining, reset, retry = 0, PER[k], ceil(RR[k])
+        if interval ~= nil then
+          local debt = tats[key] - now
+          if debt < 0 then debt = 0 end
+          remaining = floor((TAU[k] - debt + EPS) / interval)
+          if remaining > burst then remaining = burst end
+          if not (remaining >= 0) then remaining = 0 elseif remaining > MAXINT then remaining = MAXINT end
+          reset = debt
+        end
+        reset = ceil(reset)
+        if not (retry >= 0) then retry = 0 elseif retry > MAXINT then retry = MAXINT end
+        if not (reset >= 0) then reset = 0 elseif reset > MAXINT then reset = MAXINT end
+        local granted = 0
+        if leased > 0 then granted = now end
+        out[k] = pack('<dddddd', allowed and 1 or 0, leased, remaining, retry, reset, granted)
+      end
+    end
+  else
+    local flags = F
+
+    -- Takes, all-or-nothing, on a scratch copy (scratch TATs measured under
+    -- siv and sbu). A conversion of the committed bucket is kept whatever
+    -- the decision.
+    local ok = true
+    for k = i, j do
+      if flags[k] == 0 then
+        local key = KEYS[k]
+        local fresh = stamp[key] ~= i
+        local tat, iv, bu
+        if fresh then tat, iv, bu = committed(key) else tat, iv, bu = scratch[key], siv[key], sbu[key] end
+        local allowed, new, _, retry, _, conv = decide(k, tat, iv, bu, false)
+        if conv and fresh then store(key, k, conv) end
+        RA[k], RR[k] = allowed, retry
+        if allowed then
+          scratch[key], stamp[key] = new, i
+          siv[key], sbu[key] = IV[k], BUR[k]
+        else
+          ok = false
+        end
+      end
+    end
+    for k = i, j do
+      if flags[k] == 0 then
+        local key = KEYS[k]
         local leased = 0
-        if allowed and f == 2 then new, leased = lease(k, new); grant(key, k, leased) end
-        if f ~= 2 then new = clampgive(k, key, tat, new) end
-        -- (a refused key leaves new at tat, unless it overdrew)
-        if new ~= tat then store(key, k, new) end
-        report(k, allowed, leased, retry, key)
+        if ok then
+          local interval, burst = IV[k], BUR[k]
+          local tat = convert(scratch[key], siv[key], sbu[key], interval, burst)
+          tat, leased = lease(k, tat)
+          grant(key, k, leased)
+          scratch[key], siv[key], sbu[key] = tat, interval, burst
+          if tat ~= tats[key] or (tat > now and (interval ~= ivs[key] or burst ~= bursts[key])) then store(key, k, tat) end
+        end
+        RL[k] = leased
+      end
+    end
+    for k = i, j do
+      if flags[k] == 0 then
+        report(k, RA[k], RL[k], RR[k], KEYS[k])
+      end
+    end
+
+    -- Gives, returns and independent takes, each alone. A return (flags 3)
+    -- of tokens leased under another limit than the bucket's does nothing.
+    for k = i, j do
+      local f = flags[k]
+      local ov = f == 6
+      if ov then f = 2 end
+      if f ~= 0 then
+        local key = KEYS[k]
+        local tat, iv, bu = committed(key)
+        local interval, burst = IV[k], BUR[k]
+        if f == 3 then
+          unpark(key, WIN[k], SINCE[k], UNP[k])
+        end
+        if f == 3 and tat > now and (iv ~= interval or bu ~= burst) then
+          report(k, true, 0, 0, key)
+        else
+          local allowed, new, _, retry, _, conv = decide(k, tat, iv, bu, f ~= 2, ov)
+          if conv then store(key, k, conv); tat = conv end
+          local leased = 0
+          if allowed and f == 2 then new, leased = lease(k, new); grant(key, k, leased) end
+          if f ~= 2 then new = clampgive(k, key, tat, new) end
+          -- (a refused key leaves new at tat, unless it overdrew)
+          if new ~= tat then store(key, k, new) end
+          report(k, allowed, leased, retry, key)
+        end
       end
     end
   end

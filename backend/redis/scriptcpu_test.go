@@ -69,14 +69,16 @@ func TestScriptCPU(t *testing.T) {
 // op allowed, the exact layer's op against the leased layer's op that
 // Redis decides (a take leasing nothing: a key's first decision, or one
 // near its limit; and the same take leasing up to 10 more). It runs when
-// SLUICE_SCRIPT_CPU is set, as TestScriptCPU; SLUICE_LEASE_CPU_OLD names
-// another lease.lua (same arguments and reply) to run too:
+// SLUICE_SCRIPT_CPU is set, as TestScriptCPU; every ratio is to the first
+// script, token_bucket.lua.
+//
+// With SLUICE_LEASE_CPU_OLD naming another lease.lua (same arguments and
+// reply), it measures that one against this one instead, alternating
+// round by round (ABBA) on the calls of leaseCPUShapes:
 //
 //	git show main:backend/redis/lease.lua > /tmp/old.lua
 //	SLUICE_SCRIPT_CPU=12 SLUICE_LEASE_CPU_OLD=/tmp/old.lua \
 //	  go test -run TestLeaseScriptCPU -v ./backend/redis/
-//
-// Every ratio is to the first script, token_bucket.lua.
 func TestLeaseScriptCPU(t *testing.T) {
 	env := os.Getenv("SLUICE_SCRIPT_CPU")
 	if env == "" {
@@ -96,7 +98,7 @@ func TestLeaseScriptCPU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		scripts = append(scripts, cpuScript{"old lease", string(old), scriptCPUShapes(leaseCPU(0))})
+		scripts = []cpuScript{{"old", string(old), leaseCPUShapes()}, {"new", leaseLua, leaseCPUShapes()}}
 	}
 	runScriptCPU(t, rounds, scripts)
 }
@@ -239,6 +241,51 @@ func scriptCPUShapes(a cpuArgs) []scriptCPUShape {
 			}
 			return keys, blob
 		}},
+	}
+}
+
+// leaseCPUShapes is lease.lua's calls by kind of op, 36 ops a call, on
+// limits of 10 per second with a burst no call exhausts (every take
+// allowed): takes of 1 token leasing up to 10 more (2 nodes, a window of
+// 2 s) on keys no call used before, on keys of a table of 4096 that live
+// from call to call (counting leases), and on one hot key, in decisions of
+// one op or of 3 keys; and, one op a decision on the table's keys,
+// prefetches (an independent take of nothing, leasing up to 10), returns
+// of 1 token closing a pool of 11, and gives of 1 token.
+func leaseCPUShapes() []scriptCPUShape {
+	const table = 4096
+	take := leaseCPU(10).take
+	with := func(flags, take1, since, unpark uint64) []uint64 {
+		a := slices.Clone(take)
+		a[3], a[4], a[7], a[9], a[10] = 0, take1, flags, since, unpark
+		return a
+	}
+	prefetch, ret, give := with(2, 0, 0, 0), with(3, 1, 1<<52, 11), with(1, 1, 0, 0)
+	shape := func(name string, per int, key func(i, j int) string, args []uint64) scriptCPUShape {
+		return scriptCPUShape{name, 36, leaseReplyBytes, func(i int) ([]string, []byte) {
+			keys := make([]string, 0, 36)
+			var blob []byte
+			for j := range 36 {
+				keys = append(keys, key(i, j))
+				blob = appendArgs(blob, uint64(j/per+1), args)
+			}
+			return keys, blob
+		}}
+	}
+	fresh := func(name string) func(i, j int) string {
+		return func(i, j int) string { return "cpu-lease/" + name + "/" + strconv.Itoa(i*36+j) }
+	}
+	spread := func(i, j int) string { return "cpu-lease/spread/" + strconv.Itoa((i*36+j*131)%table) }
+	hot := func(int, int) string { return "cpu-lease/hot" }
+	return []scriptCPUShape{
+		shape("new 36x1", 1, fresh("new1"), take),
+		shape("new 12x3", 3, fresh("new3"), take),
+		shape("spread 36x1", 1, spread, take),
+		shape("spread 12x3", 3, spread, take),
+		shape("hot 36x1", 1, hot, take),
+		shape("prefetch 36x1", 1, spread, prefetch),
+		shape("return 36x1", 1, spread, ret),
+		shape("give 36x1", 1, spread, give),
 	}
 }
 
