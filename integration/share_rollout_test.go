@@ -44,10 +44,12 @@ func TestShareRollout(t *testing.T) {
 	}
 
 	// The rollout completes: the file of nodes 1 and 2, reloaded on change.
+	changed := time.Now()
 	if err := os.WriteFile(path, []byte(shareRules), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	waitShares(t, nodes)
+	t.Logf("every node held a share %v after the file of nodes 1 and 2 changed", time.Since(changed).Round(time.Millisecond))
 	for i, p := range nodes {
 		if v, _ := scrapeMetric(t, p, "ratelimit_share_rules_differ"); v != 0 {
 			t.Errorf("node %d: ratelimit_share_rules_differ %v with the same rules, want 0", i, v)
