@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-rls/sluice/backend/memory"
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/fallback"
+	"github.com/sluice-rls/sluice/ruleset"
 )
 
 // backends are the node's two limiting layers as the service sees them.
@@ -23,13 +24,13 @@ type backends struct {
 
 // newBackends builds the local layer and the global one (newGlobal),
 // running their memory backends' eviction until ctx is done. The caller
-// closes the global layer.
-func newBackends(ctx context.Context, st Options, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (backends, error) {
+// closes the global layer. rules are the rules the service decides by.
+func newBackends(ctx context.Context, st Options, rules *ruleset.Store, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (backends, error) {
 	local := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
 	go local.Run(ctx, memory.DefaultEvictEvery)
 	registerBucketGauge(reg, "local", local.Len)
 	registerFullRefusals(reg, "local", local.FullRefusals)
-	global, err := newGlobal(ctx, st, log, reg, tracer)
+	global, err := newGlobal(ctx, st, rules, log, reg, tracer)
 	if err != nil {
 		return backends{}, err
 	}
@@ -73,7 +74,7 @@ func (g globalLayer) state() string {
 // newGlobal builds the global layer: Redis behind the fail-open switch
 // when --redis is set, else a memory backend holding global rules on this
 // node.
-func newGlobal(ctx context.Context, st Options, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (globalLayer, error) {
+func newGlobal(ctx context.Context, st Options, rules *ruleset.Store, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (globalLayer, error) {
 	if st.Redis == "" {
 		m := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})
 		go m.Run(ctx, memory.DefaultEvictEvery)
@@ -81,5 +82,5 @@ func newGlobal(ctx context.Context, st Options, log *slog.Logger, reg prometheus
 		registerFullRefusals(reg, "global", m.FullRefusals)
 		return globalLayer{limiter: m, close: func() {}}, nil
 	}
-	return newRedisGlobal(ctx, st, log, reg, tracer)
+	return newRedisGlobal(ctx, st, rules, log, reg, tracer)
 }

@@ -77,7 +77,7 @@ func (n *Node) Run(ctx context.Context) error {
 		return err
 	}
 	defer shutdownTracing(traces, st.DrainTimeout, log) // on early returns; a no-op after the drain's
-	layers, err := newBackends(ctx, st, log, reg, traces.Tracer())
+	layers, err := newBackends(ctx, st, rules.store, log, reg, traces.Tracer())
 	if err != nil {
 		return err
 	}

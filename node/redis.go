@@ -19,6 +19,7 @@ import (
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	standing "github.com/sluice-rls/sluice/backend/share" // the fallback's memory is its share
 	"github.com/sluice-rls/sluice/fallback"
+	"github.com/sluice-rls/sluice/ruleset"
 )
 
 // stallCalls: Redis is suspected stalled, not just slow, once calls have
@@ -41,7 +42,7 @@ const (
 // client beside the decisions' (controlOptions), for the audit stream and
 // the adaptive lock, and its options, for the runtime overrides' own
 // client (pub/sub holds a connection).
-func newRedisGlobal(ctx context.Context, st Options, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (globalLayer, error) {
+func newRedisGlobal(ctx context.Context, st Options, rules *ruleset.Store, log *slog.Logger, reg prometheus.Registerer, tracer trace.Tracer) (globalLayer, error) {
 	opts, err := redisbackend.ParseURL(st.Redis, st.RedisTimeout)
 	if err != nil {
 		return globalLayer{}, fmt.Errorf("--redis: %w", err)
@@ -65,6 +66,7 @@ func newRedisGlobal(ctx context.Context, st Options, log *slog.Logger, reg prome
 	lim := redisbackend.New(redisbackend.Options{Client: client, Timeout: st.RedisTimeout, Tracer: tracer})
 
 	nodes := redisbackend.NewNodes(redisbackend.NodesOptions{Client: client, ID: nodeName()})
+	watchShareDigest(st, rules, nodes, reg) // before the first heartbeat
 	fn := fallbackNodes{pinned: st.FallbackNodes, initial: st.FallbackNodesInitial, registry: nodes}
 	nodeCount := func() int { n, _ := fn.count(); return n }
 	fn.register(reg)

@@ -63,7 +63,7 @@ func BenchmarkShareDecision(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			reg := prometheus.NewRegistry()
-			layers, err := newBackends(ctx, st, st.Logger, reg, nil)
+			layers, err := newBackends(ctx, st, ruleset.NewStore(nil), st.Logger, reg, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

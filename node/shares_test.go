@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,5 +59,56 @@ func TestServeShares(t *testing.T) {
 	}
 	if got := metric(`ratelimit_memory_buckets\{backend="share"\}`); got != 1 {
 		t.Errorf("ratelimit_memory_buckets{backend=share} = %v, want 1", got)
+	}
+}
+
+// A node publishes the share digest of the rules it decides by in the
+// share registry, and a reload's at once.
+func TestServeShareDigest(t *testing.T) {
+	srv := redistest.Start(t)
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	withShare := "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 6000, share: 0.5}\n"
+	if err := os.WriteFile(path, []byte(withShare), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions()
+	o.Config = path
+	o.Redis, o.RedisTimeout = "redis://"+srv.Addr()+"/0", time.Second
+	cfg, err := o.Rules.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := o.Settings.ShareDigest(cfg)
+	if want == 0 {
+		t.Fatal("a rule with a share: digest 0")
+	}
+	s := start(t, o)
+	published := func(d uint64) bool {
+		entries, err := srv.Client().HGetAll(context.Background(), "sluice:{nodes}:share").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for f, v := range entries {
+			if f != "settle" {
+				return strings.HasSuffix(v, " "+strconv.FormatUint(d, 16))
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !published(want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("digest %x not published 10 s after the start:\n%s", want, s.Log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(withShare, ", share: 0.5", "", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for !published(0) {
+		if time.Now().After(deadline) {
+			t.Fatalf("digest 0 not published 10 s after the start, the share removed:\n%s", s.Log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

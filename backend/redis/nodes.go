@@ -54,6 +54,9 @@ type Nodes struct {
 	count    atomic.Int64
 	seen     atomic.Bool // a heartbeat has succeeded
 	share    atomic.Pointer[share]
+	digest   atomic.Uint64 // this process' share digest (SetShareDigest)
+	differ   atomic.Bool   // the last heartbeat saw a live process publish another digest
+	kick     chan struct{} // a heartbeat is due before the next tick (cap 1)
 
 	mu  sync.Mutex // one heartbeat (or the leave) at a time: replies apply in order
 	seq int64      // the last heartbeat's sequence number
@@ -61,8 +64,9 @@ type Nodes struct {
 
 // share is what the last successful heartbeat said of this process' share.
 type share struct {
-	n     int       // the count a share is sized by
-	until time.Time // the share ends then; zero: no share
+	n      int       // the count a share is sized by
+	until  time.Time // the share ends then; zero: no share
+	digest uint64    // the share digest that heartbeat published
 }
 
 // NewNodes returns a registry that counts only this node until its first
@@ -90,6 +94,7 @@ func NewNodes(opts NodesOptions) *Nodes {
 		// its share entry must not be the dead one's.
 		field:  opts.ID + "#" + strconv.FormatUint(rand.Uint64(), 36),
 		script: goredis.NewScript(nodesLua),
+		kick:   make(chan struct{}, 1),
 	}
 	n.count.Store(1)
 	n.share.Store(&share{n: 1})
@@ -104,6 +109,27 @@ func (n *Nodes) Count() int { return int(max(n.count.Load(), 1)) }
 // while Redis is down Count keeps the last count seen.
 func (n *Nodes) Seen() bool { return n.seen.Load() }
 
+// SetShareDigest sets the digest of the shares this process' rules hold
+// (descriptors.Config.ShareDigest; 0, the default, when none). Call it
+// before the rules it describes decide: from then on Share is not ok
+// until a heartbeat publishing d finds every live process publishing d
+// too, so that no node holds a share while the nodes split a limit
+// differently (docs/decisions/0021-standing-shares.md, "Rollout"). A
+// change makes Run send a heartbeat at once.
+func (n *Nodes) SetShareDigest(d uint64) {
+	if n.digest.Swap(d) != d {
+		select {
+		case n.kick <- struct{}{}:
+		default: // one is due already
+		}
+	}
+}
+
+// SharesDiffer reports whether the last successful heartbeat saw a live
+// process publishing another share digest than this one's (no node holds
+// a share then).
+func (n *Nodes) SharesDiffer() bool { return n.differ.Load() }
+
 // Share reports whether this process may hold a standing share and the node
 // count n its share is sized by (its share of a rule is f/n). At every
 // instant the processes holding one number at most the n each of them
@@ -113,8 +139,9 @@ func (n *Nodes) Seen() bool { return n.seen.Load() }
 // ends TTL − Margin after the last successful heartbeat was sent, by this
 // node's clock, before Redis expires that heartbeat and the others grow.
 // Before the first heartbeat, and while Redis is unreachable for that long,
-// ok is false. A caller spends a share only right after ok: Margin also
-// covers the time between the call and the spending.
+// ok is false; so it is while the share digests differ (SetShareDigest).
+// A caller spends a share only right after ok: Margin also covers the
+// time between the call and the spending.
 func (n *Nodes) Share() (count int, ok bool) {
 	return n.ShareAt(n.opts.Clock.Now())
 }
@@ -123,7 +150,7 @@ func (n *Nodes) Share() (count int, ok bool) {
 // that has read it already.
 func (n *Nodes) ShareAt(now time.Time) (count int, ok bool) {
 	s := n.share.Load()
-	return s.n, now.Before(s.until)
+	return s.n, now.Before(s.until) && s.digest == n.digest.Load()
 }
 
 // Beat sends one heartbeat and updates the count and the share.
@@ -134,28 +161,38 @@ func (n *Nodes) Beat(ctx context.Context) error {
 	defer cancel()
 	n.seq++
 	sent := n.opts.Clock.Now()
-	ack := 0 // the n this process sizes its share by, 0 without one
-	if s := n.share.Load(); sent.Before(s.until) {
+	// The n this process sizes its share by, 0 without one: a share held
+	// for another digest counts until it ends, as a call may have seen it
+	// granted just before.
+	ack := 0
+	s, digest := n.share.Load(), n.digest.Load()
+	if sent.Before(s.until) {
 		ack = s.n
 	}
+	if s.digest != digest && !s.until.IsZero() {
+		// It ends before this digest is published: whoever Redis admits
+		// for this digest finds no holder of another.
+		n.share.Store(&share{n: s.n})
+	}
 	keys := []string{n.key, n.shareKey}
-	args := []any{n.opts.ID, n.opts.TTL.Milliseconds(), n.field, n.seq, ack, 0}
+	args := []any{n.opts.ID, n.opts.TTL.Milliseconds(), n.field, n.seq, ack, 0, strconv.FormatUint(digest, 16)}
 	// Run by hand rather than with Script.Run: a Redis lacking the script
 	// may have lost the registry, which the script must be told.
 	v, err := n.script.EvalSha(ctx, n.opts.Client, keys, args...).Int64Slice()
 	if goredis.HasErrorPrefix(err, "NOSCRIPT") {
-		args[len(args)-1] = 1
+		args[5] = 1
 		v, err = n.script.Eval(ctx, n.opts.Client, keys, args...).Int64Slice()
 	}
 	if err != nil {
 		return fmt.Errorf("backend/redis: heartbeat: %w", err)
 	}
-	if len(v) != 3 {
-		return fmt.Errorf("backend/redis: heartbeat: reply %v, want 3 integers", v)
+	if len(v) != 4 {
+		return fmt.Errorf("backend/redis: heartbeat: reply %v, want 4 integers", v)
 	}
 	n.count.Store(max(v[0], 1))
 	n.seen.Store(true)
-	next := &share{n: int(max(v[1], 1))}
+	n.differ.Store(v[3] == 1)
+	next := &share{n: int(max(v[1], 1)), digest: digest}
 	if v[2] == 1 {
 		next.until = sent.Add(n.opts.TTL - n.opts.Margin)
 	}
@@ -179,10 +216,11 @@ func (n *Nodes) leave() {
 	})
 }
 
-// Run beats every Every until ctx is done, then leaves: this process' share
-// ends and the node is removed from the registry (best effort), so the
-// others count it out at once. Failed heartbeats go to onError (may be
-// nil); the last count is kept.
+// Run beats every Every, and at once when the share digest changes, until
+// ctx is done, then leaves: this process' share ends and the node is
+// removed from the registry (best effort), so the others count it out at
+// once. Failed heartbeats go to onError (may be nil); the last count is
+// kept.
 func (n *Nodes) Run(ctx context.Context, onError func(error)) {
 	t := n.opts.Clock.NewTicker(n.opts.Every)
 	defer t.Stop()
@@ -195,6 +233,7 @@ func (n *Nodes) Run(ctx context.Context, onError func(error)) {
 			n.leave()
 			return
 		case <-t.Chan():
+		case <-n.kick:
 		}
 	}
 }

@@ -4,8 +4,9 @@
 --
 -- KEYS[1]  the node set, a sorted set: member = node id, score = expiry (ms, Redis clock)
 -- KEYS[2]  the share registry (same hash slot), a hash: field = one process
---          (id#incarnation), value = "expiry seq held", where held is a lower
---          bound of the n that process may size a share by (0: it holds none);
+--          (id#incarnation), value = "expiry seq held digest", where held is a
+--          lower bound of the n that process may size a share by (0: it holds
+--          none) and digest the hex digest of its rules' shares;
 --          field "settle" = Redis ms until which no process is admitted or grows
 -- ARGV[1]  this node's id
 -- ARGV[2]  time to live of a heartbeat, in ms
@@ -15,8 +16,11 @@
 --          heartbeat, 0 when it held none
 -- ARGV[6]  "1" when Redis lacked this script (a restart, failover or SCRIPT
 --          FLUSH: the registry may be lost or older than what nodes saw)
+-- ARGV[7]  the digest of the shares this process' rules hold (hex): while a
+--          live process publishes another, nobody holds a share
 --
--- Reply: {live nodes in KEYS[1], n, 1 if this process holds a share else 0};
+-- Reply: {live nodes in KEYS[1], n, 1 if this process holds a share else 0,
+-- 1 if a live process publishes another digest else 0};
 -- an error for a heartbeat older than one already applied (it changes nothing).
 --
 -- Expired entries are removed on every call; both keys expire one TTL after
@@ -25,9 +29,13 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
-local me, seq, ack = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local me, seq, ack, digest = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[7]
 
-local settle, mine, live = nil, nil, 1
+if not string.match(digest, '^%x+$') then
+  return redis.error_reply('DIGEST not hex: ' .. digest)
+end
+
+local settle, mine, live, differ = nil, nil, 1, 0
 local held = {} -- the held bound of every other process that may hold a share
 local raw = redis.call('HGETALL', KEYS[2])
 for i = 1, #raw, 2 do
@@ -35,13 +43,14 @@ for i = 1, #raw, 2 do
   if f == 'settle' then
     settle = tonumber(v)
   else
-    local exp, s, h = string.match(v, '^(%d+) (%d+) (%d+)$')
+    local exp, s, h, d = string.match(v, '^(%d+) (%d+) (%d+) (%x+)$')
     if not exp or tonumber(exp) <= now then
       redis.call('HDEL', KEYS[2], f)
     elseif f == me then
       mine = {seq = tonumber(s), held = tonumber(h)}
     else
       live = live + 1
+      if d ~= digest then differ = 1 end
       if tonumber(h) > 0 then held[#held + 1] = tonumber(h) end
     end
   end
@@ -59,15 +68,18 @@ if not settle or ARGV[6] == '1' then
 end
 local settling = now < settle
 
+-- Rules that split a limit otherwise (a rollout): nobody holds a share,
+-- every node sends its hits to Redis (docs/decisions/0021-standing-shares.md).
+local agreed = differ == 0
 local n, admitted, bound = live, 0, 0
 if ack > 0 then
-  -- A holder keeps its share (after a loss too: it is registered again).
-  -- Until its reply arrives it still uses ack, after it n: held is the
-  -- smaller.
-  admitted = 1
+  -- A holder keeps its share (after a loss too: it is registered again)
+  -- while the rules agree. Until its reply arrives it still uses ack,
+  -- after it n, or none when it is told to stop: held is the smaller.
+  if agreed then admitted = 1 end
   if settling then n = math.max(ack, live) end
   bound = math.min(ack, n)
-elseif not settling then
+elseif not settling and agreed then
   -- Admitted only when every holder already sizes by at least the holders
   -- it would make.
   admitted = 1
@@ -79,11 +91,11 @@ elseif not settling then
   end
   if admitted == 1 then bound = n end
 end
-redis.call('HSET', KEYS[2], me, string.format('%d %d %d', now + ttl, seq, bound),
+redis.call('HSET', KEYS[2], me, string.format('%d %d %d %s', now + ttl, seq, bound, digest),
   'settle', string.format('%d', settle))
 redis.call('PEXPIRE', KEYS[2], ttl)
 
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('PEXPIRE', KEYS[1], ttl)
-return {redis.call('ZCARD', KEYS[1]), n, admitted}
+return {redis.call('ZCARD', KEYS[1]), n, admitted, differ}

@@ -19,8 +19,9 @@ import (
 // injected: each node's (a fake clock per node, running at a rate of the
 // test's choosing) and Redis' (the script reads its time from testNowKey,
 // which the test sets before each heartbeat). After every step a fleet
-// checks the invariant of Share: the shares held add up to at most the
-// whole, Σ over nodes with ok of 1/n ≤ 1.
+// checks the invariants of Share: the shares held add up to at most the
+// whole, Σ over nodes with ok of 1/n ≤ 1, and the nodes holding one
+// hold it for the same share digest.
 
 // testNowKey holds Redis' clock, in ms, for nodes.lua on the test clock.
 const testNowKey = "test:now"
@@ -87,7 +88,7 @@ type fleet struct {
 	start   time.Time
 	now     time.Duration // the test's time; Redis' clock reads start+now
 	members []*member
-	// violated is called with the state when the invariant fails.
+	// violated is called with the state when an invariant fails.
 	violated func(state string)
 }
 
@@ -102,7 +103,7 @@ func newFleet(t *testing.T) *fleet {
 	return &fleet{
 		t: t, srv: srv, admin: srv.Client(), script: scriptOnTestClock(t),
 		start:    time.Unix(1_000_000, 0),
-		violated: func(state string) { t.Helper(); t.Fatalf("Σ 1/n over nodes holding a share > 1:\n%s", state) },
+		violated: func(state string) { t.Helper(); t.Fatal(state) },
 	}
 }
 
@@ -160,17 +161,23 @@ func (f *fleet) mustBeat(ms ...*member) {
 	}
 }
 
-// check calls violated when the shares held add up to more than the whole.
+// check calls violated when the shares held add up to more than the
+// whole, or are held for different share digests.
 func (f *fleet) check(step string) {
 	f.t.Helper()
 	sum := 0.0
+	digests := map[uint64]bool{}
 	for _, m := range f.members {
 		if n, ok := m.n.Share(); ok {
 			sum += 1 / float64(n)
+			digests[m.n.share.Load().digest] = true
 		}
 	}
 	if sum > 1+1e-9 {
-		f.violated(fmt.Sprintf("after %s at %v: Σ = %.3f\n%s", step, f.now, sum, f.state()))
+		f.violated(fmt.Sprintf("after %s at %v: Σ 1/n over nodes holding a share = %.3f > 1\n%s", step, f.now, sum, f.state()))
+	}
+	if len(digests) > 1 {
+		f.violated(fmt.Sprintf("after %s at %v: shares held for %d share digests\n%s", step, f.now, len(digests), f.state()))
 	}
 }
 
@@ -178,7 +185,7 @@ func (f *fleet) state() string {
 	var b strings.Builder
 	for _, m := range f.members {
 		n, ok := m.n.Share()
-		fmt.Fprintf(&b, "  %s: n=%d ok=%v count=%d\n", m.name, n, ok, m.n.Count())
+		fmt.Fprintf(&b, "  %s: n=%d ok=%v count=%d digest=%x\n", m.name, n, ok, m.n.Count(), m.n.digest.Load())
 	}
 	return b.String()
 }
@@ -228,6 +235,121 @@ func TestShareJoin(t *testing.T) {
 	step(k, true)
 	f.want(a, 3, true)
 	f.want(b, 3, true)
+}
+
+// TestShareDigestsDiffer: a node whose rules hold other shares (a rollout
+// of a rule file) stops holding its share at once; the holders stop on
+// their next heartbeat after it published its digest, and nobody is
+// admitted while the digests differ. Once they agree again, every node is
+// admitted as on a new registry's first heartbeats.
+func TestShareDigestsDiffer(t *testing.T) {
+	f := newFleet(t)
+	a, b, c := f.add("a", 1), f.add("b", 1), f.add("c", 1)
+	f.admitAll()
+	c.n.SetShareDigest(0xfeed)
+	f.want(c, 3, false)
+	f.want(a, 3, true) // until it hears of c's
+	f.advance(100 * time.Millisecond)
+	f.mustBeat(c)
+	f.want(a, 3, true)
+	f.mustBeat(a)
+	f.want(a, 3, false)
+	f.want(b, 3, true)
+	f.mustBeat(b)
+	for range 5 {
+		f.advance(testEvery)
+		f.mustBeat(a, b, c)
+		for _, m := range f.members {
+			f.want(m, 3, false)
+			if !m.n.SharesDiffer() {
+				t.Fatalf("%s: SharesDiffer false while c publishes another digest", m.name)
+			}
+		}
+	}
+	for _, m := range []*member{a, b} {
+		m.n.SetShareDigest(0xfeed)
+	}
+	f.advance(100 * time.Millisecond)
+	f.mustBeat(a, b, c) // a's beat still finds b's old digest
+	f.want(a, 3, false)
+	f.mustBeat(a)
+	for _, m := range f.members {
+		f.want(m, 3, true)
+		if m.n.SharesDiffer() {
+			t.Fatalf("%s: SharesDiffer true once the digests agree", m.name)
+		}
+	}
+}
+
+// TestShareDigestJoin: a node joining with another digest (a node started
+// with the new rule file) ends the holders' shares, though it holds none.
+func TestShareDigestJoin(t *testing.T) {
+	f := newFleet(t)
+	a, b := f.add("a", 1), f.add("b", 1)
+	f.admitAll()
+	k := f.add("k", 1)
+	k.n.SetShareDigest(1)
+	f.mustBeat(k, a, b, k)
+	for _, m := range f.members {
+		f.want(m, 3, false)
+	}
+	k.n.leave()
+	f.remove(k)
+	f.mustBeat(a, b)
+	f.want(a, 2, true)
+	f.want(b, 2, true)
+}
+
+// TestShareDigestBack: a holder that publishes a new digest ends its share
+// then, even if its rules go back before it hears the reply: Redis may
+// admit others for the new digest on the strength of its entry.
+func TestShareDigestBack(t *testing.T) {
+	f := newFleet(t)
+	a, b, c := f.add("a", 1), f.add("b", 1), f.add("c", 1)
+	f.admitAll()
+	for _, m := range []*member{a, b} {
+		m.n.SetShareDigest(1)
+	}
+	f.mustBeat(a, b)
+	c.n.SetShareDigest(1)
+	c.net.loseReply = true
+	if err := f.beat(c); !errors.Is(err, errLost) {
+		t.Fatalf("c's heartbeat: %v, want its reply lost", err)
+	}
+	c.n.SetShareDigest(0) // its rules go back
+	f.want(c, 3, false)
+	f.mustBeat(a, b) // admitted for digest 1: c's entry publishes it
+	f.want(a, 3, true)
+}
+
+// TestShareDigestKick: a new share digest sends a heartbeat at once, not
+// at the next tick.
+func TestShareDigestKick(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := clockwork.NewFakeClock()
+	n := NewNodes(NodesOptions{Client: srv.Client(), ID: "a", Clock: clock})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); n.Run(ctx, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	published := func(want string) bool {
+		v, err := srv.Client().HGet(context.Background(), n.shareKey, n.field).Result()
+		return err == nil && strings.HasSuffix(v, " "+want)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !published("0") {
+		if time.Now().After(deadline) {
+			t.Fatal("no first heartbeat within 10s")
+		}
+		time.Sleep(10 * time.Millisecond) // polls a process: Run on its goroutine
+	}
+	n.SetShareDigest(0xabc)
+	for !published("abc") {
+		if time.Now().After(deadline) {
+			t.Fatal("digest abc not published within 10s of the change, the clock standing still")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // TestShareSilentNode: a node cut off from Redis (or dead) ends its share
@@ -392,7 +514,7 @@ func TestShareLateHeartbeat(t *testing.T) {
 	// a sends a heartbeat (ack 3) that times out before Redis runs it.
 	a.n.mu.Lock()
 	a.n.seq++
-	late := []any{a.n.opts.ID, testTTL.Milliseconds(), a.n.field, a.n.seq, 3, 0}
+	late := []any{a.n.opts.ID, testTTL.Milliseconds(), a.n.field, a.n.seq, 3, 0, "0"}
 	a.n.mu.Unlock()
 	f.advance(100 * time.Millisecond)
 	f.mustBeat(a, b, b) // a sizes by 2, b reports 2
@@ -526,20 +648,24 @@ func TestShareColdStartWithoutRedis(t *testing.T) {
 
 // TestShareRandomInterleavings runs a fleet through a fixed-seed random mix
 // of heartbeats, lost replies, cut-off nodes, joins, leaves, crashes and
-// restarts of nodes, FLUSHALL, snapshots and Redis restarts, with node
-// clocks running 10% slow to 10% fast, checking the invariant after every
-// step; then, with the network whole, every node is admitted.
+// restarts of nodes, rollouts of rules (share digests changing node by
+// node), FLUSHALL, snapshots and Redis restarts, with node clocks running
+// 10% slow to 10% fast, checking the invariants after every step; then,
+// with the network whole and the rules the same, every node is admitted.
 func TestShareRandomInterleavings(t *testing.T) {
 	f := newFleet(t)
 	rng := rand.New(rand.NewPCG(25, 1))
 	rate := func() float64 { return 0.9 + 0.2*rng.Float64() }
 	names := 0
+	rules := uint64(0) // the share digest being rolled out; nodes join with it
 	join := func(name string) *member {
 		if name == "" {
 			names++
 			name = fmt.Sprintf("n%d", names)
 		}
-		return f.add(name, rate())
+		m := f.add(name, rate())
+		m.n.SetShareDigest(rules)
+		return m
 	}
 	for range 3 {
 		join("")
@@ -550,8 +676,15 @@ func TestShareRandomInterleavings(t *testing.T) {
 		f.advance(time.Duration(rng.IntN(250)) * time.Millisecond)
 		m := f.members[rng.IntN(len(f.members))]
 		switch r := rng.IntN(1000); {
-		case r < 700: // a heartbeat; cut-off nodes fail
+		case r < 640: // a heartbeat; cut-off nodes fail
 			_ = f.beat(m)
+		case r < 642: // a rollout starts on m
+			rules++
+			m.n.SetShareDigest(rules)
+		case r < 697: // m gets the rules rolled out
+			m.n.SetShareDigest(rules)
+		case r < 700: // m goes back to the rules before (a reload racing a heartbeat)
+			m.n.SetShareDigest(rules - 1)
 		case r < 780:
 			m.net.loseReply = true
 			_ = f.beat(m)
@@ -593,12 +726,13 @@ func TestShareRandomInterleavings(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d steps, %d Redis restarts: a share held in %d of %d node-steps", steps, restarts, held, seen)
+	t.Logf("%d steps, %d Redis restarts, %d rollouts: a share held in %d of %d node-steps", steps, restarts, rules, held, seen)
 	if held < seen/4 {
 		t.Errorf("a share held in %d of %d node-steps: admission too rare to test much", held, seen)
 	}
 	for _, m := range f.members {
 		m.net.cut, m.net.loseReply = false, false
+		m.n.SetShareDigest(rules)
 	}
 	for range 3 * (int(testTTL/testEvery) + 1) {
 		f.advance(testEvery / 2)
@@ -676,7 +810,7 @@ func BenchmarkShareBeat(b *testing.B) {
 			}
 			exp := time.Now().Add(time.Hour).UnixMilli()
 			for i := range others {
-				if err := client.HSet(ctx, n.shareKey, fmt.Sprintf("other-%d#x", i), fmt.Sprintf("%d 1 %d", exp, others+1)).Err(); err != nil {
+				if err := client.HSet(ctx, n.shareKey, fmt.Sprintf("other-%d#x", i), fmt.Sprintf("%d 1 %d 0", exp, others+1)).Err(); err != nil {
 					b.Fatal(err)
 				}
 			}
