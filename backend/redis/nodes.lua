@@ -43,7 +43,9 @@ for i = 1, #raw, 2 do
   if f == 'settle' then
     settle = tonumber(v)
   else
-    local exp, s, h, d = string.match(v, '^(%d+) (%d+) (%d+) (%x+)$')
+    -- An entry without a digest (a build before digests) counts as live
+    -- with another digest, so that it is neither dropped nor shared with.
+    local exp, s, h, d = string.match(v, '^(%d+) (%d+) (%d+) ?(%x*)$')
     if not exp or tonumber(exp) <= now then
       redis.call('HDEL', KEYS[2], f)
     elseif f == me then

@@ -823,3 +823,23 @@ func BenchmarkShareBeat(b *testing.B) {
 		})
 	}
 }
+
+// TestShareEntryWithoutDigest: a live entry in the format of a build
+// before digests ("expiry seq held") counts as a live process with other
+// rules: it is kept and counted, and nobody is admitted while it lives.
+func TestShareEntryWithoutDigest(t *testing.T) {
+	f := newFleet(t)
+	a, b := f.add("a", 1), f.add("b", 1)
+	f.admitAll()
+	ctx := context.Background()
+	exp := f.start.Add(f.now + testTTL).UnixMilli()
+	if err := f.admin.HSet(ctx, a.n.shareKey, "old#1", fmt.Sprintf("%d 1 0", exp)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	f.mustBeat(a, b)
+	f.want(a, 3, false)
+	f.want(b, 3, false)
+	if !f.admin.HExists(ctx, a.n.shareKey, "old#1").Val() {
+		t.Fatal("the entry without a digest was dropped")
+	}
+}
