@@ -34,7 +34,7 @@ import (
 // arguments few enough for Go's register ABI: deciding on the whole 40-byte
 // cell spilled every call to the stack and made HitAt a third slower.
 //
-// A cell holds no pointers, so maps of millions of them cost the garbage
+// A cell holds no pointers, so slabs of millions of them cost the garbage
 // collector nothing to scan.
 type cell struct {
 	gcra

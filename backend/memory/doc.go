@@ -35,13 +35,14 @@
 // # Memory
 //
 // A bucket is 40 bytes (its TAT and the Limit it was last written under,
-// which a changed limit converts from) and its key 16 more; with the map's
-// slack a full table costs 128 bytes a bucket of live heap
-// (BenchmarkBucketMemory: 134 MB for DefaultMaxBuckets), and a process
-// holding it grows to about
-// twice that between collections. Options.MaxBuckets bounds their number. Go maps do
-// not shrink, so memory stays at its high-water mark, which MaxBuckets
-// bounds.
+// which a changed limit converts from), kept in its shard's slab; the
+// shard's map holds its 16-byte key and its 4-byte slot, so that a hit on
+// it looks the key up once. With the map's slack a full table costs 83
+// bytes a bucket of live heap (BenchmarkBucketMemory: 87 MB for
+// DefaultMaxBuckets), and a process holding it grows to about twice that
+// between collections. Options.MaxBuckets bounds their number. Neither Go
+// maps nor the slabs shrink, so memory stays at its high-water mark, which
+// MaxBuckets bounds.
 //
 // # Eviction
 //

@@ -14,8 +14,8 @@ import (
 )
 
 // DefaultMaxBuckets is the capacity used when Options.MaxBuckets is 0:
-// about a million partly drained buckets. Full, they hold 134 MB of live heap
-// (128 bytes a bucket, BenchmarkBucketMemory); a busy process collects when
+// about a million partly drained buckets. Full, they hold 87 MB of live heap
+// (83 bytes a bucket, BenchmarkBucketMemory); a busy process collects when
 // its heap has doubled, so budget about twice that.
 const DefaultMaxBuckets = 1 << 20
 
@@ -42,7 +42,7 @@ type Options struct {
 	// limit, but while more than MaxBuckets keys are partly drained at once
 	// new keys are refused. Checks (Cost 0) and give-backs need no room. Size
 	// MaxBuckets above the number of keys that can be drained within one
-	// refill time; a bucket costs about 128 bytes of live heap.
+	// refill time; a bucket costs about 83 bytes of live heap.
 	MaxBuckets int
 }
 
@@ -111,7 +111,7 @@ func newLimiter(opts Options, shards int) *Limiter {
 		perShard: perShard,
 	}
 	for i := range l.shards {
-		l.shards[i].m = make(map[bucket.Key]cell)
+		l.shards[i].m = make(map[bucket.Key]uint32)
 		l.shards[i].soonest = math.MaxInt64
 	}
 	return l
@@ -160,7 +160,8 @@ func (l *Limiter) Shared() bool { return false }
 // Times are kept as nanoseconds from the Limiter's creation, so now must lie
 // within ±292 years of it; times beyond saturate. HitAt panics if
 // len(states) < len(hits). It does not allocate: existing buckets cost no
-// memory, new ones only their share of map growth.
+// memory, new ones only their share of the growth of their shard's map and
+// slab.
 func (l *Limiter) HitAt(now time.Time, hits []bucket.Hit, states []bucket.State) bool {
 	if len(hits) == 0 {
 		return true
@@ -256,18 +257,17 @@ func (l *Limiter) decide(hits []bucket.Hit, t, floor int64, states []bucket.Stat
 // it). The caller holds the shard's lock.
 func (l *Limiter) apply(h *bucket.Hit, t, floor int64, st *bucket.State) (old cell, existed, changed, noRoom bool) {
 	sh := &l.shards[shardIndex(&h.Key, l.shift)]
-	old, existed = sh.m[h.Key]
+	slot, existed := sh.m[h.Key] // the hit's only map operation on an existing bucket
 	if !existed {
 		old = absent
-	} else if old.lim != h.Limit {
+	} else if old = sh.cells[slot]; old.lim != h.Limit {
 		b, converted := old.under(t, h.Limit)
 		// Last written under another Limit: store it converted, so that
 		// it refills at the new rate from now on, whatever this hit's
 		// decision; the undo log then restores the converted bucket.
 		if converted {
 			old = b
-			sh.store(h.Key, b, t)
-			existed = !b.fullAt(t)
+			existed = sh.store(h.Key, slot, b, t)
 		}
 	}
 	// old is under h.Limit now, unless it is full or h.Limit never allows.
@@ -279,7 +279,12 @@ func (l *Limiter) apply(h *bucket.Hit, t, floor int64, st *bucket.State) (old ce
 	}
 	*st = s
 	if changed {
-		sh.store(h.Key, cell{gcra: next, lim: h.Limit}, t)
+		c := cell{gcra: next, lim: h.Limit}
+		if existed {
+			sh.store(h.Key, slot, c, t)
+		} else if !c.fullAt(t) { // a full bucket is the same as none
+			sh.insert(h.Key, c, l.perShard)
+		}
 	}
 	return old, existed, changed, false
 }
@@ -306,10 +311,9 @@ func (l *Limiter) rollback(hits []bucket.Hit, log []change) {
 		}
 		sh := &l.shards[shardIndex(&c.key, l.shift)]
 		if c.existed {
-			sh.m[c.key] = cell{gcra: c.old, lim: hits[c.idx].Limit}
-			sh.soonest = min(sh.soonest, c.old.tat)
-		} else {
-			delete(sh.m, c.key)
+			sh.put(c.key, cell{gcra: c.old, lim: hits[c.idx].Limit}, l.perShard)
+		} else if slot, ok := sh.m[c.key]; ok {
+			sh.remove(c.key, slot)
 		}
 	}
 }
@@ -325,9 +329,10 @@ func (l *Limiter) settle(hits []bucket.Hit, t, floor int64, states []bucket.Stat
 		if h.Independent || h.Give {
 			continue
 		}
-		b, ok := l.shards[shardIndex(&h.Key, l.shift)].m[h.Key]
-		if !ok {
-			b = absent
+		sh := &l.shards[shardIndex(&h.Key, l.shift)]
+		b := absent
+		if slot, ok := sh.m[h.Key]; ok {
+			b = sh.cells[slot]
 		}
 		_, now, _ := apply(b.view(t, h.Limit).emptyAt(floor, h.Limit), h.Limit, t, 0, false, false)
 		states[i].Remaining, states[i].ResetAfter = now.Remaining, now.ResetAfter

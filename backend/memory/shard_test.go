@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/sluice-rls/sluice/bucket"
 )
@@ -87,5 +88,14 @@ func BenchmarkShards(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestShardFillsCacheLines checks shard's padding: neighbouring shards'
+// mutexes must not share a cache line.
+func TestShardFillsCacheLines(t *testing.T) {
+	t.Parallel()
+	if size := unsafe.Sizeof(shard{}); size%64 != 0 {
+		t.Errorf("a shard is %d bytes, not a multiple of a 64-byte cache line", size)
 	}
 }
