@@ -1,9 +1,6 @@
 package bucket
 
-import (
-	"fmt"
-	"time"
-)
+import "time"
 
 // Key identifies one token bucket: 128 bits derived from everything that
 // defines it (package descriptors encodes that; SumKey or a NodeHasher
@@ -80,60 +77,13 @@ type Hit struct {
 	// Overdraw makes an Independent take record its Cost even when the
 	// bucket lacks it (above).
 	Overdraw bool
-	// Consistency is the rule's choice between exact and leased global
-	// buckets (package backend/lease); the zero value leaves it to the
-	// layer's default. Layers that do not lease ignore it.
-	Consistency Consistency
-	// Share is the rule's standing share f in millionths, 0 < f <
-	// 1000000 (package backend/share): the part of the limit the live
-	// nodes hold, f/n each, beside the shared store's part 1 − f; 0: none.
-	// Integers, so that the parts never add up to more than the limit.
-	// Layers without shares ignore it.
-	Share uint32
-}
-
-// Consistency says how a global bucket is decided: in Redis on every
-// request (Exact), or from tokens a node leased from it ahead of time
-// (Leased). docs/design.md, "Leased global buckets", compares them.
-type Consistency uint8
-
-const (
-	// DefaultConsistency leaves the choice to the layer (--consistency).
-	DefaultConsistency Consistency = iota
-	// Exact decides every hit in the shared store.
-	Exact
-	// Leased decides hits from leased tokens, never admitting more than
-	// Exact would.
-	Leased
-)
-
-// MarshalText returns String's text.
-func (c Consistency) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
-
-// UnmarshalText parses "exact" or "leased" (a flag's value: "default" is
-// not one).
-func (c *Consistency) UnmarshalText(b []byte) error {
-	switch string(b) {
-	case "exact":
-		*c = Exact
-	case "leased":
-		*c = Leased
-	default:
-		return fmt.Errorf("consistency %q: want exact or leased", b)
-	}
-	return nil
-}
-
-// String returns "default", "exact" or "leased".
-func (c Consistency) String() string {
-	switch c {
-	case Exact:
-		return "exact"
-	case Leased:
-		return "leased"
-	default:
-		return "default"
-	}
+	// Rule is the rule the hit comes from, opaque here: for the layers
+	// that decide by a rule's own settings, each of which asserts it to
+	// an interface of its own and treats a Rule that does not implement
+	// it as no rule. Nil for a hit without a rule (an Envoy limit
+	// override that matched none) or bound for layers that read none;
+	// the others ignore it.
+	Rule any
 }
 
 // State is the answer for one Hit.

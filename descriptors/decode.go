@@ -438,7 +438,7 @@ func (d *decoder) rateLimit(n *yaml.Node) *RateLimit {
 			r.Unlimited = d.boolean(v, fl.name)
 		case "consistency":
 			r.Consistency, _ = d.str(v, fl.name)
-			if _, ok := ParseConsistency(r.Consistency); !ok {
+			if !knownConsistency(r.Consistency) {
 				d.errorf(v, "consistency must be exact or leased, got %q", r.Consistency)
 			}
 		case "share":

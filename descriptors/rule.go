@@ -60,9 +60,10 @@ type Rule struct {
 	// against its quota (Descriptor.Utilisation).
 	Utilisation bool
 	// Consistency is rate_limit.consistency: how the global bucket is
-	// decided, bucket.DefaultConsistency when unset (the server's
-	// --consistency decides).
-	Consistency bucket.Consistency
+	// decided, "exact" or "leased" (package backend/lease, which reads
+	// it through Leased); empty when unset (the server's --consistency
+	// decides).
+	Consistency string
 	// Share is rate_limit.share: the part f of the global limit held as
 	// standing shares, f/n of it on each of n nodes, decided there with no
 	// Redis call (package backend/share); 0 when unset or 0.
@@ -156,11 +157,24 @@ func (r *Rule) Source() string {
 	return r.file + ":" + r.pos.String()
 }
 
-// ShareMillionths returns the rule's share in millionths (bucket.Hit's
-// Share): its own Share, at least 1 and at most 999999, when set; else
-// def, the server's default, when the rule may hold shares (a global
-// limit, no charges: neither postpaid nor a quota, and not NoShare); else
-// 0.
+// Leased reports whether the rule's global bucket is leased: as its
+// Consistency says, else def, the server's default (--consistency).
+// backend/lease reads it from a hit's rule (bucket.Hit.Rule).
+func (r *Rule) Leased(def bool) bool {
+	switch r.Consistency {
+	case "leased":
+		return true
+	case "exact":
+		return false
+	}
+	return def
+}
+
+// ShareMillionths returns the rule's share in millionths: its own Share,
+// at least 1 and at most 999999, when set; else def, the server's default
+// (--share), when the rule may hold shares (a global limit, no charges:
+// neither postpaid nor a quota, and not NoShare); else 0. backend/share
+// reads it from a hit's rule (bucket.Hit.Rule).
 func (r *Rule) ShareMillionths(def uint32) uint32 {
 	switch {
 	case r.Share > 0:
@@ -180,19 +194,9 @@ func Millionths(f float64) uint32 {
 	return uint32(min(max(math.Round(f*1e6), 1), 999999))
 }
 
-// ParseConsistency parses a rate_limit's consistency: "exact" or
-// "leased"; "" is bucket.DefaultConsistency.
-func ParseConsistency(s string) (bucket.Consistency, bool) {
-	switch s {
-	case "":
-		return bucket.DefaultConsistency, true
-	case "exact":
-		return bucket.Exact, true
-	case "leased":
-		return bucket.Leased, true
-	}
-	return bucket.DefaultConsistency, false
-}
+// knownConsistency reports whether s is a rate_limit's consistency:
+// "exact", "leased" or "" (unset).
+func knownConsistency(s string) bool { return s == "" || s == "exact" || s == "leased" }
 
 // String returns the rule's /rlconfig line, "<path>: <limits>", e.g.
 // "edge.remote_address: global 1000/second burst 2000, local 3200/second burst 64",
@@ -219,9 +223,9 @@ func (r *Rule) String() string {
 			b.WriteString(r.LocalRate.String())
 		}
 	}
-	if r.Consistency != bucket.DefaultConsistency && r.GlobalRate != nil {
+	if r.Consistency != "" && r.GlobalRate != nil {
 		b.WriteString(", ")
-		b.WriteString(r.Consistency.String())
+		b.WriteString(r.Consistency)
 	}
 	if (r.Share > 0 || r.NoShare) && r.GlobalRate != nil {
 		b.WriteString(", share ")

@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/sluice-rls/sluice/bucket"
 )
 
 func TestRuleString(t *testing.T) {
@@ -147,8 +145,9 @@ func TestMetricLabelPlainDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// rate_limit.consistency sets the rule's Consistency; unset leaves it to
-// the server, and anything but exact or leased is an error.
+// rate_limit.consistency sets the rule's Consistency, and Leased; unset
+// leaves it to the server (Leased's def), and anything but exact or
+// leased is an error.
 func TestConsistency(t *testing.T) {
 	t.Parallel()
 	c := mustConfig(t, `
@@ -161,9 +160,15 @@ descriptors:
   - key: c
     rate_limit: {unit: second, requests_per_unit: 10}
 `)
-	for k, want := range map[string]bucket.Consistency{"a": bucket.Leased, "b": bucket.Exact, "c": bucket.DefaultConsistency} {
-		if got := c.Domain("edge").Match(entries(k + "=v")).Consistency; got != want {
-			t.Errorf("rule %s: Consistency %v, want %v", k, got, want)
+	for k, want := range map[string]string{"a": "leased", "b": "exact", "c": ""} {
+		r := c.Domain("edge").Match(entries(k + "=v"))
+		if r.Consistency != want {
+			t.Errorf("rule %s: Consistency %q, want %q", k, r.Consistency, want)
+		}
+		for _, def := range []bool{false, true} {
+			if got := r.Leased(def); got != (want == "leased" || want == "" && def) {
+				t.Errorf("rule %s: Leased(%v) = %v", k, def, got)
+			}
 		}
 	}
 	if got := c.Domain("edge").Match(entries("a=v")).String(); got != "edge.a: global 10/second burst 10, leased" {

@@ -177,7 +177,9 @@ func (b *builder) rule(d *Descriptor, levels []level, file string) *Rule {
 		r.dynamic = r.dynamic || l.showsValue(r.DetailedMetric)
 	}
 	r.Path = string(path)
-	r.Consistency, _ = ParseConsistency(rl.Consistency)
+	if knownConsistency(rl.Consistency) { // decode reports the others
+		r.Consistency = rl.Consistency
+	}
 	if rl.Share != nil {
 		r.Share, r.NoShare = *rl.Share, *rl.Share == 0
 	}

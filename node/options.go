@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/sluice-rls/sluice/bucket"
+	"github.com/sluice-rls/sluice/backend/lease"
 	"github.com/sluice-rls/sluice/fallback"
 	"github.com/sluice-rls/sluice/service"
 	"github.com/sluice-rls/sluice/tracing"
@@ -97,13 +97,18 @@ type Options struct {
 	RedisFailure fallback.Mode
 	// Consistency is the global buckets' consistency when a rule does not
 	// set one (rate_limit.consistency).
-	Consistency bucket.Consistency
+	Consistency lease.Consistency
 	// LeasePeriod is how long a node keeps unused leased tokens.
 	LeasePeriod   time.Duration
 	FallbackNodes int
 	// FallbackNodesInitial is N until the node has read the node registry
 	// (0: DefaultFallbackNodesInitial).
 	FallbackNodesInitial int
+	// Share is the part f (0 ≤ f < 1) of the global limit held as
+	// standing shares by every rule that may hold them and sets no share
+	// (descriptors.Rule.ShareMillionths); 0: none. QuotaMode turns it off:
+	// every rule is then a quota, whose charges land in Redis.
+	Share float64
 
 	Emergency Emergency // --emergency-key, --emergency-secret-file
 

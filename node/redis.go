@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-rls/sluice/backend/memory"
 	redisbackend "github.com/sluice-rls/sluice/backend/redis"
 	standing "github.com/sluice-rls/sluice/backend/share" // the fallback's memory is its share
+	"github.com/sluice-rls/sluice/descriptors"
 	"github.com/sluice-rls/sluice/fallback"
 	"github.com/sluice-rls/sluice/ruleset"
 )
@@ -122,11 +123,21 @@ func newRedisGlobal(ctx context.Context, st Options, rules *ruleset.Store, log *
 	// Standing shares in front of the switch: they keep deciding while
 	// Redis fails. Wired whatever the rules: a reload may add a share, and
 	// every node must then split the limit alike (decision 0021).
-	shares := standing.New(standing.Options{Inner: sw, Membership: nodes, MaxBuckets: st.MaxBuckets, Metrics: standing.NewMetrics(reg)})
+	shares := standing.New(standing.Options{Inner: sw, Membership: nodes, Default: st.shareDefault(), MaxBuckets: st.MaxBuckets, Metrics: standing.NewMetrics(reg)})
 	go shares.Run(ctx)
 	registerBucketGauge(reg, "share", shares.Len)
 	standing.RegisterNodes(reg, nodes.Share)
 	return globalLayer{limiter: shares, sw: sw, control: control, controlOpts: controlOpts, close: closeAll}, nil
+}
+
+// shareDefault is the standing shares' Default: --share in millionths, 0
+// under --quota-mode, where every rule is a quota, whose charges land in
+// Redis.
+func (o *Options) shareDefault() uint32 {
+	if o.QuotaMode {
+		return 0
+	}
+	return descriptors.Millionths(o.Share)
 }
 
 // controlTimeout bounds a control call's reads and writes on the socket.

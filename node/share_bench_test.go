@@ -10,6 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rls/sluice/backend/lease"
 	"github.com/sluice-rls/sluice/bucket"
 	"github.com/sluice-rls/sluice/descriptors"
 	"github.com/sluice-rls/sluice/internal/cputime"
@@ -58,7 +59,7 @@ func BenchmarkShareDecision(b *testing.B) {
 			st.Logger = slog.New(slog.DiscardHandler)
 			if bc.redis {
 				st.Redis, st.RedisTimeout = "redis://"+redistest.Start(b).Addr()+"/0", time.Second
-				st.Consistency = bucket.Leased
+				st.Consistency = lease.Leased
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

@@ -12,6 +12,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluice-rls/sluice/descriptors"
 	"github.com/sluice-rls/sluice/internal/redistest"
 )
 
@@ -78,7 +79,7 @@ func TestServeShareDigest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := o.Settings.ShareDigest(cfg)
+	want := o.shareDigest(cfg)
 	if want == 0 {
 		t.Fatal("a rule with a share: digest 0")
 	}
@@ -110,5 +111,45 @@ func TestServeShareDigest(t *testing.T) {
 			t.Fatalf("digest 0 not published 10 s after the start, the share removed:\n%s", s.Log.String())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The standing shares' default is --share in millionths, and none under
+// --quota-mode (every rule is then a quota, whose charges land in Redis).
+func TestShareDefault(t *testing.T) {
+	for _, tc := range []struct {
+		share float64
+		quota bool
+		want  uint32
+	}{{0.25, false, 250000}, {0, false, 0}, {0.25, true, 0}} {
+		o := Options{Share: tc.share}
+		o.QuotaMode = tc.quota
+		if got := o.shareDefault(); got != tc.want {
+			t.Errorf("--share %v, --quota-mode %v: %d, want %d", tc.share, tc.quota, got, tc.want)
+		}
+	}
+}
+
+// --share is the default a rule's share is resolved with in the share
+// digest; under --quota-mode no rule holds one.
+func TestShareDigest(t *testing.T) {
+	f, err := descriptors.Parse("rules.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := descriptors.New([]*descriptors.File{f}, descriptors.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := (&Options{}).shareDigest(cfg); got != 0 {
+		t.Errorf("no share: digest %x, want 0", got)
+	}
+	if got, want := (&Options{Share: 0.5}).shareDigest(cfg), cfg.ShareDigest(500_000); got == 0 || got != want {
+		t.Errorf("--share 0.5: digest %x, want %x (not 0)", got, want)
+	}
+	quota := &Options{Share: 0.5}
+	quota.QuotaMode = true
+	if got := quota.shareDigest(cfg); got != 0 {
+		t.Errorf("--share 0.5 --quota-mode: digest %x, want 0", got)
 	}
 }

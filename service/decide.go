@@ -460,9 +460,8 @@ func (s *Server) buildHits(sc *scratch, req *rlsv3.RateLimitRequest, gray bool) 
 		default:
 			continue
 		}
-		if rule != nil {
-			hit.Consistency = rule.Consistency        // exact or leased: backend/lease reads it
-			hit.Share = rule.ShareMillionths(s.share) // backend/share reads it
+		if rule != nil { // never a nil *Rule: a layer would take it for a rule
+			hit.Rule = rule // for the global layers that read its settings
 		}
 		sc.keyBuf = descriptors.AppendKeyMaterial(sc.keyBuf[:0], domain, rule, descriptors.GlobalBucket, entries, keyed)
 		if s.sharedKeys {

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-rls/sluice/bucket"
-	"github.com/sluice-rls/sluice/descriptors"
 )
 
 // Defaults for Options' request-size limits (docs/operations.md, "Malformed requests").
@@ -152,12 +151,6 @@ type Settings struct {
 	// Metrics reports each under its own label; later tenants are counted
 	// together under tenant="_other". Default DefaultMaxTenants.
 	MaxTenants int
-
-	// Share is the part f (0 ≤ f < 1) of the global limit held as
-	// standing shares by every rule that may hold them and sets no share
-	// (descriptors.Rule.ShareMillionths); 0: none. QuotaMode turns it off:
-	// every rule is then a quota, whose charges land in Redis.
-	Share float64
 }
 
 // Server implements rlsv3.RateLimitServiceServer. Build it with New.
@@ -176,7 +169,6 @@ type Server struct {
 	startRoot  startFunc     // starts a span without a parent (tracer.Start, or its StartRoot)
 	tapped     atomic.Bool   // a gRPC call came through TapHandle
 	top        *topRefused   // nil when Options.TopRefused is 0
-	share      uint32        // Options.Share in millionths, 0 under QuotaMode
 }
 
 // New returns a Server deciding with opts.
@@ -203,9 +195,6 @@ func New(opts Options) *Server {
 	opts.Metrics.capTenants(opts.MaxTenants)
 	s := &Server{opts: opts, log: opts.Logger, clock: opts.Clock, nodeKeys: bucket.NewNodeHasher()}
 	s.sharedKeys = opts.Global != nil && opts.Global.Shared()
-	if !opts.QuotaMode {
-		s.share = descriptors.Millionths(opts.Share)
-	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

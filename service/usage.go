@@ -197,11 +197,12 @@ const fallbackSource = "fallback (Redis is failing: this node's share of the glo
 // shareReader is a global layer holding standing shares (backend/share):
 // Usage reads Redis' part and this node's share cell apart.
 type shareReader interface {
-	// ReadShares answers check-only hits as Hit does, states[i] Redis'
-	// part alone, hits[i].Limit set to it, and cells[i] and cellStates[i]
-	// this node's cell (Burst 0: none); n is the node count shares are
-	// sized by, 0 while the node holds none.
-	ReadShares(ctx context.Context, hits []bucket.Hit, states []bucket.State, cells []bucket.Limit, cellStates []bucket.State) (n int, d bucket.Decision, err error)
+	// ReadShares answers check-only hits as Hit does, shares[i] the
+	// hit's share in millionths (0: none), states[i] Redis' part alone,
+	// hits[i].Limit set to it, and cells[i] and cellStates[i] this node's
+	// cell (Burst 0: none); n is the node count shares are sized by, 0
+	// while the node holds none.
+	ReadShares(ctx context.Context, hits []bucket.Hit, states []bucket.State, shares []uint32, cells []bucket.Limit, cellStates []bucket.State) (n int, d bucket.Decision, err error)
 }
 
 // layerRead is one layer's answer to the check-only hits of a Usage.
@@ -211,8 +212,9 @@ type layerRead struct {
 	notEnforced string
 	err         error
 	states      []bucket.State
-	// With standing shares (nil cells without): each hit's cell and its
-	// state, and n.
+	// With standing shares (nil cells without): each hit's share in
+	// millionths, its cell and the cell's state, and n.
+	shares     []uint32
 	cells      []bucket.Limit
 	cellStates []bucket.State
 	nodes      int
@@ -231,8 +233,8 @@ func (s *Server) readLayer(ctx context.Context, lim bucket.Limiter, hits []bucke
 	var d bucket.Decision
 	var err error
 	if sr, ok := lim.(shareReader); ok && layer == LayerGlobal {
-		r.cells, r.cellStates = make([]bucket.Limit, len(hits)), make([]bucket.State, len(hits))
-		r.nodes, d, err = sr.ReadShares(ctx, hits, r.states, r.cells, r.cellStates)
+		r.shares, r.cells, r.cellStates = make([]uint32, len(hits)), make([]bucket.Limit, len(hits)), make([]bucket.State, len(hits))
+		r.nodes, d, err = sr.ReadShares(ctx, hits, r.states, r.shares, r.cells, r.cellStates)
 	} else {
 		d, err = lim.Hit(ctx, hits, r.states)
 	}
@@ -252,8 +254,8 @@ func (s *Server) readLayer(ctx context.Context, lim bucket.Limiter, hits []bucke
 // layer describes hit's bucket (at index i of the layer's hits).
 func (r layerRead) layer(h bucket.Hit, i int) UsageLayer {
 	ul := UsageLayer{Layer: r.name, Source: r.source, NotEnforced: r.notEnforced, Limit: usageLimit(h.Limit)}
-	if r.cells != nil && h.Share > 0 {
-		us := &UsageShare{Fraction: float64(h.Share) / 1e6, Nodes: r.nodes}
+	if r.cells != nil && r.shares[i] > 0 {
+		us := &UsageShare{Fraction: float64(r.shares[i]) / 1e6, Nodes: r.nodes}
 		if r.cells[i].Burst > 0 {
 			us.Limit = usageLimit(r.cells[i])
 		}

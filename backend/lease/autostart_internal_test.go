@@ -18,7 +18,7 @@ import (
 func TestAutostart(t *testing.T) {
 	r := startRedis(t, "autostart")
 	newL := func() *Limiter {
-		l := New(Options{Leaser: r, Exact: r, Default: bucket.Exact, Clock: clockwork.NewFakeClock(), Period: time.Hour, EagerLeases: true, Autostart: true})
+		l := New(Options{Leaser: r, Exact: r, Default: Exact, Clock: clockwork.NewFakeClock(), Period: time.Hour, EagerLeases: true, Autostart: true})
 		t.Cleanup(func() { _ = l.Close(context.Background()) })
 		return l
 	}
@@ -39,11 +39,11 @@ func TestAutostart(t *testing.T) {
 	if l.started.Load() {
 		t.Fatal("Run started by hits of exact rules")
 	}
-	hit(l, bucket.Hit{Key: k, Limit: lim, Cost: 1, Consistency: bucket.Leased}) // leases 499
+	hit(l, bucket.Hit{Key: k, Limit: lim, Cost: 1, Rule: leasedRule{}}) // leases 499
 	if !l.started.Load() {
 		t.Fatal("Run not started by a leased hit")
 	}
-	hit(l, bucket.Hit{Key: k, Limit: lim, Cost: 250, Consistency: bucket.Leased})
+	hit(l, bucket.Hit{Key: k, Limit: lim, Cost: 250, Rule: leasedRule{}})
 	held := func() uint64 {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -64,8 +64,13 @@ func TestAutostart(t *testing.T) {
 	if err := closed.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	hit(closed, bucket.Hit{Key: bucket.SumKey([]byte("closed")), Limit: lim, Cost: 1, Consistency: bucket.Leased})
+	hit(closed, bucket.Hit{Key: bucket.SumKey([]byte("closed")), Limit: lim, Cost: 1, Rule: leasedRule{}})
 	if closed.started.Load() {
 		t.Error("Run started after Close")
 	}
 }
+
+// leasedRule is a hit's rule that says leased.
+type leasedRule struct{}
+
+func (leasedRule) Leased(bool) bool { return true }

@@ -66,7 +66,7 @@ func TestConformanceCluster(t *testing.T) {
 }
 
 // newLimiter returns a leased layer over srv, every hit leased unless
-// opts.Default says otherwise, its Redis side counting its calls, with its
+// its rule says exact, its Redis side counting its calls, with its
 // own key prefix; Close runs at cleanup. opts.Exact, when nil, is the
 // exact layer on the same Redis. opts.Period, when 0, is an hour: long
 // enough for the tests' slow limits to be leased (a lease is at most what
@@ -99,9 +99,7 @@ func newLimiterOn(t testing.TB, c goredis.UniversalClient, opts lease.Options) (
 	if opts.Exact == nil {
 		opts.Exact = r
 	}
-	if opts.Default == bucket.DefaultConsistency {
-		opts.Default = bucket.Leased
-	}
+	opts.Default = lease.Leased
 	l := lease.New(opts)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	// Load the script before the scenario's first call, so that its lag

@@ -33,6 +33,17 @@ func take(k bucket.Key, lim bucket.Limit, cost uint64) bucket.Hit {
 	return bucket.Hit{Key: k, Limit: lim, Cost: cost}
 }
 
+// leasedRule is a hit's rule whose consistency is leased (true) or exact.
+type leasedRule bool
+
+func (r leasedRule) Leased(bool) bool { return bool(r) }
+
+// ruled returns h with rule r.
+func ruled(h bucket.Hit, r leasedRule) bucket.Hit {
+	h.Rule = r
+	return h
+}
+
 func hit(t *testing.T, l *lease.Limiter, hits ...bucket.Hit) (bool, []bucket.State) {
 	t.Helper()
 	states := make([]bucket.State, len(hits))
@@ -113,7 +124,7 @@ func TestFirstDecisionExact(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
 	_, r := newLimiterOn(t, c, lease.Options{Clock: clockwork.NewFakeClock()})
-	lazy := lease.New(lease.Options{Leaser: r, Exact: r.Limiter, Default: bucket.Leased, Clock: clockwork.NewFakeClock(), Period: time.Hour})
+	lazy := lease.New(lease.Options{Leaser: r, Exact: r.Limiter, Default: lease.Leased, Clock: clockwork.NewFakeClock(), Period: time.Hour})
 	defer lazy.Close(context.Background())
 	k := key(t, 0)
 	hit(t, lazy, take(k, big, 1))
@@ -154,17 +165,16 @@ func TestRefusalKeepsLease(t *testing.T) {
 // node's lease; an exact hit never leases.
 func TestMixedExactAndLeased(t *testing.T) {
 	srv := redistest.Start(t)
-	l, r := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock(), Default: bucket.Exact})
+	l, r := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock()})
 	a, b := key(t, 0), key(t, 1)
 	tiny := bucket.Limit{Requests: 1, Period: time.Hour, Burst: 1}
-	la := take(a, big, 1)
-	la.Consistency = bucket.Leased
+	la := ruled(take(a, big, 1), true)
 	hit(t, l, la) // leases 499 of a
-	if ok, _ := hit(t, l, take(b, tiny, 1)); !ok {
+	if ok, _ := hit(t, l, ruled(take(b, tiny, 1), false)); !ok {
 		t.Fatal("the exact take was refused")
 	}
 	la.Cost = 10
-	if ok, st := hit(t, l, la, take(b, tiny, 1)); ok || st[0].Remaining != 999 {
+	if ok, st := hit(t, l, la, ruled(take(b, tiny, 1), false)); ok || st[0].Remaining != 999 {
 		t.Fatalf("refused by the exact hit: %v %+v, want refused, a at 999", ok, st)
 	}
 	if got := r.inRedis(t, a, big); got != 500 {
@@ -177,16 +187,15 @@ func TestMixedExactAndLeased(t *testing.T) {
 // consulted").
 func TestLeasedRefusalReportsExactTakes(t *testing.T) {
 	srv := redistest.Start(t)
-	l, _ := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock(), Default: bucket.Exact})
+	l, _ := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock()})
 	a, b := key(t, 0), key(t, 1)
 	hourly := bucket.Limit{Requests: 5, Period: 5 * time.Hour, Burst: 5}
 	t0 := time.Now()
-	if ok, _ := hit(t, l, take(b, hourly, 2)); !ok {
+	if ok, _ := hit(t, l, ruled(take(b, hourly, 2), false)); !ok {
 		t.Fatal("the exact take was refused")
 	}
-	never := take(a, bucket.Limit{Period: time.Minute}, 1)
-	never.Consistency = bucket.Leased
-	ok, st := hit(t, l, never, take(b, hourly, 1))
+	never := ruled(take(a, bucket.Limit{Period: time.Minute}, 1), true)
+	ok, st := hit(t, l, never, ruled(take(b, hourly, 1), false))
 	if ok || st[0].Allowed {
 		t.Fatalf("a leased take of Requests 0: %v %+v, want refused", ok, st)
 	}
@@ -194,7 +203,7 @@ func TestLeasedRefusalReportsExactTakes(t *testing.T) {
 	if !st[1].Allowed || st[1].Remaining != 3 || st[1].ResetAfter > 2*time.Hour || st[1].ResetAfter < 2*time.Hour-tol {
 		t.Errorf("the exact take: %+v, want allowed, Remaining 3, ResetAfter 2h (within %v)", st[1], tol)
 	}
-	if _, st := hit(t, l, bucket.Hit{Key: b, Limit: hourly}); st[0].Remaining != 3 {
+	if _, st := hit(t, l, ruled(bucket.Hit{Key: b, Limit: hourly}, false)); st[0].Remaining != 3 {
 		t.Errorf("b holds %d tokens, want 3 (nothing taken)", st[0].Remaining)
 	}
 }

@@ -15,10 +15,6 @@ import (
 	"github.com/sluice-rls/sluice/bucket"
 )
 
-// DefaultConsistency is --consistency's default: global buckets are
-// exact unless a rule says leased.
-const DefaultConsistency = bucket.Exact
-
 // Defaults of Options.
 const (
 	// DefaultPeriod is how long a node keeps unused leased tokens before it
@@ -47,12 +43,13 @@ type Leaser interface {
 type Options struct {
 	// Leaser is the Redis side of the leases. Required.
 	Leaser Leaser
-	// Exact decides the hits that are not leased (Consistency Exact, or
-	// DefaultConsistency under an exact Default). Nil: every hit is leased.
+	// Exact decides the hits that are not leased (their Rule says exact,
+	// or it says nothing under an exact Default). Nil: every hit is
+	// leased.
 	Exact bucket.Limiter
-	// Default is the consistency of hits whose Consistency is
-	// DefaultConsistency (--consistency); DefaultConsistency means Exact.
-	Default bucket.Consistency
+	// Default is the consistency of hits whose Rule sets none
+	// (--consistency).
+	Default Consistency
 	// Clock is the node clock: lease periods, and the node's estimate of
 	// its buckets between calls (clockwork.NewRealClock() when nil).
 	Clock clockwork.Clock
@@ -194,11 +191,14 @@ func (l *Limiter) Shared() bool { return true }
 
 // leased reports whether h is decided from leases.
 func (l *Limiter) leased(h *bucket.Hit) bool {
-	c := h.Consistency
-	if c == bucket.DefaultConsistency {
-		c = l.opts.Default
+	if l.opts.Exact == nil {
+		return true
 	}
-	return c == bucket.Leased || l.opts.Exact == nil
+	def := l.opts.Default == Leased
+	if r, ok := h.Rule.(Rule); ok {
+		return r.Leased(def)
+	}
+	return def
 }
 
 // Hit decides hits as bucket.Hit documents: the leased ones from the

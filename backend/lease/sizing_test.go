@@ -206,7 +206,7 @@ func simulate(t testing.TB, c goredis.UniversalClient, name string, sz sizing, w
 	n := sz.nodes
 	nodes := make([]*Limiter, n)
 	for i := range nodes {
-		nodes[i] = New(Options{Leaser: sim, Default: bucket.Leased, Clock: clock, Period: sz.period, MaxLease: sz.maxLease, Nodes: func() int { return n }})
+		nodes[i] = New(Options{Leaser: sim, Default: Leased, Clock: clock, Period: sz.period, MaxLease: sz.maxLease, Nodes: func() int { return n }})
 		nodes[i].lowNum, nodes[i].lowDen = sz.lowNum, sz.lowDen
 	}
 	// Arrivals: node i's rate, its requests evenly spaced, the nodes'

@@ -37,7 +37,7 @@ func TestKeySweptDuringItsCall(t *testing.T) {
 	r := startRedis(t, "swept")
 	clock := clockwork.NewFakeClock()
 	s := &sweepingLeaser{Leaser: r, clock: clock}
-	l := New(Options{Leaser: s, Exact: r, Default: bucket.Leased, Clock: clock, Period: time.Second, EagerLeases: true})
+	l := New(Options{Leaser: s, Exact: r, Default: Leased, Clock: clock, Period: time.Second, EagerLeases: true})
 	s.l = l
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	lim := bucket.Limit{Requests: 10, Period: time.Hour, Burst: 10}

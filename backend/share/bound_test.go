@@ -38,7 +38,7 @@ func TestBoundOneNode(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	l := share.New(share.Options{Inner: memory.New(memory.Options{Clock: clock}), Membership: &members{n: 1, ok: true}, Clock: clock})
-	hit := []bucket.Hit{{Key: key("a"), Limit: boundLimit, Cost: 1, Share: boundShare}}
+	hit := []bucket.Hit{{Key: key("a"), Limit: boundLimit, Cost: 1, Rule: shareRule(boundShare)}}
 	st := make([]bucket.State, 1)
 	admitted := 0
 	const steps, step = 200, 50 * time.Millisecond
@@ -94,7 +94,7 @@ func TestBoundNodesOnRedis(t *testing.T) {
 			active: i < 3,
 		}
 	}
-	hit := []bucket.Hit{{Key: key(t.Name()), Limit: boundLimit, Cost: 1, Share: boundShare}}
+	hit := []bucket.Hit{{Key: key(t.Name()), Limit: boundLimit, Cost: 1, Rule: shareRule(boundShare)}}
 	st := make([]bucket.State, 1)
 	admitted, requests := 0, 0
 	const steps, step = 120, 100 * time.Millisecond
@@ -191,7 +191,7 @@ func TestBoundCellsOverTime(t *testing.T) {
 			nodes[i].member.set(n, ok)
 		}
 	}
-	hit := []bucket.Hit{{Key: key(t.Name()), Limit: boundLimit, Cost: 1, Share: boundShare}}
+	hit := []bucket.Hit{{Key: key(t.Name()), Limit: boundLimit, Cost: 1, Rule: shareRule(boundShare)}}
 	st := make([]bucket.State, 1)
 	byCells := 0
 	const steps, step = 100, 100 * time.Millisecond

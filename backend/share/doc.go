@@ -1,7 +1,8 @@
 // Package share is sluice's standing-shares layer: a bucket.Limiter in
 // front of the global layer that decides, with no call to the layer
-// behind, the hits of rules with a share (bucket.Hit's Share, f) that fit
-// this node's share of their key.
+// behind, the hits of rules with a share f (Rule, read from bucket.Hit's
+// Rule; Options.Default for the rules that set none) that fit this node's
+// share of their key.
 //
 // A rule with share f splits each key's limit in two parts that add up to
 // at most the limit: every live node holds a share cell of f/n of it

@@ -14,6 +14,17 @@ import (
 	"github.com/sluice-rls/sluice/bucket"
 )
 
+// shareRule is a hit's rule with a share in millionths; 0 sets none (the
+// layer's Default).
+type shareRule uint32
+
+func (r shareRule) ShareMillionths(def uint32) uint32 {
+	if r == 0 {
+		return def
+	}
+	return uint32(r)
+}
+
 // members is a Membership a test sets.
 type members struct {
 	mu sync.Mutex
@@ -98,7 +109,7 @@ func newFixture(t *testing.T, n int, maxBuckets int) *fixture {
 // goes behind), then lets every cell refill for an hour, and forgets the
 // calls behind: l's cells start full.
 func (f *fixture) held(l *share.Limiter) {
-	check := []bucket.Hit{{Key: key("held"), Limit: bucket.Limit{Requests: 1, Period: time.Second, Burst: 1}, Share: 500_000}}
+	check := []bucket.Hit{{Key: key("held"), Limit: bucket.Limit{Requests: 1, Period: time.Second, Burst: 1}, Rule: shareRule(500_000)}}
 	_, _ = l.Hit(context.Background(), check, make([]bucket.State, 1))
 	f.clock.Advance(time.Hour)
 	f.behind.mu.Lock()

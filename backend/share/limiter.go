@@ -23,6 +23,18 @@ type Membership interface {
 	ShareAt(now time.Time) (n int, ok bool)
 }
 
+// Rule is what the layer reads of a hit's rule (bucket.Hit.Rule), which
+// descriptors.Rule implements. A hit whose Rule does not implement it has
+// no share.
+type Rule interface {
+	// ShareMillionths returns the rule's share f in millionths, 0 < f <
+	// 1000000: the part of the limit the live nodes hold, f/n each, beside
+	// Redis' part 1 − f; 0: none. def is the layer's Default, for a rule
+	// that sets none. Integers, so that the parts never add up to more
+	// than the limit.
+	ShareMillionths(def uint32) uint32
+}
+
 // Options configures a Limiter.
 type Options struct {
 	// Inner is the global layer behind: it decides every hit that is not
@@ -33,6 +45,9 @@ type Options struct {
 	// Clock is the cells' clock (clockwork.NewRealClock() when nil), and
 	// the membership's: a call asks Membership at the instant it decides.
 	Clock clockwork.Clock
+	// Default is the share in millionths of the rules that set none and
+	// may hold one (Rule): --share, 0 under --quota-mode.
+	Default uint32
 	// MaxBuckets bounds the cells held (memory.Options.MaxBuckets): a key
 	// that finds no room goes to Redis' part.
 	MaxBuckets int
@@ -131,9 +146,15 @@ func (l *Limiter) FullRefusals() uint64 { return l.cells.FullRefusals() }
 // Shared reports whether the layer behind is shared: the keys are its.
 func (l *Limiter) Shared() bool { return l.opts.Inner.Shared() }
 
-// shared reports whether h is decided with shares: its rule has one, and
-// it is not a charge, which must land where every node sees its debt.
-func shared(h *bucket.Hit) bool { return h.Share > 0 && !h.Overdraw }
+// share returns h's share in millionths when h is decided with shares:
+// its rule has one, and it is not a charge, which must land where every
+// node sees its debt; else 0.
+func (l *Limiter) share(h *bucket.Hit) uint32 {
+	if r, ok := h.Rule.(Rule); ok && !h.Overdraw {
+		return r.ShareMillionths(l.opts.Default)
+	}
+	return 0
+}
 
 // take reports whether h is a take that may be decided by a cell: neither
 // a give nor a check.
@@ -141,6 +162,7 @@ func take(h *bucket.Hit) bool { return !h.Give && h.Cost > 0 }
 
 // plan is what one hit of a call does.
 type plan struct {
+	share   uint32       // its share in millionths (Limiter.share); 0: none
 	cell    bucket.Limit // its share cell's limit, for a share hit
 	useCell bool         // its cell is tried (the node holds shares, and the cell has a token)
 	cellAt  int          // its hit in the cells' first call; -1: none
@@ -181,7 +203,7 @@ func (l *Limiter) get(n int) *scratch {
 // the cell's Remaining added (what this node may still take), its
 // RetryAfter the sooner of the two when the cell can ever hold the cost.
 func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.State) (bucket.Decision, error) {
-	if !anyShared(hits) {
+	if !l.anyShared(hits) {
 		return l.opts.Inner.Hit(ctx, hits, states)
 	}
 	sc := l.get(len(hits))
@@ -218,26 +240,26 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 }
 
 // anyShared reports whether some hit is decided with shares.
-func anyShared(hits []bucket.Hit) bool {
+func (l *Limiter) anyShared(hits []bucket.Hit) bool {
 	for i := range hits {
-		if shared(&hits[i]) {
+		if l.share(&hits[i]) > 0 {
 			return true
 		}
 	}
 	return false
 }
 
-// plan fills sc.plans: each share hit's cell, and whether it is tried.
-// When it is not, the hit goes to Redis' part alone, never to the whole
-// limit (innerHits).
+// plan fills sc.plans: each hit's share, a share hit's cell, and whether
+// it is tried. When it is not, the hit goes to Redis' part alone, never
+// to the whole limit (innerHits).
 func (l *Limiter) plan(sc *scratch, hits []bucket.Hit, n int, ok bool) {
 	for i := range hits {
 		h, p := &hits[i], &sc.plans[i]
-		*p = plan{cellAt: -1, giveAt: -1, innerAt: -1}
-		if !ok || !shared(h) {
+		*p = plan{share: l.share(h), cellAt: -1, giveAt: -1, innerAt: -1}
+		if !ok || p.share == 0 {
 			continue
 		}
-		p.cell = cellLimit(h.Limit, h.Share, n)
+		p.cell = cellLimit(h.Limit, p.share, n)
 		p.useCell = p.cell.Burst > 0 && p.cell.Requests > 0
 	}
 }
@@ -298,19 +320,19 @@ func (l *Limiter) innerHits(sc *scratch, hits []bucket.Hit) {
 	for i := range hits {
 		h, p := hits[i], &sc.plans[i]
 		switch {
-		case !shared(&h):
+		case p.share == 0:
 		case !p.useCell:
-			h.Limit = redisLimit(h.Limit, h.Share)
+			h.Limit = redisLimit(h.Limit, p.share)
 		case h.Give:
 			if h.Cost == p.give {
 				continue
 			}
 			h.Cost -= p.give
-			h.Limit = redisLimit(h.Limit, h.Share)
+			h.Limit = redisLimit(h.Limit, p.share)
 		case take(&h) && sc.cellStates[p.cellAt].Allowed:
 			continue
 		default: // a check, or a take its cell could not hold
-			h.Limit = redisLimit(h.Limit, h.Share)
+			h.Limit = redisLimit(h.Limit, p.share)
 		}
 		p.innerAt = len(sc.inner)
 		sc.inner = append(sc.inner, h)

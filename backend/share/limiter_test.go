@@ -22,7 +22,7 @@ var (
 const half = 500_000
 
 func takeOf(k string, cost uint64) bucket.Hit {
-	return bucket.Hit{Key: key(k), Limit: perMinute, Cost: cost, Share: half}
+	return bucket.Hit{Key: key(k), Limit: perMinute, Cost: cost, Rule: shareRule(half)}
 }
 
 // Takes that fit the cell are decided with no call behind; the next goes
@@ -262,6 +262,26 @@ func TestNoShareUntouched(t *testing.T) {
 	f.hit(t, hits...)
 	if h := f.behind.last(t); len(h) != 2 || h[0] != hits[0] || h[1] != hits[1] {
 		t.Errorf("behind got %+v, want %+v", h, hits)
+	}
+}
+
+// A hit whose rule sets no share has the layer's Default: none when 0
+// (it passes behind untouched), else its cell decides it, as a rule with
+// that share.
+func TestDefaultShare(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, 0)
+	unset := takeOf("a", 1)
+	unset.Rule = shareRule(0)
+	f.hit(t, unset)
+	if h := f.behind.last(t); len(h) != 1 || h[0] != unset {
+		t.Fatalf("Default 0: behind got %+v, want %+v", h, unset)
+	}
+	l := share.New(share.Options{Inner: f.behind, Membership: f.member, Clock: f.clock, Default: half})
+	f.held(l)
+	st := make([]bucket.State, 1)
+	if d, err := l.Hit(context.Background(), []bucket.Hit{unset}, st); err != nil || !d.Allowed || st[0].Remaining != 9 || f.behind.count() != 0 {
+		t.Errorf("Default half: %+v %+v %v, %d calls behind; want it from a's cell of 10, 9 left", d, st[0], err, f.behind.count())
 	}
 }
 

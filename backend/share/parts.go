@@ -8,7 +8,7 @@ import (
 	"github.com/sluice-rls/sluice/bucket"
 )
 
-// million is the denominator of bucket.Hit's Share.
+// million is the denominator of a share (Rule.ShareMillionths).
 const million = 1_000_000
 
 // cellLimit returns the limit of one node's share cell of lim, for share

@@ -12,13 +12,14 @@ var errNotCheck = errors.New("share: ReadShares takes checks only (Cost 0, no gi
 
 // ReadShares answers check-only hits (Cost 0, not a give) as Hit does,
 // with each share hit's two parts apart, for the fleet's view (/usage):
-// states[i] is Redis' part alone, hits[i].Limit is set to that part's
-// limit, and cells[i] and cellStates[i] are this node's share cell of it
+// shares[i] is its share in millionths (0: none), states[i] is Redis'
+// part alone, hits[i].Limit is set to that part's limit, and cells[i]
+// and cellStates[i] are this node's share cell of it
 // (cells[i].Burst 0: none, when the node holds no share now or the share
 // is less than a token). A hit without a share is decided behind as it
 // is, its cell empty. n is the node count shares are sized by, 0 while
 // this node holds none. It takes nothing.
-func (l *Limiter) ReadShares(ctx context.Context, hits []bucket.Hit, states []bucket.State, cells []bucket.Limit, cellStates []bucket.State) (int, bucket.Decision, error) {
+func (l *Limiter) ReadShares(ctx context.Context, hits []bucket.Hit, states []bucket.State, shares []uint32, cells []bucket.Limit, cellStates []bucket.State) (int, bucket.Decision, error) {
 	for i := range hits {
 		if hits[i].Cost != 0 || hits[i].Give {
 			return 0, bucket.Decision{}, errNotCheck
@@ -37,12 +38,12 @@ func (l *Limiter) ReadShares(ctx context.Context, hits []bucket.Hit, states []bu
 	l.innerHits(sc, hits)      // every check goes behind
 	for i := range hits {
 		p := &sc.plans[i]
-		cells[i], cellStates[i] = bucket.Limit{}, bucket.State{}
+		shares[i], cells[i], cellStates[i] = p.share, bucket.Limit{}, bucket.State{}
 		if p.cellAt >= 0 {
 			cells[i], cellStates[i] = p.cell, sc.cellStates[p.cellAt]
 		}
-		if shared(&hits[i]) {
-			hits[i].Limit = redisLimit(hits[i].Limit, hits[i].Share)
+		if p.share > 0 {
+			hits[i].Limit = redisLimit(hits[i].Limit, p.share)
 		}
 	}
 	if len(sc.inner) == 0 {

@@ -8,7 +8,7 @@ import (
 	"github.com/sluice-rls/sluice/bucket"
 )
 
-// ReadShares reads a share hit's two parts apart and takes nothing: the
+// ReadShares reads a share hit's share and two parts apart and takes nothing: the
 // cell's tokens are not added to Redis' part. A node that holds no share
 // reads no cell, and a take is refused.
 func TestReadSharesParts(t *testing.T) {
@@ -21,10 +21,13 @@ func TestReadSharesParts(t *testing.T) {
 		t.Helper()
 		hits := []bucket.Hit{takeOf("a", 0), plain}
 		hits[0].Independent, hits[1].Independent = true, true
-		states, cells, cellStates := make([]bucket.State, 2), make([]bucket.Limit, 2), make([]bucket.State, 2)
-		n, d, err := f.l.ReadShares(context.Background(), hits, states, cells, cellStates)
+		states, shares, cells, cellStates := make([]bucket.State, 2), make([]uint32, 2), make([]bucket.Limit, 2), make([]bucket.State, 2)
+		n, d, err := f.l.ReadShares(context.Background(), hits, states, shares, cells, cellStates)
 		if err != nil || !d.Allowed {
 			t.Fatalf("ReadShares: %+v, %v", d, err)
+		}
+		if shares[0] != half || shares[1] != 0 {
+			t.Fatalf("ReadShares: shares %v, want [%d 0]", shares, half)
 		}
 		return hits, states, cells, cellStates, n
 	}
@@ -44,7 +47,7 @@ func TestReadSharesParts(t *testing.T) {
 		t.Errorf("not holding shares: n %d, cell %+v, Redis' part %d left; want 0, none, 20", n, cells[0], states[0].Remaining)
 	}
 	take := []bucket.Hit{takeOf("a", 1)}
-	if _, _, err := f.l.ReadShares(context.Background(), take, make([]bucket.State, 1), make([]bucket.Limit, 1), make([]bucket.State, 1)); err == nil {
+	if _, _, err := f.l.ReadShares(context.Background(), take, make([]bucket.State, 1), make([]uint32, 1), make([]bucket.Limit, 1), make([]bucket.State, 1)); err == nil {
 		t.Errorf("ReadShares of a take: no error")
 	}
 }
