@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Standing shares side by side: the no-op RLS, sluice on its memory global
 # layer, and sluice on Redis with every global rule leased, then leased with
-# share 0.5, each under the envoy and spread mixes, the runs of one round
-# back to back. Prints one JSON line per run (rlsbench's) on stdout, and a
+# share 0.5 (each on a redis-server of its own), each under the envoy and
+# spread mixes, the runs of one round back to back. The servers stay up for
+# the whole run. Prints one JSON line per run (rlsbench's) on stdout, and a
 # summary of medians on stderr. Method: docs/benchmarks.md.
 #
-# Environment: BENCH_DURATION (5s), BENCH_RUNS (3), BENCH_WARMUP (1s),
+# Environment: BENCH_DURATION (5s), BENCH_RUNS (5), BENCH_WARMUP (1s),
 # BENCH_C (64), BENCH_CONNS (4).
 set -Eeuo pipefail
 
 duration=${BENCH_DURATION:-5s}
-runs=${BENCH_RUNS:-3}
+runs=${BENCH_RUNS:-5}
 warmup=${BENCH_WARMUP:-1s}
 callers=${BENCH_C:-64}
 conns=${BENCH_CONNS:-4}
@@ -48,59 +49,71 @@ R
 rules leased ""
 rules shared ", share: 0.5"
 
-port=$((20000 + RANDOM % 40000))
-redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no --dir "$tmp" >"$tmp/redis.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 50); do
-	[ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && break
-	sleep 0.1
-done
+# start_redis NAME: a redis-server of its own for one case, so that no other
+# case's background work (heartbeats, lease returns) counts as its commands.
+declare -A redis_port
+start_redis() {
+	local port=$((20000 + RANDOM % 40000))
+	redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no --dir "$tmp" >"$tmp/redis-$1.log" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 50); do
+		[ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && break
+		sleep 0.1
+	done
+	redis_port[$1]=$port
+}
 
 env "${gc_env[@]}" "$tmp/rlsbench" -noop -listen 127.0.0.1:0 2>"$tmp/noop.log" &
 noop=$!
 pids+=("$noop")
-noop_addr=$(field "$(wait_serving "$tmp/noop.log" "$noop")" grpc_addr)
+declare -A addr pid metrics
+addr[noop]=$(field "$(wait_serving "$tmp/noop.log" "$noop")" grpc_addr)
+pid[noop]=$noop
 
-# bench BACKEND MIX TAG ADDR PID [flags]: one measured run, its line on stdout.
-bench() {
-	local backend=$1 mix=$2 tag=$3 addr=$4 pid=$5
-	shift 5
-	"$tmp/rlsbench" -addr "$addr" -c "$callers" -conns "$conns" -d "$duration" -warmup "$warmup" \
-		-mix "$mix" -backend "$backend" -tag "$tag" -server-pid "$pid" "$@" | tee -a "$tmp/results.jsonl"
-}
-
-# sluice CASE MIX TAG: a fresh rls serve for one run.
-sluice() {
-	local case=$1 mix=$2 tag=$3 args=(--config "$tmp/leased/rules.yaml") bflags=() pid line
-	case $case in
-	memory) ;;
-	*)
-		redis-cli -p "$port" flushall >/dev/null
-		args=(--config "$tmp/$case/rules.yaml" --redis "redis://127.0.0.1:$port/0" --redis-timeout 100ms)
-		bflags=(-redis "127.0.0.1:$port")
-		;;
-	esac
+# serve CASE: one rls serve per case, up for the whole run as in production
+# (its tables, connections and leases warm from round to round).
+serve() {
+	local case=$1 args=(--config "$tmp/leased/rules.yaml") line
+	if [ "$case" != memory ]; then
+		start_redis "$case"
+		args=(--config "$tmp/$case/rules.yaml" --redis "redis://127.0.0.1:${redis_port[$case]}/0" --redis-timeout 100ms)
+	fi
 	env "${gc_env[@]}" "$tmp/rls" serve --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
-		--log-format text "${args[@]}" 2>"$tmp/rls.log" &
-	pid=$!
-	pids+=("$pid")
-	line=$(wait_serving "$tmp/rls.log" "$pid")
-	if [ "$case" = shared ]; then # shares are held once a heartbeat succeeded
-		for _ in $(seq 50); do
-			curl -fs "http://$(field "$line" http_addr)/metrics" | grep -q '^ratelimit_share_nodes [1-9]' && break
+		--log-format text "${args[@]}" 2>"$tmp/rls-$case.log" &
+	pid[$case]=$!
+	pids+=("${pid[$case]}")
+	line=$(wait_serving "$tmp/rls-$case.log" "${pid[$case]}")
+	addr[$case]=$(field "$line" grpc_addr)
+	metrics[$case]="http://$(field "$line" http_addr)/metrics"
+	if [ "$case" = shared ]; then # shares are held once the registry settled
+		for _ in $(seq 100); do
+			curl -fs "${metrics[$case]}" | grep -q '^ratelimit_share_nodes [1-9]' && break
 			sleep 0.1
 		done
 	fi
-	bench "$case" "$mix" "$tag" "$(field "$line" grpc_addr)" "$pid" -metrics "http://$(field "$line" http_addr)/metrics" "${bflags[@]}"
-	stop "$pid"
+}
+for case in memory leased shared; do
+	serve "$case"
+done
+
+# bench CASE MIX TAG: one measured run, its line on stdout.
+bench() {
+	local case=$1 mix=$2 tag=$3 flags=()
+	if [ "$case" != noop ]; then
+		flags+=(-metrics "${metrics[$case]}")
+	fi
+	if [ -n "${redis_port[$case]:-}" ]; then
+		flags+=(-redis "127.0.0.1:${redis_port[$case]}")
+	fi
+	"$tmp/rlsbench" -addr "${addr[$case]}" -c "$callers" -conns "$conns" -d "$duration" -warmup "$warmup" \
+		-mix "$mix" -backend "$case" -tag "$tag" -server-pid "${pid[$case]}" "${flags[@]}" | tee -a "$tmp/results.jsonl"
 }
 
 for run in $(seq "$runs"); do
 	for mix in envoy spread; do
 		log "round $run, $mix"
-		bench noop "$mix" "run$run" "$noop_addr" "$noop"
-		for case in memory leased shared; do
-			sluice "$case" "$mix" "run$run"
+		for case in noop memory leased shared; do
+			bench "$case" "$mix" "run$run"
 		done
 	done
 done
