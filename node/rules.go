@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -44,9 +45,14 @@ func startRules(ctx context.Context, st Options, log *slog.Logger, reg prometheu
 	src := ruleSource{store: ruleset.NewStore(rules), initial: rules.Len()}
 	reloadMetrics := ruleset.NewReloadMetrics(reg)
 	stopXDS := func() {}
+	// The watchers below end with ctx; stop cancels it and waits for them,
+	// so that no goroutine of a node outlives its Run, early returns too.
+	ctx, cancel := context.WithCancel(ctx)
+	var watchers sync.WaitGroup
 	if st.XDS.Server != "" {
 		src.xds, stopXDS, err = startXDS(ctx, st, src.store, log, reg, reloadMetrics, trail)
 		if err != nil {
+			cancel()
 			return ruleSource{}, err
 		}
 	} else {
@@ -67,17 +73,19 @@ func startRules(ctx context.Context, st Options, log *slog.Logger, reg prometheu
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	if src.xds == nil { // with xDS, SIGHUP does nothing
-		go reloadOn(ctx, hup, reloader)
+		watchers.Go(func() { reloadOn(ctx, hup, reloader) })
 	}
 	if st.Config != "" {
-		go func() {
+		watchers.Go(func() {
 			if err := reloader.Watch(ctx); err != nil {
 				log.Error("rule files are not watched; reload with SIGHUP", "err", err)
 			}
-		}()
+		})
 	}
 	src.stop = func() {
 		signal.Stop(hup)
+		cancel()
+		watchers.Wait()
 		stopXDS()
 	}
 	return src, nil
