@@ -2,8 +2,13 @@ package charttest
 
 import (
 	"bytes"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +37,58 @@ func parseGlobalFlags(t *testing.T, args []string) (consistency string, share fl
 		}
 	}
 	return consistency, share, period
+}
+
+// serveFlagKinds returns the flags cmd/rls/flags registers, each with the
+// FlagSet method that registers it (Float64Var, DurationVar, ...), read from
+// its source: this module stays free of sluice's own dependencies.
+func serveFlagKinds(t *testing.T) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob("../../../cmd/rls/flags/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no cmd/rls/flags sources: %v", err)
+	}
+	out := map[string]string{}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) < 2 {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			lit, isLit := call.Args[1].(*ast.BasicLit)
+			if ok && isLit && lit.Kind == token.STRING && strings.HasSuffix(sel.Sel.Name, "Var") {
+				if name, err := strconv.Unquote(lit.Value); err == nil {
+					out["--"+name] = sel.Sel.Name
+				}
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// TestGlobalFlagsAreServeFlags: the flags globalLayer renders are flags of
+// `rls serve`, of the types parseGlobalFlags parses them as.
+func TestGlobalFlagsAreServeFlags(t *testing.T) {
+	kinds := serveFlagKinds(t)
+	if kinds["--config"] != "StringVar" {
+		t.Fatalf("cmd/rls/flags was not read (--config: %q)", kinds["--config"])
+	}
+	want := map[string]string{"--consistency": "TextVar", "--share": "Float64Var", "--lease-period": "DurationVar"}
+	for _, name := range globalFlags {
+		if kinds[name] == "" || kinds[name] != want[name] {
+			t.Errorf("%s is registered by %q, want %q", name, kinds[name], want[name])
+		}
+	}
 }
 
 // TestGlobalLayerFlags: each globalLayer value set renders its flag, with a
