@@ -127,10 +127,10 @@ func TestGlobalLayerFlags(t *testing.T) {
 	}
 }
 
-// globalLayerSchema compiles values.schema.json with the JSON schema library
+// valuesSchema compiles values.schema.json with the JSON schema library
 // Helm validates values with (as chartutil.ValidateAgainstSingleSchema does,
 // without its network loaders), once for many instances.
-func globalLayerSchema(t *testing.T) *jsonschema.Schema {
+func valuesSchema(t *testing.T) *jsonschema.Schema {
 	t.Helper()
 	b, err := os.ReadFile("../values.schema.json")
 	if err != nil {
@@ -173,7 +173,7 @@ func strs(alphabet []string, n int) []string {
 // refuse or ignore fails the install, not the pod. The values operators
 // write pass.
 func TestSchemaAcceptsOnlyWhatSluiceTakes(t *testing.T) {
-	s := globalLayerSchema(t)
+	s := valuesSchema(t)
 	accepts := func(key string, v any) bool {
 		return s.Validate(map[string]any{"globalLayer": map[string]any{key: v}}) == nil
 	}
@@ -202,7 +202,6 @@ func TestSchemaAcceptsOnlyWhatSluiceTakes(t *testing.T) {
 			t.Errorf("share %v refused", v)
 		}
 	}
-	inRange := func(f float64) bool { return f >= 0 && f < 1 }
 	for _, f := range []float64{-1e-9, -0.1, 1, 1.5} {
 		if accepts("share", f) {
 			t.Errorf("share %v passes the schema", f)
@@ -214,7 +213,7 @@ func TestSchemaAcceptsOnlyWhatSluiceTakes(t *testing.T) {
 			continue
 		}
 		n++
-		if f, err := strconv.ParseFloat(v, 64); err != nil || !inRange(f) {
+		if f, err := strconv.ParseFloat(v, 64); err != nil || !(f >= 0 && f < 1) {
 			t.Errorf("share %q passes the schema; sluice reads %v, %v", v, f, err)
 		}
 	}
