@@ -166,6 +166,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if and .Values.metrics.serviceMonitor.enabled .Values.metrics.podMonitor.enabled }}
 {{- fail "metrics.serviceMonitor.enabled and metrics.podMonitor.enabled: choose one (both would scrape every pod twice)" }}
 {{- end }}
+{{- if not (include "sluice.redisSecretName" .) }}
+{{- range $key, $flag := dict "consistency" "consistency" "share" "share" "leasePeriod" "lease-period" }}
+{{- if ne (toString (index $.Values.globalLayer $key)) "" }}
+{{- fail (printf "globalLayer.%s needs Redis: set redis.url, redis.existingSecret.name or redis.bundled.enabled (without Redis each pod limits alone and sluice ignores --%s)" $key $flag) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- if .Values.rules.files }}
 {{- range $name, $_ := .Values.rules.files }}
 {{- if not (hasSuffix ".yaml" $name) }}

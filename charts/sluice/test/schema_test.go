@@ -23,6 +23,22 @@ func TestSchemaRejects(t *testing.T) {
 		{"rules: {examples: true}\nadaptive: {config: {prometheus: 'http://p', policies: [{name: a, domain: d, interval: 15}]}}", "interval"},
 		{"rules: {examples: true}\nadaptive: {config: {prometheus: 'http://p', policies: [{name: a, domain: d, signals: [{name: s, query: q, lower_above: 1, raise_below: 0.5, rise: 1}]}]}}", "rise"},
 		{"rules: {examples: true}\nadaptive: {config: {prometheus: 'http://p', policies: [{name: a, domain: d, proportional: {query: q}}]}}", "baseline"},
+		{"rules: {examples: true}\nglobalLayer: {consistency: Leased}", "consistency"},
+		{"rules: {examples: true}\nglobalLayer: {consistency: lease}", "consistency"},
+		{"rules: {examples: true}\nglobalLayer: {share: 1}", "share"},
+		{"rules: {examples: true}\nglobalLayer: {share: -0.1}", "share"},
+		{"rules: {examples: true}\nglobalLayer: {share: '1'}", "share"},
+		{"rules: {examples: true}\nglobalLayer: {share: half}", "share"},
+		{"rules: {examples: true}\nglobalLayer: {share: true}", "share"},
+		{"rules: {examples: true}\nglobalLayer: {leasePeriod: '2'}", "leasePeriod"},
+		{"rules: {examples: true}\nglobalLayer: {leasePeriod: 0s}", "leasePeriod"},
+		{"rules: {examples: true}\nglobalLayer: {leasePeriod: -1s}", "leasePeriod"},
+		{"rules: {examples: true}\nglobalLayer: {leasePeriod: 2 s}", "leasePeriod"},
+		{"rules: {examples: true}\nglobalLayer: {leasePeriod: 2sec}", "leasePeriod"},
+		{"rules: {examples: true}\nglobalLayer: {leasePeriod: 0.1ns}", "leasePeriod"},
+		{"rules: {examples: true}\nglobalLayer: {leasePeriod: 2}", "leasePeriod"},
+		{"rules: {examples: true}\nglobalLayer: {leasePeriod: 9999999h}", "leasePeriod"},
+		{"rules: {examples: true}\nglobalLayer: {leasePeriod: 1s, sharing: 0.5}", "sharing"},
 	} {
 		_, err := render(t, tc.vals)
 		if err == nil || !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), tc.msg) {

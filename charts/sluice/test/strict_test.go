@@ -123,6 +123,10 @@ func TestRenderRefuses(t *testing.T) {
 		{"rules: {files: {edge.yml: 'domain: edge'}}", "must end in .yaml"},
 		{"rules: {examples: true}\nautoscaling: {minReplicas: 5, maxReplicas: 3}", "maxReplicas must be at least"},
 		{"rules: {examples: true}\nautoscaling: {enabled: false}\nreplicaCount: 0", "replicaCount"},
+		{"rules: {examples: true}\nglobalLayer: {share: 0.5}", "globalLayer.share needs Redis: set redis.url, redis.existingSecret.name or redis.bundled.enabled"},
+		{"rules: {examples: true}\nglobalLayer: {share: 0}", "globalLayer.share needs Redis"},
+		{"rules: {examples: true}\nglobalLayer: {consistency: leased}", "globalLayer.consistency needs Redis"},
+		{"rules: {examples: true}\nglobalLayer: {leasePeriod: 2s}", "sluice ignores --lease-period"},
 		{"rules: {examples: true}\nadaptive: {config: {prometheus: 'http://p'}, existingConfigMap: {name: mine}}", "give one source of adaptive limits, not adaptive.config and adaptive.existingConfigMap.name"},
 	} {
 		_, err := render(t, tc.vals)

@@ -48,6 +48,11 @@ var valueSets = []struct {
 			if _, ok := flag(c.Args, "--adaptive-config"); ok {
 				t.Errorf("adaptive limits on by default")
 			}
+			for _, name := range globalFlags {
+				if _, ok := flag(c.Args, name); ok {
+					t.Errorf("%s set by default: sluice's default is the chart's", name)
+				}
+			}
 		},
 	},
 	{
