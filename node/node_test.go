@@ -267,6 +267,7 @@ func TestNodeServesAndDrains(t *testing.T) {
 		Overrides:            Overrides{Resync: time.Second, MaxExpiry: time.Hour},
 		Audit:                Audit{MaxLen: 10},
 		RedisTimeout:         time.Second,
+		LeasePeriod:          time.Second,
 		GRPCHandshakeTimeout: time.Second,
 		Settings: service.Settings{
 			HeaderLimit: "RateLimit-Limit", HeaderRemaining: "RateLimit-Remaining", HeaderReset: "RateLimit-Reset",

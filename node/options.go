@@ -190,6 +190,9 @@ func (s Options) Validate() error {
 	if s.RedisTimeout <= 0 {
 		return fmt.Errorf("--redis-timeout must be positive, not %v", s.RedisTimeout)
 	}
+	if s.LeasePeriod <= 0 {
+		return fmt.Errorf("--lease-period must be positive, not %v", s.LeasePeriod)
+	}
 	for _, h := range []struct{ flag, name string }{
 		{"--ratelimit-header-limit", s.HeaderLimit},
 		{"--ratelimit-header-remaining", s.HeaderRemaining},

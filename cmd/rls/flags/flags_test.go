@@ -232,6 +232,8 @@ func TestParseServeErrors(t *testing.T) {
 		{"admin CA without admin address", []string{"--tls-cert", "c.pem", "--tls-key", "k.pem", "--admin-addr", "", "--admin-tls-client-ca", "ops.pem"}, nil, []string{"--admin-tls-client-ca needs --admin-addr"}},
 		{"no handshake timeout", []string{"--grpc-handshake-timeout", "0"}, nil, []string{"--grpc-handshake-timeout"}},
 		{"no redis timeout", []string{"--redis-timeout", "0s"}, nil, []string{"--redis-timeout must be positive"}},
+		{"no lease period", []string{"--lease-period", "0s"}, nil, []string{"--lease-period must be positive"}},
+		{"negative lease period", []string{"--lease-period", "-1s"}, nil, []string{"--lease-period must be positive"}},
 		{"config and xds", []string{"--xds-server", "cp:18001", "--config", "rules.yaml"}, nil, []string{"--config and --xds-server are two sources of rules"}},
 		{"config in env and xds", []string{"--xds-server", "cp:18001"}, map[string]string{"RLS_CONFIG": "rules.yaml"}, []string{"--config and --xds-server", "RLS_CONFIG"}},
 		{"xds client cert without CA", []string{"--xds-server", "cp:18001", "--xds-tls-cert", "c.pem", "--xds-tls-key", "k.pem"}, nil, []string{"--xds-tls-cert needs --xds-tls-ca"}},
