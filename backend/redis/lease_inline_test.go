@@ -54,10 +54,6 @@ func TestLeaseInline(t *testing.T) {
 		}
 	}
 	check := leaseHit{period: 1_000_000, requests: 1, burst: 1, share: 1, flags: 2}
-	type hitOn struct {
-		bucket int
-		hit    leaseHit
-	}
 	const buckets = 3
 	inline, general := 0, 0 // X decisions meant for each path
 	for trial := range 600 {
@@ -70,7 +66,7 @@ func TestLeaseInline(t *testing.T) {
 		for b := range usual {
 			usual[b] = limits()
 		}
-		hit := func(b int, flags uint64) hitOn {
+		hit := func(b int, flags uint64) hitOn[leaseHit] {
 			h := usual[b]
 			if rng.IntN(4) == 0 {
 				h = limits()
@@ -86,18 +82,18 @@ func TestLeaseInline(t *testing.T) {
 				h.since = pick(0, 1, uint64(now)-1_000_000, uint64(now), 1<<52)
 				h.unpark = pick(0, 1, 11, 1<<41)
 			}
-			return hitOn{b, h}
+			return hitOn[leaseHit]{b, h}
 		}
-		var decisions [][]hitOn
+		var decisions [][]hitOn[leaseHit]
 		for range 1 + rng.IntN(8) {
 			switch last := len(decisions) - 1; {
 			case last >= 0 && len(decisions[last]) == 1 && rng.IntN(2) == 0:
 				decisions = append(decisions, decisions[last]) // a hot key's batch
 			case rng.IntN(2) == 0:
-				decisions = append(decisions, []hitOn{hit(rng.IntN(buckets), pick(0, 0, 0, 1, 2, 2, 3, 3, 6))})
+				decisions = append(decisions, []hitOn[leaseHit]{hit(rng.IntN(buckets), pick(0, 0, 0, 1, 2, 2, 3, 3, 6))})
 				inline++
 			case rng.IntN(3) > 0:
-				var d []hitOn
+				var d []hitOn[leaseHit]
 				for _, b := range rng.Perm(buckets)[:2+rng.IntN(buckets-1)] {
 					d = append(d, hit(b, 0))
 				}
@@ -105,7 +101,7 @@ func TestLeaseInline(t *testing.T) {
 				inline++
 			default: // general on both sides
 				b := rng.IntN(buckets)
-				decisions = append(decisions, []hitOn{hit(b, 0), hit([]int{b, rng.IntN(buckets)}[rng.IntN(2)], pick(0, 1, 2, 3))})
+				decisions = append(decisions, []hitOn[leaseHit]{hit(b, 0), hit([]int{b, rng.IntN(buckets)}[rng.IntN(2)], pick(0, 1, 2, 3))})
 				general++
 			}
 		}
@@ -137,60 +133,8 @@ func TestLeaseInline(t *testing.T) {
 				}
 			}
 			values[b] = value
-			for _, side := range []string{"x", "y"} {
-				if value != nil {
-					if err := c.Set(ctx, key(side, b), value, 0).Err(); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
 		}
-		var keys []string
-		var blob []byte
-		d := uint64(0)
-		for _, side := range []string{"x", "y"} {
-			for _, dec := range decisions {
-				d++
-				for _, h := range dec {
-					keys = append(keys, key(side, h.bucket))
-					blob = appendArgs(blob, d, h.hit.args())
-				}
-				if side == "y" {
-					keys = append(keys, key("w", 0))
-					blob = appendArgs(blob, d, check.args())
-				}
-			}
-		}
-		v, err := c.Eval(ctx, leaseLua, keys, blob).Text()
-		if err != nil {
-			t.Fatalf("trial %d: %v", trial, err)
-		}
-		if len(v) != leaseReplyBytes*len(keys) {
-			t.Fatalf("trial %d: reply of %d bytes, want %d", trial, len(v), leaseReplyBytes*len(keys))
-		}
-		x, y := 0, 0 // op index of the Xs' decision, and of the Ys'
-		for _, dec := range decisions {
-			y += len(dec)
-		}
-		for i, dec := range decisions {
-			for j, h := range dec {
-				xr := v[leaseReplyBytes*(x+j) : leaseReplyBytes*(x+j+1)]
-				yr := v[leaseReplyBytes*(y+j) : leaseReplyBytes*(y+j+1)]
-				if xr != yr {
-					t.Errorf("trial %d, decision %d of %+v, op %+v: in line %v, general %v (values %x)", trial, i, decisions, h, floats(xr), floats(yr), values)
-				}
-			}
-			x, y = x+len(dec), y+len(dec)+1
-		}
-		if n, err := c.Exists(ctx, key("w", 0)).Result(); err != nil || n != 0 {
-			t.Fatalf("trial %d: W exists (%d, %v): its checks wrote it", trial, n, err)
-		}
-		for b := range buckets {
-			vx, vy := leaseBoth(t, c, key("x", b), key("y", b))
-			if vx != vy {
-				t.Errorf("trial %d, decisions %+v, bucket %d from %x: left X %v, Y %v", trial, decisions, b, values[b], floats(vx), floats(vy))
-			}
-		}
+		bothPaths(t, c, leaseLua, leaseReplyBytes, trial, decisions, check, key, values, leaseBoth)
 	}
 	t.Logf("X decisions: %d meant in line, %d general", inline, general)
 }

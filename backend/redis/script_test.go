@@ -52,10 +52,6 @@ func TestScriptInline(t *testing.T) {
 		}
 	}
 	check := scriptHit{period: 1_000_000, requests: 1, burst: 1, cost: 0, flags: flagIndependent}
-	type hitOn struct {
-		bucket int
-		hit    scriptHit
-	}
 	const buckets = 3
 	for trial := range 400 {
 		tm, err := c.Time(ctx).Result()
@@ -63,17 +59,17 @@ func TestScriptInline(t *testing.T) {
 			t.Fatal(err)
 		}
 		now := float64(tm.UnixMicro())
-		var decisions [][]hitOn
+		var decisions [][]hitOn[scriptHit]
 		for range 1 + rng.IntN(8) {
 			switch last := len(decisions) - 1; {
 			case last >= 0 && len(decisions[last]) == 1 && rng.IntN(2) == 0:
 				decisions = append(decisions, decisions[last]) // a hot key's batch
 			case rng.IntN(2) == 0:
-				decisions = append(decisions, []hitOn{{rng.IntN(buckets), randHit(pick(0, 0, 1, 2, 3, 6))}})
+				decisions = append(decisions, []hitOn[scriptHit]{{rng.IntN(buckets), randHit(pick(0, 0, 1, 2, 3, 6))}})
 			default:
-				var d []hitOn
+				var d []hitOn[scriptHit]
 				for _, b := range rng.Perm(buckets)[:2+rng.IntN(buckets-1)] {
-					d = append(d, hitOn{b, randHit(0)})
+					d = append(d, hitOn[scriptHit]{b, randHit(0)})
 				}
 				decisions = append(decisions, d)
 			}
@@ -96,59 +92,82 @@ func TestScriptInline(t *testing.T) {
 				}
 			}
 			values[b] = value
-			for _, side := range []string{"x", "y"} {
-				if value != nil {
-					if err := c.Set(ctx, key(side, b), value, 0).Err(); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
 		}
-		var keys []string
-		var blob []byte
-		d := uint64(0)
+		bothPaths(t, c, tokenBucketLua, replyBytes, trial, decisions, check, key, values, getBoth)
+	}
+}
+
+// hitOn is one op of an in-line equivalence trial: hit, on the trial's
+// bucket number bucket.
+type hitOn[H interface{ args() []uint64 }] struct {
+	bucket int
+	hit    H
+}
+
+// bothPaths runs one trial of an in-line equivalence test (TestScriptInline,
+// TestLeaseInline) in one call of script: each bucket b holds values[b]
+// (missing when nil) twice, as key("x", b) and key("y", b); the decisions
+// run on the Xs, each meant for the in-line path, then on the Ys, each with
+// check added on key W, which sends it down the general path. Both sides
+// run at the same now, so t fails where their replies (replyBytes an op)
+// or the values they leave (read with both) differ, or where a check wrote
+// W.
+func bothPaths[H interface{ args() []uint64 }](t *testing.T, c *goredis.Client, script string, replyBytes, trial int, decisions [][]hitOn[H], check H, key func(side string, b int) string, values [][]byte, both func(*testing.T, *goredis.Client, string, string) (string, string)) {
+	t.Helper()
+	ctx := context.Background()
+	for b, value := range values {
 		for _, side := range []string{"x", "y"} {
-			for _, dec := range decisions {
-				d++
-				for _, h := range dec {
-					keys = append(keys, key(side, h.bucket))
-					blob = appendArgs(blob, d, h.hit.args())
-				}
-				if side == "y" {
-					keys = append(keys, key("w", 0))
-					blob = appendArgs(blob, d, check.args())
+			if value != nil {
+				if err := c.Set(ctx, key(side, b), value, 0).Err(); err != nil {
+					t.Fatal(err)
 				}
 			}
 		}
-		v, err := c.Eval(ctx, tokenBucketLua, keys, blob).Text()
-		if err != nil {
-			t.Fatalf("trial %d: %v", trial, err)
-		}
-		if len(v) != replyBytes*len(keys) {
-			t.Fatalf("trial %d: reply of %d bytes, want %d", trial, len(v), replyBytes*len(keys))
-		}
-		x, y := 0, 0 // key index of the Xs' decision, and of the Ys'
+	}
+	var keys []string
+	var blob []byte
+	d := uint64(0)
+	for _, side := range []string{"x", "y"} {
 		for _, dec := range decisions {
-			y += len(dec)
-		}
-		for i, dec := range decisions {
-			for j, h := range dec {
-				inline := v[replyBytes*(x+j) : replyBytes*(x+j+1)]
-				general := v[replyBytes*(y+j) : replyBytes*(y+j+1)]
-				if inline != general {
-					t.Errorf("trial %d, decision %d of %+v, hit %+v: in line %v, general %v (values %x)", trial, i, decisions, h, floats(inline), floats(general), values)
-				}
+			d++
+			for _, h := range dec {
+				keys = append(keys, key(side, h.bucket))
+				blob = appendArgs(blob, d, h.hit.args())
 			}
-			x, y = x+len(dec), y+len(dec)+1
-		}
-		if n, err := c.Exists(ctx, key("w", 0)).Result(); err != nil || n != 0 {
-			t.Fatalf("trial %d: W exists (%d, %v): its checks wrote it", trial, n, err)
-		}
-		for b := range buckets {
-			vx, vy := getBoth(t, c, key("x", b), key("y", b))
-			if vx != vy {
-				t.Errorf("trial %d, decisions %+v, bucket %d from %x: left X %v, Y %v", trial, decisions, b, values[b], floats(vx), floats(vy))
+			if side == "y" {
+				keys = append(keys, key("w", 0))
+				blob = appendArgs(blob, d, check.args())
 			}
+		}
+	}
+	v, err := c.Eval(ctx, script, keys, blob).Text()
+	if err != nil {
+		t.Fatalf("trial %d: %v", trial, err)
+	}
+	if len(v) != replyBytes*len(keys) {
+		t.Fatalf("trial %d: reply of %d bytes, want %d", trial, len(v), replyBytes*len(keys))
+	}
+	x, y := 0, 0 // op index of the Xs' decision, and of the Ys'
+	for _, dec := range decisions {
+		y += len(dec)
+	}
+	for i, dec := range decisions {
+		for j, h := range dec {
+			inline := v[replyBytes*(x+j) : replyBytes*(x+j+1)]
+			general := v[replyBytes*(y+j) : replyBytes*(y+j+1)]
+			if inline != general {
+				t.Errorf("trial %d, decision %d of %+v, op %+v: in line %v, general %v (values %x)", trial, i, decisions, h, floats(inline), floats(general), values)
+			}
+		}
+		x, y = x+len(dec), y+len(dec)+1
+	}
+	if n, err := c.Exists(ctx, key("w", 0)).Result(); err != nil || n != 0 {
+		t.Fatalf("trial %d: W exists (%d, %v): its checks wrote it", trial, n, err)
+	}
+	for b := range values {
+		vx, vy := both(t, c, key("x", b), key("y", b))
+		if vx != vy {
+			t.Errorf("trial %d, decisions %+v, bucket %d from %x: left X %v, Y %v", trial, decisions, b, values[b], floats(vx), floats(vy))
 		}
 	}
 }
