@@ -252,7 +252,7 @@ func (l *Limiter) hitMixed(ctx context.Context, hits []bucket.Hit, states []buck
 		part[j], from[j] = hits[i], i
 	}
 	lh, ls := part[:nLeased], pstates[:nLeased]
-	var taken []taken
+	taken := make([]taken, 0, nLeased) // a key per leased hit at most: never grows
 	dl, err := l.hitLeased(ctx, lh, ls, &taken)
 	if err != nil {
 		return dl, err
@@ -419,9 +419,9 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 	switch {
 	case len(d.needs) == 0:
 	case d.zero:
-		d.checks, d.checked, err = l.check(ctx, d.needs, len(hits))
+		d.checks, d.checked, err = l.check(ctx, d.needs)
 	default:
-		d.allowed, d.send, err = l.decide(ctx, d.needs, len(hits))
+		d.allowed, d.send, err = l.decide(ctx, d.needs)
 	}
 	if err != nil {
 		return bucket.Decision{}, err
@@ -463,7 +463,7 @@ func (l *Limiter) collect(ns needs, hits []bucket.Hit, states []bucket.State) (_
 // holds nothing of (no entry, or one under another limit) are checked in
 // Redis, taking nothing, so that their states tell their buckets. checked
 // is each key's index in checks, -1 when not checked.
-func (l *Limiter) check(ctx context.Context, needs needs, nHits int) (checks []leaseproto.Reply, checked []int, _ error) {
+func (l *Limiter) check(ctx context.Context, needs needs) (checks []leaseproto.Reply, checked []int, _ error) {
 	var ops []leaseproto.Op
 	checked = make([]int, len(needs))
 	l.mu.Lock()
@@ -484,7 +484,7 @@ func (l *Limiter) check(ctx context.Context, needs needs, nHits int) (checks []l
 	}
 	checks = make([]leaseproto.Reply, len(ops))
 	err := l.batch.do(ctx, ops, checks)
-	l.opts.Metrics.redisCall(nHits)
+	l.opts.Metrics.redisCall()
 	if err != nil {
 		return nil, nil, fmt.Errorf("backend/lease: %w", err)
 	}
@@ -494,18 +494,18 @@ func (l *Limiter) check(ctx context.Context, needs needs, nHits int) (checks []l
 // decide decides the takes of d: from the node's leases when they hold
 // enough for every key, else in one Redis call (plan's ops) sent at send,
 // whose replies apply records. A failed call puts the reserved tokens back.
-func (l *Limiter) decide(ctx context.Context, needs needs, nHits int) (allowed bool, send time.Time, _ error) {
+func (l *Limiter) decide(ctx context.Context, needs needs) (allowed bool, send time.Time, _ error) {
 	l.mu.Lock()
 	ops, cached := l.plan(needs, l.clock.Now())
 	l.mu.Unlock()
 	if cached || len(ops) == 0 {
-		l.opts.Metrics.fromLease(nHits)
+		l.opts.Metrics.fromLease()
 		return !cached, time.Time{}, nil
 	}
 	replies := make([]leaseproto.Reply, len(ops))
 	send = l.clock.Now()
 	err := l.batch.do(ctx, ops, replies)
-	l.opts.Metrics.redisCall(nHits)
+	l.opts.Metrics.redisCall()
 	if err != nil {
 		l.restoreReserved(needs)
 		return false, send, fmt.Errorf("backend/lease: %w", err)
