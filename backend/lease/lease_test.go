@@ -182,6 +182,32 @@ func TestMixedExactAndLeased(t *testing.T) {
 	}
 }
 
+// Leased and exact hits interleaved: each state lands at its hit's index,
+// a leased key's takes seeing the ones before it.
+func TestMixedInterleavedStates(t *testing.T) {
+	srv := redistest.Start(t)
+	l, _ := newLimiter(t, srv, lease.Options{Clock: clockwork.NewFakeClock()})
+	a, b, c := key(t, 0), key(t, 1), key(t, 2)
+	lb := bucket.Limit{Requests: 10, Period: time.Hour, Burst: 10}
+	lc := bucket.Limit{Requests: 20, Period: time.Hour, Burst: 20}
+	hit(t, l, ruled(take(a, big, 1), true)) // leases 499 of a
+	ok, st := hit(t, l,
+		ruled(take(b, lb, 2), false),
+		ruled(take(a, big, 1), true),
+		ruled(take(c, lc, 3), false),
+		ruled(take(a, big, 4), true),
+	)
+	if !ok {
+		t.Fatalf("refused: %+v", st)
+	}
+	want := []uint64{8, 998, 17, 994}
+	for i, w := range want {
+		if !st[i].Allowed || st[i].Remaining != w {
+			t.Errorf("state %d: %+v, want allowed, Remaining %d", i, st[i], w)
+		}
+	}
+}
+
 // A decision refused by its leased hits reports its exact takes' buckets
 // as they are, taking nothing (they used to read Remaining 0, reset 0, "not
 // consulted").

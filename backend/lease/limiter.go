@@ -228,25 +228,36 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 	case nLeased == len(hits):
 		return l.hitLeased(ctx, hits, states, nil)
 	}
-	exact := make([]int, 0, len(hits)-nLeased)
+	return l.hitMixed(ctx, hits, states, nLeased)
+}
+
+// hitMixed decides hits of which nLeased are leased and the others exact:
+// the leased hits first; the exact ones then, with their takes only when
+// the leased ones were allowed. Each part is decided in a copy of its hits
+// in call order, so that hitLeased's steps see leased hits alone.
+func (l *Limiter) hitMixed(ctx context.Context, hits []bucket.Hit, states []bucket.State, nLeased int) (bucket.Decision, error) {
+	// part holds the leased hits, then the exact ones, and room for the
+	// refusing take below; from[j] is the call index of part[j].
+	part := make([]bucket.Hit, len(hits), len(hits)+1)
+	pstates := make([]bucket.State, len(hits)+1)
+	from := make([]int, len(hits))
+	li, ei := 0, nLeased
 	for i := range hits {
-		if !l.leased(&hits[i]) {
-			exact = append(exact, i)
+		j := ei
+		if l.leased(&hits[i]) {
+			j, li = li, li+1
+		} else {
+			ei++
 		}
+		part[j], from[j] = hits[i], i
 	}
-	// Mixed: the leased hits first; the exact ones then, with their takes
-	// only when the leased ones were allowed.
-	var taken []taken
-	dl, err := l.hitLeased(ctx, hits, states, &taken)
+	lh, ls := part[:nLeased], pstates[:nLeased]
+	taken := make([]taken, 0, nLeased) // a key per leased hit at most: never grows
+	dl, err := l.hitLeased(ctx, lh, ls, &taken)
 	if err != nil {
 		return dl, err
 	}
-	eh := make([]bucket.Hit, 0, len(exact)+1)
-	ei := make([]int, 0, len(exact))
-	for _, i := range exact {
-		eh = append(eh, hits[i])
-		ei = append(ei, i)
-	}
+	eh, es := part[nLeased:], pstates[nLeased:]
 	if !dl.Allowed {
 		// Refused already: the exact takes go with a take of a Requests 0
 		// limit, which every Limiter refuses without taking anything or
@@ -254,17 +265,16 @@ func (l *Limiter) Hit(ctx context.Context, hits []bucket.Hit, states []bucket.St
 		// are and take nothing.
 		eh = append(eh, bucket.Hit{Key: eh[0].Key, Limit: bucket.Limit{Period: time.Second}})
 	}
-	es := make([]bucket.State, len(eh))
 	de, err := l.opts.Exact.Hit(ctx, eh, es)
 	if err != nil || !de.Allowed || de.Answer != bucket.Decided {
 		l.putBack(taken) // the exact layer refused or failed: nothing spent
-		l.untouched(hits, states)
+		l.untouched(lh, ls)
 	}
 	if err != nil {
 		return de, err
 	}
-	for j, i := range ei {
-		states[i] = es[j]
+	for j, i := range from {
+		states[i] = pstates[j]
 	}
 	return bucket.Decision{Allowed: dl.Allowed && de.Allowed, Answer: de.Answer}, nil
 }
@@ -314,15 +324,15 @@ func (l *Limiter) closePool(e *entry, decision uint64) (leaseproto.Op, bool) {
 	return op, true
 }
 
-// untouched reports the leased takes of a refused decision as their
-// buckets stand, untouched.
+// untouched reports the takes among leased hits of a refused decision as
+// their buckets stand, untouched.
 func (l *Limiter) untouched(hits []bucket.Hit, states []bucket.State) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
 	for i := range hits {
 		h := &hits[i]
-		if !l.leased(h) || h.Give || h.Independent || h.Limit.Requests == 0 || !states[i].Allowed {
+		if !isTake(h) || h.Limit.Requests == 0 || !states[i].Allowed {
 			continue
 		}
 		if e := l.entries[h.Key]; e != nil && e.limit == h.Limit {
@@ -355,10 +365,10 @@ type keyNeed struct {
 	reset time.Duration
 }
 
-// leasedTake reports whether h is one of the takes hitLeased decides
-// together: leased, neither a Give nor Independent (loose decides those).
-func (l *Limiter) leasedTake(h *bucket.Hit) bool {
-	return l.leased(h) && !h.Give && !h.Independent
+// isTake reports whether h is one of the takes hitLeased decides
+// together: neither a Give nor Independent (loose decides those).
+func isTake(h *bucket.Hit) bool {
+	return !h.Give && !h.Independent
 }
 
 // needs is a decision's takes aggregated per key and limit. A request has
@@ -392,7 +402,8 @@ type leasedDecision struct {
 	send    time.Time // the send of the decision's Redis call, if any
 }
 
-// hitLeased decides the hits for which leased reports true, in steps:
+// hitLeased decides hits that are all leased (Hit passes the leased ones
+// alone, so its steps ask no hit's rule again), in steps:
 // collect aggregates the takes per key; check asks Redis about the keys a
 // Requests 0 take leaves unknown (the decision is refused), or decide
 // reserves held tokens and sends what the leases cannot answer to Redis;
@@ -408,9 +419,9 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 	switch {
 	case len(d.needs) == 0:
 	case d.zero:
-		d.checks, d.checked, err = l.check(ctx, d.needs, len(hits))
+		d.checks, d.checked, err = l.check(ctx, d.needs)
 	default:
-		d.allowed, d.send, err = l.decide(ctx, d.needs, len(hits))
+		d.allowed, d.send, err = l.decide(ctx, d.needs)
 	}
 	if err != nil {
 		return bucket.Decision{}, err
@@ -423,12 +434,12 @@ func (l *Limiter) hitLeased(ctx context.Context, hits []bucket.Hit, states []buc
 	return bucket.Decision{Allowed: d.allowed, Answer: bucket.Decided}, nil
 }
 
-// collect aggregates the leased takes of hits into ns; a take of a
+// collect aggregates the takes of leased hits into ns; a take of a
 // Requests 0 limit refuses the decision (zero) and gets its state here.
 func (l *Limiter) collect(ns needs, hits []bucket.Hit, states []bucket.State) (_ needs, zero bool) {
 	for i := range hits {
 		h := &hits[i]
-		if !l.leasedTake(h) {
+		if !isTake(h) {
 			continue
 		}
 		if h.Limit.Requests == 0 {
@@ -452,7 +463,7 @@ func (l *Limiter) collect(ns needs, hits []bucket.Hit, states []bucket.State) (_
 // holds nothing of (no entry, or one under another limit) are checked in
 // Redis, taking nothing, so that their states tell their buckets. checked
 // is each key's index in checks, -1 when not checked.
-func (l *Limiter) check(ctx context.Context, needs needs, nHits int) (checks []leaseproto.Reply, checked []int, _ error) {
+func (l *Limiter) check(ctx context.Context, needs needs) (checks []leaseproto.Reply, checked []int, _ error) {
 	var ops []leaseproto.Op
 	checked = make([]int, len(needs))
 	l.mu.Lock()
@@ -473,7 +484,7 @@ func (l *Limiter) check(ctx context.Context, needs needs, nHits int) (checks []l
 	}
 	checks = make([]leaseproto.Reply, len(ops))
 	err := l.batch.do(ctx, ops, checks)
-	l.opts.Metrics.redisCall(nHits)
+	l.opts.Metrics.redisCall()
 	if err != nil {
 		return nil, nil, fmt.Errorf("backend/lease: %w", err)
 	}
@@ -483,18 +494,18 @@ func (l *Limiter) check(ctx context.Context, needs needs, nHits int) (checks []l
 // decide decides the takes of d: from the node's leases when they hold
 // enough for every key, else in one Redis call (plan's ops) sent at send,
 // whose replies apply records. A failed call puts the reserved tokens back.
-func (l *Limiter) decide(ctx context.Context, needs needs, nHits int) (allowed bool, send time.Time, _ error) {
+func (l *Limiter) decide(ctx context.Context, needs needs) (allowed bool, send time.Time, _ error) {
 	l.mu.Lock()
 	ops, cached := l.plan(needs, l.clock.Now())
 	l.mu.Unlock()
 	if cached || len(ops) == 0 {
-		l.opts.Metrics.fromLease(nHits)
+		l.opts.Metrics.fromLease()
 		return !cached, time.Time{}, nil
 	}
 	replies := make([]leaseproto.Reply, len(ops))
 	send = l.clock.Now()
 	err := l.batch.do(ctx, ops, replies)
-	l.opts.Metrics.redisCall(nHits)
+	l.opts.Metrics.redisCall()
 	if err != nil {
 		l.restoreReserved(needs)
 		return false, send, fmt.Errorf("backend/lease: %w", err)
@@ -631,7 +642,7 @@ func (l *Limiter) settle(needs needs, allowed bool, spent *[]taken) {
 	}
 }
 
-// states reports the leased takes of hits, each seeing the takes of its
+// states reports the takes of leased hits, each seeing the takes of its
 // key before it.
 func (l *Limiter) states(d *leasedDecision, hits []bucket.Hit, states []bucket.State) {
 	l.mu.Lock()
@@ -645,7 +656,7 @@ func (l *Limiter) states(d *leasedDecision, hits []bucket.Hit, states []bucket.S
 	}
 	for i := range hits {
 		h := &hits[i]
-		if !l.leasedTake(h) || h.Limit.Requests == 0 {
+		if !isTake(h) || h.Limit.Requests == 0 {
 			continue
 		}
 		n := d.needs.find(h.Key, h.Limit)
@@ -911,7 +922,7 @@ func (l *Limiter) estimateAt(e *entry, send, now time.Time, extra uint64) bucket
 	return bucket.State{Remaining: rem, ResetAfter: time.Duration(debt)}
 }
 
-// loose applies the gives and independent hits among the leased hits, one
+// loose applies the gives and independent hits among leased hits, one
 // by one in call order, after the takes: from the lease when it holds
 // enough, else in one Redis call, each op its own decision. A give returns
 // the key's held tokens with it.
@@ -922,7 +933,7 @@ func (l *Limiter) loose(ctx context.Context, hits []bucket.Hit, states []bucket.
 	now := l.clock.Now()
 	for i := range hits {
 		h := &hits[i]
-		if !l.leased(h) || !(h.Give || h.Independent) {
+		if isTake(h) {
 			continue
 		}
 		if h.Limit.Requests == 0 {

@@ -50,13 +50,13 @@ func (m *Metrics) given(n uint64) {
 	}
 }
 
-func (m *Metrics) fromLease(int) {
+func (m *Metrics) fromLease() {
 	if m != nil {
 		m.answeredLease.Inc()
 	}
 }
 
-func (m *Metrics) redisCall(int) {
+func (m *Metrics) redisCall() {
 	if m != nil {
 		m.waited.Inc()
 	}
