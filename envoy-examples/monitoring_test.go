@@ -231,6 +231,7 @@ func TestPrometheusRules(t *testing.T) {
 		{"SluiceRuleTooTight", `ratelimit_decisions_total{result=~"over_limit|shadow_mode"`},
 		{"SluiceRuleNeverRefuses", "ratelimit_decisions_total"},
 		{"SluiceFallbackActive", "ratelimit_fallback_active == 1"},
+		{"SluiceSharesOff", "ratelimit_share_rules_differ"},
 		{"SluiceRedisErrors", "ratelimit_redis_errors_total"},
 		{"SluiceNeverReachedRedis", `ratelimit_fallback_nodes{source=~"initial|default"}`},
 		{"SluiceRedisSlow", "ratelimit_redis_duration_seconds_bucket"},
