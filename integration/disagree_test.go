@@ -57,7 +57,7 @@ func TestDisagreeingLimits(t *testing.T) {
 	}
 	for i, p := range nodes {
 		// The leased share counts the live nodes.
-		pollFor(t, 10*time.Second, fmt.Sprintf("node %d counting 2 live nodes", i), func() bool {
+		pollFor(t, startTimeout, fmt.Sprintf("node %d counting 2 live nodes", i), func() bool {
 			v, _ := scrapeMetric(t, p, "ratelimit_live_nodes")
 			return v == 2
 		})

@@ -63,7 +63,7 @@ func TestGlobalSharedAcrossNodes(t *testing.T) {
 	args := []string{"--redis", "redis://" + s.Addr() + "/0", "--config", rules, "--redis-timeout", "2s"}
 	nodes := []*rlsProcess{startRLS(t, args...), startRLS(t, args...), startRLS(t, args...)}
 	for i, p := range nodes {
-		d := pollFor(t, 10*time.Second, fmt.Sprintf("node %d counting 3 live nodes", i), func() bool {
+		d := pollFor(t, startTimeout, fmt.Sprintf("node %d counting 3 live nodes", i), func() bool {
 			v, _ := scrapeMetric(t, p, "ratelimit_live_nodes")
 			return v == 3
 		})

@@ -62,7 +62,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// startTimeout bounds how long a process may take to start listening.
+// startTimeout bounds how long a process may take to start listening, and
+// nodes to count each other (their first heartbeats) on a loaded machine.
 const startTimeout = 20 * time.Second
 
 // rlsProcess is one running `rls serve`, owned by a test.

@@ -105,7 +105,7 @@ func startFleet(t *testing.T, args []string) []*rlsProcess {
 	t.Helper()
 	nodes := []*rlsProcess{startRLS(t, args...), startRLS(t, args...), startRLS(t, args...)}
 	for i, p := range nodes {
-		pollFor(t, 10*time.Second, fmt.Sprintf("node %d counting 3 live nodes", i), func() bool {
+		pollFor(t, startTimeout, fmt.Sprintf("node %d counting 3 live nodes", i), func() bool {
 			v, _ := scrapeMetric(t, p, "ratelimit_live_nodes")
 			return v == 3
 		})

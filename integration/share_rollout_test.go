@@ -30,7 +30,7 @@ func TestShareRollout(t *testing.T) {
 	without, path := fleetArgs(t, srv, strings.ReplaceAll(shareRules, ", share: 0.5", ""))
 	nodes := []*rlsProcess{startRLS(t, withShare...), startRLS(t, without...), startRLS(t, without...)}
 	for i, p := range nodes {
-		pollFor(t, 10*time.Second, fmt.Sprintf("node %d counting 3 live nodes, its rules differing", i), func() bool {
+		pollFor(t, startTimeout, fmt.Sprintf("node %d counting 3 live nodes, its rules differing", i), func() bool {
 			live, _ := scrapeMetric(t, p, "ratelimit_live_nodes")
 			differ, _ := scrapeMetric(t, p, "ratelimit_share_rules_differ")
 			return live == 3 && differ == 1
@@ -76,7 +76,7 @@ func TestShareRolloutRemoved(t *testing.T) {
 	others, _ := fleetArgs(t, srv, shareRules)
 	nodes := []*rlsProcess{startRLS(t, first...), startRLS(t, others...), startRLS(t, others...)}
 	for i, p := range nodes {
-		pollFor(t, 10*time.Second, fmt.Sprintf("node %d counting 3 live nodes", i), func() bool {
+		pollFor(t, startTimeout, fmt.Sprintf("node %d counting 3 live nodes", i), func() bool {
 			v, _ := scrapeMetric(t, p, "ratelimit_live_nodes")
 			return v == 3
 		})
