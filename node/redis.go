@@ -73,9 +73,17 @@ func newRedisGlobal(ctx context.Context, st Options, rules *ruleset.Store, log *
 	fn.register(reg)
 	nodesCtx, stopNodes := context.WithCancel(ctx)
 	nodesDone := make(chan struct{})
+	beatFailures := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ratelimit_heartbeat_failures_total",
+		Help: "Heartbeats to the Redis node registry that failed (Redis down, slow or refusing the script); while they fail, ratelimit_live_nodes keeps its last count and no standing share is held past its heartbeat.",
+	})
+	reg.MustRegister(beatFailures)
 	go func() {
 		defer close(nodesDone)
-		nodes.Run(nodesCtx, func(err error) { log.Debug("node heartbeat failed", "err", err) })
+		nodes.Run(nodesCtx, func(err error) {
+			beatFailures.Inc()
+			log.Debug("node heartbeat failed", "err", err) // at debug: once a second while Redis is down
+		})
 	}()
 
 	share := memory.New(memory.Options{MaxBuckets: st.MaxBuckets})

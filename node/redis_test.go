@@ -193,3 +193,28 @@ func TestServeWithRedisStopsCleanly(t *testing.T) {
 		t.Errorf("no stopped line:\n%s", s.Log.String())
 	}
 }
+
+// TestHeartbeatFailuresCounted: a heartbeat that fails (Redis gone) counts
+// in ratelimit_heartbeat_failures_total, so that an operator sees why the
+// node count stands still; it logs only at debug.
+func TestHeartbeatFailuresCounted(t *testing.T) {
+	srv := redistest.Start(t)
+	o := testOptions()
+	o.Redis, o.RedisTimeout = "redis://"+srv.Addr()+"/0", time.Second
+	s := start(t, o)
+	s.Addrs()
+	if _, metrics := httpGet(t, s.HTTP()+"/metrics"); !strings.Contains(metrics, "ratelimit_heartbeat_failures_total 0\n") {
+		t.Fatalf("/metrics before Redis stops:\n%s", grepLines(metrics, "ratelimit_heartbeat"))
+	}
+	srv.Kill()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		_, metrics := httpGet(t, s.HTTP()+"/metrics")
+		if strings.Contains(metrics, "ratelimit_heartbeat_failures_total ") && !strings.Contains(metrics, "ratelimit_heartbeat_failures_total 0\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no failed heartbeat counted 30 s after Redis was killed:\n%s", grepLines(metrics, "ratelimit_heartbeat"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
