@@ -120,9 +120,7 @@ func BenchmarkShareDecision(b *testing.B) {
 			for b.Loop() {
 				decide()
 			}
-			if cpu := cputime.Process(); cpu0 > 0 {
-				b.ReportMetric(float64(cpu-cpu0)/float64(b.N), "cpu-ns/op")
-			}
+			cputime.ReportPerOp(b, cpu0)
 			b.ReportMetric((byRedis()-redis0)/float64(b.N), "redis-calls/op")
 		})
 	}

@@ -81,9 +81,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			if cpu := cputime.Process(); cpu0 > 0 {
-				b.ReportMetric(float64(cpu-cpu0)/float64(b.N), "cpu-ns/op")
-			}
+			cputime.ReportPerOp(b, cpu0)
 		})
 	}
 }
@@ -134,9 +132,7 @@ func BenchmarkTracing(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			if cpu := cputime.Process(); cpu0 > 0 {
-				b.ReportMetric(float64(cpu-cpu0)/float64(b.N), "cpu-ns/op")
-			}
+			cputime.ReportPerOp(b, cpu0)
 			b.ReportMetric(float64(gcCycles()-gc0)*1e6/float64(b.N), "gc/Mop")
 		})
 	}

@@ -313,9 +313,7 @@ descriptors:
 					b.Fatal(err)
 				}
 			}
-			if cpu := cputime.Process(); cpu0 > 0 {
-				b.ReportMetric(float64(cpu-cpu0)/float64(b.N), "cpu-ns/op")
-			}
+			cputime.ReportPerOp(b, cpu0)
 		})
 	}
 }

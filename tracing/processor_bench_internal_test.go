@@ -41,9 +41,7 @@ func BenchmarkProcessor(b *testing.B) {
 					for t0 := time.Now(); time.Since(t0) < gap; {
 					}
 				}
-				if cpu0 > 0 {
-					b.ReportMetric(float64(cputime.Process()-cpu0)/float64(b.N), "cpu-ns/op")
-				}
+				cputime.ReportPerOp(b, cpu0)
 			})
 		}
 	}

@@ -72,9 +72,7 @@ func BenchmarkLeasedRules(b *testing.B) {
 			for b.Loop() {
 				decide()
 			}
-			if cpu := cputime.Process(); cpu0 > 0 {
-				b.ReportMetric(float64(cpu-cpu0)/float64(b.N), "cpu-ns/op")
-			}
+			cputime.ReportPerOp(b, cpu0)
 			if n := r.calls.Load() - leaseCalls; n != 0 {
 				b.Fatalf("%d lease calls: not answered from the leases", n)
 			}
